@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdmaxd configuration: defaults, the INI file (libinih) and command-line
+ * overrides. Every key is documented in config/rdmaxd.conf and rdmaxd.conf(5).
+ */
+#ifndef RDMAXD_CONFIG_H
+#define RDMAXD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_DEFAULT_PATH "/etc/rdmaxd/rdmaxd.conf"
+#define CONFIG_ERR_MAX      512
+
+/* Which fabric the daemon uses. */
+enum config_transport {
+	CONFIG_TRANSPORT_AUTO,  /* verbs when a usable RDMA device with an IP exists, else TCP */
+	CONFIG_TRANSPORT_TCP,   /* TCP only */
+	CONFIG_TRANSPORT_VERBS, /* RDMA verbs only; start-up fails without a device */
+	CONFIG_TRANSPORT_MAX,   /* terminator */
+};
+
+struct config {
+	/* [daemon] */
+	char socket_path[108];       /* client socket (AF_UNIX SOCK_SEQPACKET) */
+	char admin_socket_path[108]; /* admin socket for rdmaxctl */
+	uint32_t socket_mode;        /* permission bits of the client socket */
+	char node_name[64];          /* shown in logs and descriptors; default hostname */
+	int log_level;               /* syslog priority, LOG_ERR..LOG_DEBUG */
+
+	/* [transport] */
+	enum config_transport transport;
+	char listen_addr[64];    /* numeric address daemons connect to (TCP and rdma_cm) */
+	uint16_t listen_port;    /* TCP transport port; 0 = ephemeral */
+	char advertise_addr[64]; /* address put in descriptors; default listen_addr */
+
+	/* [auth] */
+	char auth_key_file[256]; /* shared key for daemon-to-daemon HMAC; empty = off */
+
+	/* [limits] per client unless said otherwise */
+	uint32_t max_clients;
+	uint32_t max_message_bytes;
+	uint32_t max_fds_per_message;
+	uint32_t max_regions;
+	uint64_t max_registered_bytes;
+	uint32_t max_outstanding_jobs;
+	uint32_t max_jobs_per_submit;
+	uint32_t max_connections;  /* daemon-to-daemon connections, per node */
+	uint32_t max_imm_counters; /* distinct imm values tracked per node */
+
+	/* [peers] */
+	uint32_t connect_timeout_ms; /* one connection attempt */
+	uint32_t connect_retries;    /* attempts after the first, with doubling backoff */
+	uint32_t retry_backoff_ms;   /* first backoff */
+	uint32_t peer_timeout_ms;    /* no progress from a peer for this long fails its jobs */
+	uint32_t idle_timeout_s;     /* idle connections are closed after this; 0 = never */
+
+	/* [engine] */
+	uint32_t chunk_bytes;  /* large jobs are split into chunks of this size */
+	uint32_t busy_poll_us; /* keep polling this long after the last activity */
+
+	/* [verbs] */
+	char devices[256]; /* "auto" or comma-separated device names */
+	uint32_t qps_per_peer;
+	uint32_t inline_threshold; /* bytes; capped by the QP's max_inline_data */
+	uint32_t signal_interval;  /* signal one WR in this many */
+};
+
+void config_defaults(struct config *cfg);
+
+/*
+ * Load an INI file over the current values. On error returns a negative errno
+ * and writes "path:line: message" into err; cfg is then left unchanged.
+ */
+int config_load(struct config *cfg, const char *path, char *err, size_t err_size);
+
+/* Set one key ("section", "key", "value"); errors are written into err without a location. */
+int config_set(struct config *cfg, const char *section, const char *key, const char *value,
+	       char *err, size_t err_size);
+
+/* Set one key from a command-line override "section.key=value". */
+int config_set_option(struct config *cfg, const char *arg, char *err, size_t err_size);
+
+/* Cross-field checks after loading and overrides (e.g. limits not zero). */
+int config_validate(const struct config *cfg, char *err, size_t err_size);
+
+/* Write the effective configuration as INI (for --check-config --verbose and rdmaxctl). */
+void config_print(const struct config *cfg, FILE *out);
+
+/*
+ * Write the example file shipped as config/rdmaxd.conf: every key commented
+ * out at its default, with what it does, its unit, range and reload behaviour.
+ */
+void config_print_example(FILE *out);
+
+/*
+ * Count the keys that differ between old_cfg and new_cfg but only take effect
+ * on restart (a SIGHUP reload applies the others); names them, comma-separated
+ * as "[section] key", in buf.
+ */
+int config_restart_keys(const struct config *old_cfg, const struct config *new_cfg, char *buf,
+			size_t buf_size);
+
+const char *config_transport_name(enum config_transport t);
+
+#endif

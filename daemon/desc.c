@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Region descriptors: encoding and strict decoding of rdmax.v1.RegionDesc.
+ * Descriptors arrive from applications (and so from remote peers): decoding
+ * checks every field before anything uses it.
+ */
+#include <arpa/inet.h>
+#include <string.h>
+
+#include "desc.h"
+#include "rdmax.h"
+#include "rdmax.pb-c.h"
+#include "util.h"
+
+int desc_encode(const struct remote_desc *desc, uint8_t *buf, size_t buf_size)
+{
+	Rdmax__V1__RegionDesc msg = RDMAX__V1__REGION_DESC__INIT;
+	Rdmax__V1__Endpoint eps[DESC_MAX_ENDPOINTS];
+	Rdmax__V1__Endpoint *ep_ptrs[DESC_MAX_ENDPOINTS];
+
+	if (desc->n_endpoints == 0 || desc->n_endpoints > DESC_MAX_ENDPOINTS) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	msg.version = DESC_VERSION;
+	msg.instance_id = desc->instance_id;
+	msg.region_id = desc->region_id;
+	msg.region_key = desc->region_key;
+	msg.length = desc->length;
+	msg.access = desc->access;
+	if (desc->node_name[0]) {
+		msg.node_name = (char *)desc->node_name;
+	}
+	for (uint32_t i = 0; i < desc->n_endpoints; i++) {
+		const struct endpoint *e = &desc->endpoints[i];
+		Rdmax__V1__Endpoint init = RDMAX__V1__ENDPOINT__INIT;
+		eps[i] = init;
+		eps[i].transport = (Rdmax__V1__Transport)e->transport;
+		eps[i].addr = (char *)e->addr;
+		eps[i].port = e->port;
+		if (e->transport == ENDPOINT_VERBS) {
+			eps[i].device = (char *)e->device;
+			eps[i].has_iova = 1;
+			eps[i].iova = e->iova;
+			eps[i].has_rkey = 1;
+			eps[i].rkey = e->rkey;
+		}
+		ep_ptrs[i] = &eps[i];
+	}
+	msg.n_endpoints = desc->n_endpoints;
+	msg.endpoints = ep_ptrs;
+	size_t len = rdmax__v1__region_desc__get_packed_size(&msg);
+	if (len > buf_size) {
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	rdmax__v1__region_desc__pack(&msg, buf);
+	return (int)len;
+}
+
+static int valid_addr(const char *addr)
+{
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	return inet_pton(AF_INET, addr, &a4) == 1 || inet_pton(AF_INET6, addr, &a6) == 1;
+}
+
+int desc_decode(const uint8_t *buf, size_t len, struct remote_desc *ret_desc)
+{
+	struct remote_desc desc;
+	int ret = RDMAX_E_INVALID_ARGUMENT;
+
+	if (!buf || len == 0 || len > DESC_MAX_BYTES) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	Rdmax__V1__RegionDesc *msg = rdmax__v1__region_desc__unpack(NULL, len, buf);
+	if (!msg) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	memset(&desc, 0, sizeof(desc));
+	if (msg->version != DESC_VERSION || msg->n_endpoints == 0 ||
+	    msg->n_endpoints > DESC_MAX_ENDPOINTS) {
+		goto out_free;
+	}
+	if (msg->access & ~(uint32_t)(RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE)) {
+		goto out_free;
+	}
+	desc.instance_id = msg->instance_id;
+	desc.region_id = msg->region_id;
+	desc.region_key = msg->region_key;
+	desc.length = msg->length;
+	desc.access = msg->access;
+	if (msg->node_name && copy_string(desc.node_name, sizeof(desc.node_name), msg->node_name)) {
+		goto out_free;
+	}
+	for (size_t i = 0; i < msg->n_endpoints; i++) {
+		const Rdmax__V1__Endpoint *m = msg->endpoints[i];
+		struct endpoint *e = &desc.endpoints[i];
+		if ((unsigned)m->transport >= ENDPOINT_MAX || m->port == 0 || m->port > 65535) {
+			goto out_free;
+		}
+		e->transport = (enum endpoint_transport)m->transport;
+		if (copy_string(e->addr, sizeof(e->addr), m->addr) || !valid_addr(e->addr)) {
+			goto out_free;
+		}
+		e->port = (uint16_t)m->port;
+		if (e->transport == ENDPOINT_VERBS) {
+			if (!m->device || !m->has_rkey || !m->has_iova ||
+			    copy_string(e->device, sizeof(e->device), m->device)) {
+				goto out_free;
+			}
+			e->iova = m->iova;
+			e->rkey = m->rkey;
+		}
+	}
+	desc.n_endpoints = (uint32_t)msg->n_endpoints;
+	*ret_desc = desc;
+	ret = 0;
+out_free:
+	rdmax__v1__region_desc__free_unpacked(msg, NULL);
+	return ret;
+}
+
+int endpoint_same_peer(const struct endpoint *a, const struct endpoint *b)
+{
+	return a->transport == b->transport && a->port == b->port && strcmp(a->addr, b->addr) == 0;
+}

@@ -1,0 +1,980 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The client socket: AF_UNIX SOCK_SEQPACKET, one protobuf message per
+ * datagram, fds as SCM_RIGHTS. Owns client sessions, their limits, their
+ * regions' lifetimes and the batching of completions (flushed once per loop
+ * iteration from a uv_check handle). Never calls verbs and never touches
+ * payload bytes.
+ *
+ * libuv cannot hand over fds received with SCM_RIGHTS on its stream types,
+ * so sockets are raw fds watched with uv_poll_t and read with recvmsg().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "ipc.h"
+#include "log.h"
+#include "rdmax.h"
+#include "rdmax.pb-c.h"
+#include "rdmaxd.h"
+#include "status.h"
+#include "transport.h"
+
+/* Bytes a client may leave unread before the daemon drops it. */
+#define SESSION_MAX_QUEUED_BYTES (64u << 20)
+/* Completions per Completions message at most. */
+#define COMPLETION_BATCH_MAX 1024u
+#define MAX_FDS_HARD 253
+
+struct out_msg {
+	struct list_node link;
+	size_t len;
+	uint8_t data[];
+};
+
+struct pending_completion {
+	uint64_t job_id;
+	int status;
+	uint64_t bytes;
+	char *message; /* NULL when OK */
+};
+
+struct session {
+	struct ipc *ipc;
+	struct list_node link; /* in ipc->sessions */
+	int fd;
+	uv_poll_t poll;
+	bool closing;
+	bool hello_done;
+	bool close_after_flush; /* a fatal protocol error was answered */
+	uint64_t id;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	char name[64];
+	struct job_owner owner;
+	struct list_node regions; /* struct region.owner_link */
+	uint32_t region_count;
+	uint64_t registered_bytes;
+	struct list_node out_queue; /* struct out_msg waiting for POLLOUT */
+	size_t queued_bytes;
+	struct pending_completion *completions;
+	size_t n_completions;
+	size_t cap_completions;
+	size_t completions_bytes; /* estimate of the encoded size */
+	bool dirty;               /* completions waiting for the flush */
+	struct list_node dirty_link;
+};
+
+struct ipc {
+	struct rdmaxd *daemon;
+	int listen_fd;
+	uv_poll_t listen_poll;
+	uv_check_t flush_check;
+	struct list_node sessions;
+	struct list_node dirty;
+	uint32_t n_sessions;
+	uint64_t next_session_id;
+	uint8_t *rx_buf;
+	size_t rx_size;
+	uint8_t *tx_buf;
+	size_t tx_size;
+	bool listening;
+};
+
+static struct session *session_of(void *owner)
+{
+	return container_of((struct job_owner *)owner, struct session, owner);
+}
+
+static void session_close(struct session *s, const char *why);
+
+/* ------------------------------------------------------------------ sending */
+
+static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
+{
+	if (s->closing) {
+		return -EPIPE;
+	}
+	if (list_empty(&s->out_queue)) {
+		ssize_t n = send(s->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n >= 0) {
+			return 0;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			return -errno;
+		}
+	}
+	if (s->queued_bytes + len > SESSION_MAX_QUEUED_BYTES) {
+		return -ENOBUFS;
+	}
+	struct out_msg *m = malloc(sizeof(*m) + len);
+	if (!m) {
+		return -ENOMEM;
+	}
+	m->len = len;
+	memcpy(m->data, data, len);
+	list_add_tail(&s->out_queue, &m->link);
+	s->queued_bytes += len;
+	uv_poll_start(&s->poll, UV_READABLE | UV_WRITABLE, NULL);
+	return 0;
+}
+
+static int send_daemon_msg(struct session *s, const Rdmax__V1__DaemonMsg *msg)
+{
+	struct ipc *ipc = s->ipc;
+	size_t len = rdmax__v1__daemon_msg__get_packed_size(msg);
+	int ret;
+
+	if (len > ipc->tx_size) {
+		log_err("reply of %zu bytes to client %" PRIu64 " exceeds the message limit", len,
+			s->id);
+		return -EMSGSIZE;
+	}
+	rdmax__v1__daemon_msg__pack(msg, ipc->tx_buf);
+	ret = send_or_queue(s, ipc->tx_buf, len);
+	if (ret < 0 && ret != -EPIPE) {
+		session_close(s, ret == -ENOBUFS ? "client does not read its events" : strerror(-ret));
+	}
+	return ret;
+}
+
+static void reply_status(struct session *s, uint64_t seq, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void reply_status(struct session *s, uint64_t seq, int err, const char *fmt, ...)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__Error error = RDMAX__V1__ERROR__INIT;
+	char text[256];
+
+	msg.has_seq = seq != 0;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_ERROR;
+	msg.error = &error;
+	error.status = (Rdmax__V1__Status)status_from_err(err);
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(text, sizeof(text), fmt, ap);
+		va_end(ap);
+		error.message = text;
+	}
+	send_daemon_msg(s, &msg);
+}
+
+static void flush_completions(struct session *s)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__Completions batch = RDMAX__V1__COMPLETIONS__INIT;
+	size_t n = s->n_completions;
+
+	if (n == 0 || s->closing) {
+		goto out_clear;
+	}
+	Rdmax__V1__Completion *items = calloc(n, sizeof(*items));
+	Rdmax__V1__Completion **ptrs = calloc(n, sizeof(*ptrs));
+	if (!items || !ptrs) {
+		free(items);
+		free(ptrs);
+		session_close(s, "out of memory while reporting completions");
+		goto out_clear;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct pending_completion *pc = &s->completions[i];
+		Rdmax__V1__Completion init = RDMAX__V1__COMPLETION__INIT;
+		items[i] = init;
+		items[i].job_id = pc->job_id;
+		items[i].status = (Rdmax__V1__Status)pc->status;
+		items[i].message = pc->message;
+		items[i].has_bytes = 1;
+		items[i].bytes = pc->bytes;
+		ptrs[i] = &items[i];
+	}
+	batch.n_completions = n;
+	batch.completions = ptrs;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_COMPLETIONS;
+	msg.completions = &batch;
+	send_daemon_msg(s, &msg);
+	free(items);
+	free(ptrs);
+out_clear:
+	for (size_t i = 0; i < s->n_completions; i++) {
+		free(s->completions[i].message);
+	}
+	s->n_completions = 0;
+	s->completions_bytes = 0;
+}
+
+static void flush_dirty(uv_check_t *check)
+{
+	struct ipc *ipc = check->data;
+	struct list_node *pos, *tmp;
+
+	list_for_each_safe(pos, tmp, &ipc->dirty)
+	{
+		struct session *s = container_of(pos, struct session, dirty_link);
+		list_del(&s->dirty_link);
+		s->dirty = false;
+		flush_completions(s);
+	}
+}
+
+void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes)
+{
+	struct session *s = session_of(owner);
+	struct ipc *ipc = s->ipc;
+
+	if (s->closing) {
+		return;
+	}
+	if (s->n_completions == s->cap_completions) {
+		size_t cap = s->cap_completions ? s->cap_completions * 2 : 64;
+		struct pending_completion *p = realloc(s->completions, cap * sizeof(*p));
+		if (!p) {
+			session_close(s, "out of memory while queueing completions");
+			return;
+		}
+		s->completions = p;
+		s->cap_completions = cap;
+	}
+	struct pending_completion *pc = &s->completions[s->n_completions++];
+	pc->job_id = job_id;
+	pc->status = status_from_err(err);
+	pc->bytes = bytes;
+	pc->message = err && message ? strdup(message) : NULL;
+	/* 24 bytes of framing per completion is generous for varints. */
+	s->completions_bytes += 24 + (pc->message ? strlen(pc->message) + 2 : 0);
+	if (s->n_completions >= COMPLETION_BATCH_MAX ||
+	    s->completions_bytes + RDMAX_MESSAGE_MAX + 32 > ipc->tx_size / 2) {
+		flush_completions(s);
+		return;
+	}
+	if (!s->dirty) {
+		s->dirty = true;
+		list_add_tail(&ipc->dirty, &s->dirty_link);
+	}
+}
+
+void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
+{
+	struct session *s = session_of(owner);
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__ImmReached ev = RDMAX__V1__IMM_REACHED__INIT;
+
+	if (s->closing) {
+		return;
+	}
+	/* Completions of the writes that led here go first. */
+	flush_completions(s);
+	ev.imm = imm;
+	ev.count = count;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_IMM_REACHED;
+	msg.imm_reached = &ev;
+	send_daemon_msg(s, &msg);
+}
+
+/* ----------------------------------------------------------------- requests */
+
+static uint32_t collect_endpoints(struct rdmaxd *daemon, const struct region *region,
+				  struct endpoint *eps, uint32_t max)
+{
+	uint32_t n = 0;
+
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		struct transport *t = daemon->transports[k];
+		if (!t || n >= max) {
+			continue;
+		}
+		int got = t->ops->endpoints(t, region, eps + n, max - n);
+		if (got > 0) {
+			n += (uint32_t)got;
+		}
+	}
+	return n;
+}
+
+static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello *hello)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	const struct config *cfg = &daemon->cfg;
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__Welcome welcome = RDMAX__V1__WELCOME__INIT;
+	Rdmax__V1__Limits limits = RDMAX__V1__LIMITS__INIT;
+	struct endpoint eps[DESC_MAX_ENDPOINTS];
+	Rdmax__V1__Endpoint pep[DESC_MAX_ENDPOINTS];
+	Rdmax__V1__Endpoint *pep_ptrs[DESC_MAX_ENDPOINTS];
+
+	if (s->hello_done) {
+		reply_status(s, seq, RDMAX_E_PROTOCOL_ERROR, "Hello sent twice");
+		return;
+	}
+	if (hello->protocol_version != RDMAX_PROTOCOL_VERSION) {
+		reply_status(s, seq, RDMAX_E_PROTOCOL_ERROR,
+			     "protocol version %u is not supported (this daemon speaks %u)",
+			     hello->protocol_version, RDMAX_PROTOCOL_VERSION);
+		s->close_after_flush = true;
+		return;
+	}
+	if (hello->client_name) {
+		snprintf(s->name, sizeof(s->name), "%s", hello->client_name);
+	}
+	s->hello_done = true;
+	log_info("client %" PRIu64 " '%s' connected (pid %d, uid %u)", s->id, s->name, (int)s->pid,
+		 (unsigned)s->uid);
+
+	uint32_t n = collect_endpoints(daemon, NULL, eps, DESC_MAX_ENDPOINTS);
+	for (uint32_t i = 0; i < n; i++) {
+		Rdmax__V1__Endpoint init = RDMAX__V1__ENDPOINT__INIT;
+		pep[i] = init;
+		pep[i].transport = (Rdmax__V1__Transport)eps[i].transport;
+		pep[i].addr = eps[i].addr;
+		pep[i].port = eps[i].port;
+		if (eps[i].device[0]) {
+			pep[i].device = eps[i].device;
+		}
+		pep_ptrs[i] = &pep[i];
+	}
+	limits.max_message_bytes = cfg->max_message_bytes;
+	limits.max_fds_per_message = cfg->max_fds_per_message;
+	limits.max_regions = cfg->max_regions;
+	limits.max_registered_bytes = cfg->max_registered_bytes;
+	limits.max_outstanding_jobs = cfg->max_outstanding_jobs;
+	limits.max_jobs_per_submit = cfg->max_jobs_per_submit;
+	welcome.protocol_version = RDMAX_PROTOCOL_VERSION;
+	welcome.daemon_version = RDMAXD_VERSION;
+	welcome.instance_id = daemon->instance_id;
+	welcome.node_name = daemon->node_name;
+	welcome.n_endpoints = n;
+	welcome.endpoints = pep_ptrs;
+	welcome.capabilities = (daemon->transports[ENDPOINT_TCP] ? RDMAX_CAP_TCP : 0) |
+			       (daemon->transports[ENDPOINT_VERBS] ? RDMAX_CAP_VERBS : 0) |
+			       (daemon->auth_key_len ? RDMAX_CAP_AUTH : 0);
+	welcome.limits = &limits;
+	msg.has_seq = 1;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_WELCOME;
+	msg.welcome = &welcome;
+	send_daemon_msg(s, &msg);
+}
+
+static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__RegisterRegion *rr,
+			    const int *fds, size_t n_fds)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	const struct config *cfg = &daemon->cfg;
+	uint8_t desc[DESC_MAX_BYTES];
+	struct endpoint eps[DESC_MAX_ENDPOINTS];
+	struct region *region;
+	int ret;
+
+	if (rr->kind != RDMAX__V1__REGION_KIND__REGION_HOST_FD) {
+		const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+			&rdmax__v1__region_kind__descriptor, rr->kind);
+		reply_status(s, seq, RDMAX_E_UNIMPLEMENTED,
+			     "region kind %s is not supported by this daemon", v ? v->name : "?");
+		return;
+	}
+	uint32_t idx = rr->has_fd_index ? rr->fd_index : 0;
+	if (idx >= n_fds) {
+		reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
+			     "RegisterRegion names fd %u but the message carried %zu fds", idx, n_fds);
+		return;
+	}
+	if (s->region_count >= cfg->max_regions) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "client already has %u regions (limit)", s->region_count);
+		return;
+	}
+	if (rr->length > cfg->max_registered_bytes - s->registered_bytes) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "registering %" PRIu64 " bytes would exceed the client's limit of %" PRIu64
+			     " bytes (%" PRIu64 " registered)",
+			     rr->length, cfg->max_registered_bytes, s->registered_bytes);
+		return;
+	}
+	ret = region_register_host_fd(&daemon->regions, &s->owner, fds[idx], rr->offset, rr->length,
+				      rr->access, &region);
+	if (ret < 0) {
+		const char *why = rdmax_strerror(ret);
+		if (ret == RDMAX_E_PERMISSION_DENIED) {
+			why = "the fd must be a memfd sealed with F_SEAL_SHRINK (and be writable when "
+			      "remote write access is asked)";
+		} else if (ret == RDMAX_E_OUT_OF_RANGE) {
+			why = "offset and length reach past the end of the file";
+		} else if (ret == RDMAX_E_INVALID_ARGUMENT) {
+			why = "zero length, unknown access bits, or not a regular file";
+		}
+		reply_status(s, seq, ret, "cannot register region: %s", why);
+		return;
+	}
+	list_add_tail(&s->regions, &region->owner_link);
+	s->region_count++;
+	s->registered_bytes += region->length;
+
+	uint32_t n = collect_endpoints(daemon, region, eps, DESC_MAX_ENDPOINTS);
+	int len = region_desc_encode(&daemon->regions, region, daemon->node_name, eps, n, desc,
+				     sizeof(desc));
+	if (len < 0) {
+		reply_status(s, seq, len, "cannot encode the region's descriptor");
+		s->region_count--;
+		s->registered_bytes -= region->length;
+		region_deregister(&daemon->regions, region, NULL, NULL);
+		return;
+	}
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__RegionReply reply = RDMAX__V1__REGION_REPLY__INIT;
+	reply.region_id = region->id;
+	reply.desc.data = desc;
+	reply.desc.len = (size_t)len;
+	reply.has_length = 1;
+	reply.length = region->length;
+	msg.has_seq = 1;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_REGION;
+	msg.region = &reply;
+	log_debug("client %" PRIu64 " registered region %" PRIu64 " (%" PRIu64 " bytes, access %u)",
+		  s->id, region->id, region->length, region->access);
+	send_daemon_msg(s, &msg);
+}
+
+struct dereg_wait {
+	struct session *session;
+	uint64_t seq;
+};
+
+static void deregistered(struct region *region, void *arg)
+{
+	struct dereg_wait *wait = arg;
+
+	if (wait->session) {
+		reply_status(wait->session, wait->seq, 0, NULL);
+	}
+	free(wait);
+}
+
+static void handle_deregister(struct session *s, uint64_t seq, const Rdmax__V1__DeregisterRegion *d)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	struct region *region = region_find_owned(&daemon->regions, &s->owner, d->region_id);
+	struct dereg_wait *wait;
+
+	if (!region) {
+		reply_status(s, seq, RDMAX_E_NOT_FOUND, "region %" PRIu64 " is not registered",
+			     d->region_id);
+		return;
+	}
+	wait = malloc(sizeof(*wait));
+	if (!wait) {
+		reply_status(s, seq, -ENOMEM, "out of memory");
+		return;
+	}
+	wait->session = s;
+	wait->seq = seq;
+	s->region_count--;
+	s->registered_bytes -= region->length;
+	/* Replies now, or once the last job holding the region returned. */
+	region_deregister(&daemon->regions, region, deregistered, wait);
+}
+
+static void handle_submit(struct session *s, uint64_t seq, const Rdmax__V1__Submit *submit)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+
+	if (submit->n_jobs > daemon->cfg.max_jobs_per_submit) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "Submit carries %zu jobs; the limit is %u per message", submit->n_jobs,
+			     daemon->cfg.max_jobs_per_submit);
+		return;
+	}
+	for (size_t i = 0; i < submit->n_jobs && !s->closing; i++) {
+		engine_submit(daemon->engine, &s->owner, submit->jobs[i]);
+	}
+}
+
+static void handle_job_status(struct session *s, uint64_t seq, const Rdmax__V1__JobStatusQuery *q)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__JobStatusReply reply = RDMAX__V1__JOB_STATUS_REPLY__INIT;
+	uint64_t done = 0, total = 0;
+
+	reply.job_id = q->job_id;
+	reply.in_flight = engine_job_progress(s->ipc->daemon->engine, &s->owner, q->job_id, &done,
+					      &total) == 0;
+	if (reply.in_flight) {
+		reply.has_bytes_done = 1;
+		reply.bytes_done = done;
+		reply.has_bytes_total = 1;
+		reply.bytes_total = total;
+	}
+	msg.has_seq = 1;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_JOB_STATUS;
+	msg.job_status = &reply;
+	send_daemon_msg(s, &msg);
+}
+
+static void dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *fds, size_t n_fds)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	uint64_t seq = m->has_seq ? m->seq : 0;
+	int ret;
+
+	if (!s->hello_done && m->body_case != RDMAX__V1__CLIENT_MSG__BODY_HELLO) {
+		reply_status(s, seq, RDMAX_E_PROTOCOL_ERROR, "the first message must be Hello");
+		s->close_after_flush = true;
+		return;
+	}
+	switch (m->body_case) {
+	case RDMAX__V1__CLIENT_MSG__BODY_HELLO:
+		handle_hello(s, seq, m->hello);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_REGISTER_REGION:
+		handle_register(s, seq, m->register_region, fds, n_fds);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_DEREGISTER_REGION:
+		handle_deregister(s, seq, m->deregister_region);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_SUBMIT:
+		handle_submit(s, seq, m->submit);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM:
+		ret = imm_expect(&daemon->imm, &s->owner, m->expect_imm->imm, m->expect_imm->count);
+		if (ret == RDMAX_E_ALREADY_EXISTS) {
+			reply_status(s, seq, ret, "imm %u is claimed by another client",
+				     m->expect_imm->imm);
+		} else if (ret < 0) {
+			reply_status(s, seq, ret, "ExpectImm refused: %s", rdmax_strerror(ret));
+		} else {
+			reply_status(s, seq, 0, NULL);
+		}
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_CANCEL:
+		ret = engine_cancel(daemon->engine, &s->owner, m->cancel->job_id);
+		reply_status(s, seq, ret, ret ? "job %" PRIu64 " is not in flight" : NULL,
+			     m->cancel->job_id);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_JOB_STATUS:
+		handle_job_status(s, seq, m->job_status);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_CREATE:
+	case RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_DESTROY:
+	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN:
+	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE:
+	case RDMAX__V1__CLIENT_MSG__BODY_POOL_ALLOC: {
+		const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(
+			&rdmax__v1__client_msg__descriptor, m->body_case);
+		reply_status(s, seq, RDMAX_E_UNIMPLEMENTED,
+			     "request '%s' is not implemented by this daemon", f ? f->name : "?");
+		break;
+	}
+	default:
+		reply_status(s, seq, RDMAX_E_PROTOCOL_ERROR, "message has no body");
+		break;
+	}
+}
+
+/* ------------------------------------------------------------------ reading */
+
+static void close_fds(const int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		close(fds[i]);
+	}
+}
+
+/* Read one datagram; returns 1 when one was handled, 0 on EAGAIN, <0 to close. */
+static int read_one(struct session *s)
+{
+	struct ipc *ipc = s->ipc;
+	const struct config *cfg = &ipc->daemon->cfg;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS_HARD)];
+	} control;
+	struct iovec iov = {.iov_base = ipc->rx_buf, .iov_len = ipc->rx_size};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	int fds[MAX_FDS_HARD];
+	size_t n_fds = 0;
+
+	/* Room for one fd more than allowed, so that "too many" is seen, not truncated. */
+	mh.msg_control = control.buf;
+	mh.msg_controllen = CMSG_SPACE(sizeof(int) * (cfg->max_fds_per_message + 1));
+	ssize_t n = recvmsg(s->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0) {
+		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+	}
+	if (n == 0) {
+		return -ECONNRESET;
+	}
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k && n_fds < MAX_FDS_HARD; i++) {
+				memcpy(&fds[n_fds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			}
+		}
+	}
+	if (mh.msg_flags & MSG_TRUNC) {
+		close_fds(fds, n_fds);
+		reply_status(s, 0, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "message larger than the limit of %u bytes; closing the connection",
+			     cfg->max_message_bytes);
+		s->close_after_flush = true;
+		return 1;
+	}
+	if ((mh.msg_flags & MSG_CTRUNC) || n_fds > cfg->max_fds_per_message) {
+		close_fds(fds, n_fds);
+		reply_status(s, 0, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "message carried more than %u fds; closing the connection",
+			     cfg->max_fds_per_message);
+		s->close_after_flush = true;
+		return 1;
+	}
+	Rdmax__V1__ClientMsg *m = rdmax__v1__client_msg__unpack(NULL, (size_t)n, ipc->rx_buf);
+	if (!m) {
+		close_fds(fds, n_fds);
+		reply_status(s, 0, RDMAX_E_PROTOCOL_ERROR,
+			     "cannot decode a %zd-byte message as rdmax.v1.ClientMsg", n);
+		return 1;
+	}
+	dispatch(s, m, fds, n_fds);
+	/* The daemon keeps no client fd: regions hold their own mapping. */
+	close_fds(fds, n_fds);
+	rdmax__v1__client_msg__free_unpacked(m, NULL);
+	return 1;
+}
+
+static void flush_out_queue(struct session *s)
+{
+	struct list_node *pos, *tmp;
+
+	list_for_each_safe(pos, tmp, &s->out_queue)
+	{
+		struct out_msg *m = container_of(pos, struct out_msg, link);
+		ssize_t n = send(s->fd, m->data, m->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				return;
+			}
+			session_close(s, strerror(errno));
+			return;
+		}
+		s->queued_bytes -= m->len;
+		list_del(&m->link);
+		free(m);
+	}
+	if (!s->closing) {
+		uv_poll_start(&s->poll, UV_READABLE, NULL);
+	}
+}
+
+static void session_io(uv_poll_t *poll, int status, int events);
+
+static void session_io(uv_poll_t *poll, int status, int events)
+{
+	struct session *s = poll->data;
+
+	if (status < 0) {
+		session_close(s, uv_strerror(status));
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		flush_out_queue(s);
+	}
+	/* Bounded: other clients get their turn. */
+	for (int i = 0; i < 64 && !s->closing && (events & UV_READABLE); i++) {
+		int ret = read_one(s);
+		if (ret == 0) {
+			break;
+		}
+		if (ret < 0) {
+			session_close(s, ret == -ECONNRESET ? "disconnected" : strerror(-ret));
+			return;
+		}
+		if (s->close_after_flush) {
+			flush_completions(s);
+			session_close(s, "protocol violation");
+			return;
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+static void session_freed(uv_handle_t *handle)
+{
+	struct session *s = handle->data;
+
+	free(s->completions);
+	free(s);
+}
+
+static void session_close(struct session *s, const char *why)
+{
+	struct ipc *ipc = s->ipc;
+	struct rdmaxd *daemon = ipc->daemon;
+	struct list_node *pos, *tmp;
+
+	if (s->closing) {
+		return;
+	}
+	/* Completions already decided still reach a client that is merely being closed. */
+	flush_completions(s);
+	s->closing = true;
+	log_info("client %" PRIu64 " '%s' (pid %d) closed: %s", s->id, s->name, (int)s->pid, why);
+	if (s->dirty) {
+		list_del(&s->dirty_link);
+		s->dirty = false;
+	}
+	job_owner_leave(daemon->engine, &s->owner);
+	imm_release_owner(&daemon->imm, &s->owner);
+	list_for_each_safe(pos, tmp, &s->regions)
+	{
+		struct region *region = container_of(pos, struct region, owner_link);
+		if (region->deregistering) {
+			/* A pending DeregisterRegion must not reply to a freed session. */
+			struct dereg_wait *wait = region->released_arg;
+			if (wait) {
+				wait->session = NULL;
+			}
+		} else {
+			region_deregister(&daemon->regions, region, NULL, NULL);
+		}
+	}
+	list_for_each_safe(pos, tmp, &s->out_queue)
+	{
+		struct out_msg *m = container_of(pos, struct out_msg, link);
+		list_del(&m->link);
+		free(m);
+	}
+	for (size_t i = 0; i < s->n_completions; i++) {
+		free(s->completions[i].message);
+	}
+	s->n_completions = 0;
+	list_del(&s->link);
+	ipc->n_sessions--;
+	uv_poll_stop(&s->poll);
+	close(s->fd);
+	s->fd = -1;
+	uv_close((uv_handle_t *)&s->poll, session_freed);
+}
+
+static void reject_client(int fd, int err, const char *text)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__Error error = RDMAX__V1__ERROR__INIT;
+	uint8_t buf[512];
+
+	error.status = (Rdmax__V1__Status)status_from_err(err);
+	error.message = (char *)text;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_ERROR;
+	msg.error = &error;
+	size_t len = rdmax__v1__daemon_msg__get_packed_size(&msg);
+	if (len <= sizeof(buf)) {
+		rdmax__v1__daemon_msg__pack(&msg, buf);
+		(void)send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	close(fd);
+}
+
+static void accept_clients(uv_poll_t *poll, int status, int events)
+{
+	struct ipc *ipc = poll->data;
+	struct rdmaxd *daemon = ipc->daemon;
+
+	if (status < 0) {
+		log_err("client socket poll failed: %s", uv_strerror(status));
+		return;
+	}
+	for (int i = 0; i < 32; i++) {
+		int fd = accept4(ipc->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+				static struct log_ratelimit rl;
+				log_ratelimited(&rl, LOG_ERR, "accept4() on '%s' failed: %s",
+						daemon->cfg.socket_path, strerror(errno));
+			}
+			return;
+		}
+		if (ipc->n_sessions >= daemon->cfg.max_clients) {
+			log_warn("refusing client: %u clients connected (limit)", ipc->n_sessions);
+			reject_client(fd, RDMAX_E_RESOURCE_EXHAUSTED, "too many clients");
+			continue;
+		}
+		struct session *s = calloc(1, sizeof(*s));
+		if (!s || job_owner_init(&s->owner) < 0) {
+			free(s);
+			reject_client(fd, -ENOMEM, "out of memory");
+			continue;
+		}
+		struct ucred cred;
+		socklen_t cred_len = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0) {
+			s->pid = cred.pid;
+			s->uid = cred.uid;
+			s->gid = cred.gid;
+		}
+		int sndbuf = (int)daemon->cfg.max_message_bytes * 4;
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		s->ipc = ipc;
+		s->fd = fd;
+		s->id = ++ipc->next_session_id;
+		snprintf(s->name, sizeof(s->name), "pid-%d", (int)s->pid);
+		list_init(&s->regions);
+		list_init(&s->out_queue);
+		list_init(&s->dirty_link);
+		uv_poll_init(daemon->loop, &s->poll, fd);
+		s->poll.data = s;
+		uv_poll_start(&s->poll, UV_READABLE, session_io);
+		list_add_tail(&ipc->sessions, &s->link);
+		ipc->n_sessions++;
+	}
+}
+
+/* Refuse to steal the socket of a running daemon; remove a stale one. */
+static int prepare_socket_path(const char *path)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	struct stat st;
+
+	if (lstat(path, &st) < 0) {
+		return errno == ENOENT ? 0 : -errno;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		return -EEXIST;
+	}
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		return -errno;
+	}
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	int live = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+	close(fd);
+	if (live) {
+		return -EADDRINUSE;
+	}
+	return unlink(path) < 0 ? -errno : 0;
+}
+
+int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
+{
+	const struct config *cfg = &daemon->cfg;
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	struct ipc *ipc;
+	int ret;
+
+	ipc = calloc(1, sizeof(*ipc));
+	if (!ipc) {
+		return -ENOMEM;
+	}
+	ipc->daemon = daemon;
+	ipc->listen_fd = -1;
+	list_init(&ipc->sessions);
+	list_init(&ipc->dirty);
+	/* One byte more than the limit so that an oversized datagram shows MSG_TRUNC. */
+	ipc->rx_size = cfg->max_message_bytes + 1;
+	ipc->tx_size = cfg->max_message_bytes;
+	ipc->rx_buf = malloc(ipc->rx_size);
+	ipc->tx_buf = malloc(ipc->tx_size);
+	if (!ipc->rx_buf || !ipc->tx_buf) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	ret = prepare_socket_path(cfg->socket_path);
+	if (ret < 0) {
+		log_err("cannot use socket path '%s': %s", cfg->socket_path,
+			ret == -EADDRINUSE ? "another daemon is listening on it"
+			: ret == -EEXIST   ? "a file that is not a socket is in the way"
+					   : strerror(-ret));
+		goto out_free;
+	}
+	ipc->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (ipc->listen_fd < 0) {
+		ret = -errno;
+		log_err("socket(AF_UNIX, SOCK_SEQPACKET) failed: %s", strerror(errno));
+		goto out_free;
+	}
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", cfg->socket_path);
+	if (bind(ipc->listen_fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		ret = -errno;
+		log_err("bind() to '%s' failed: %s", cfg->socket_path, strerror(errno));
+		goto out_close;
+	}
+	if (chmod(cfg->socket_path, cfg->socket_mode) < 0) {
+		log_warn("chmod() of '%s' failed: %s", cfg->socket_path, strerror(errno));
+	}
+	if (listen(ipc->listen_fd, 128) < 0) {
+		ret = -errno;
+		log_err("listen() on '%s' failed: %s", cfg->socket_path, strerror(errno));
+		goto out_unlink;
+	}
+	uv_poll_init(daemon->loop, &ipc->listen_poll, ipc->listen_fd);
+	ipc->listen_poll.data = ipc;
+	uv_poll_start(&ipc->listen_poll, UV_READABLE, accept_clients);
+	uv_check_init(daemon->loop, &ipc->flush_check);
+	ipc->flush_check.data = ipc;
+	uv_check_start(&ipc->flush_check, flush_dirty);
+	ipc->listening = true;
+	*ret_ipc = ipc;
+	return 0;
+
+out_unlink:
+	unlink(cfg->socket_path);
+out_close:
+	close(ipc->listen_fd);
+out_free:
+	free(ipc->rx_buf);
+	free(ipc->tx_buf);
+	free(ipc);
+	return ret;
+}
+
+void ipc_shutdown(struct ipc *ipc)
+{
+	struct list_node *pos, *tmp;
+
+	if (!ipc || !ipc->listening) {
+		return;
+	}
+	ipc->listening = false;
+	uv_poll_stop(&ipc->listen_poll);
+	uv_close((uv_handle_t *)&ipc->listen_poll, NULL);
+	uv_check_stop(&ipc->flush_check);
+	uv_close((uv_handle_t *)&ipc->flush_check, NULL);
+	close(ipc->listen_fd);
+	unlink(ipc->daemon->cfg.socket_path);
+	list_for_each_safe(pos, tmp, &ipc->sessions)
+	{
+		struct session *s = container_of(pos, struct session, link);
+		/* Best effort: the CANCELLED completions are already batched. */
+		flush_completions(s);
+		flush_out_queue(s);
+		session_close(s, "daemon shutting down");
+	}
+}
+
+void ipc_destroy(struct ipc *ipc)
+{
+	if (!ipc) {
+		return;
+	}
+	free(ipc->rx_buf);
+	free(ipc->tx_buf);
+	free(ipc);
+}
+
+uint32_t ipc_client_count(const struct ipc *ipc)
+{
+	return ipc ? ipc->n_sessions : 0;
+}

@@ -1,0 +1,397 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdmaxd start-up and shutdown: command line, configuration, logging, the
+ * control loop and the order in which modules come up and go down. Does no
+ * data-path work.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "ipc.h"
+#include "log.h"
+#include "rdmax.h"
+#include "rdmaxd.h"
+#include "transport.h"
+
+#define AUTH_KEY_MIN 16
+
+struct signals {
+	uv_signal_t sigint;
+	uv_signal_t sigterm;
+	uv_signal_t sighup;
+	uv_prepare_t busy_check;
+	uv_idle_t busy_idle;
+	uint64_t last_busy_ns;
+};
+
+static struct rdmaxd g_daemon;
+static struct signals g_signals;
+
+int rdmaxd_load_auth_key(struct rdmaxd *daemon, char *err, size_t err_size)
+{
+	const char *path = daemon->cfg.auth_key_file;
+	struct stat st;
+	uint8_t buf[RDMAXD_AUTH_KEY_MAX + 1];
+	ssize_t n;
+	int fd;
+
+	daemon->auth_key_len = 0;
+	if (!path[0]) {
+		return 0;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, err_size, "cannot open auth key file '%s': %s", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fd, &st) < 0 || (st.st_mode & 077)) {
+		snprintf(err, err_size,
+			 "auth key file '%s' must not be readable by group or others (chmod 600)",
+			 path);
+		close(fd);
+		return -EPERM;
+	}
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) {
+		n--;
+	}
+	if (n < AUTH_KEY_MIN || n > RDMAXD_AUTH_KEY_MAX) {
+		snprintf(err, err_size, "auth key file '%s' must hold %d to %d bytes", path,
+			 AUTH_KEY_MIN, RDMAXD_AUTH_KEY_MAX);
+		return -EINVAL;
+	}
+	memcpy(daemon->auth_key, buf, (size_t)n);
+	daemon->auth_key_len = (size_t)n;
+	return 0;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: rdmaxd [OPTIONS]\n"
+		"RDMA transfer daemon: moves application memory between nodes.\n\n"
+		"  -c, --config FILE        configuration file (default %s if it exists)\n"
+		"  -s, --socket PATH        client socket path\n"
+		"  -l, --listen ADDR        address peers connect to\n"
+		"  -p, --port PORT          TCP transport port (0: any)\n"
+		"  -t, --transport NAME     auto | tcp | verbs\n"
+		"  -n, --node-name NAME     node name in logs and descriptors\n"
+		"  -k, --auth-key-file FILE shared key for daemon-to-daemon authentication\n"
+		"  -L, --log-level LEVEL    err | warning | notice | info | debug\n"
+		"  -o, --set SECTION.KEY=VALUE  set any configuration key\n"
+		"      --check-config       check the configuration, print it, and exit\n"
+		"  -V, --version            print the version and exit\n"
+		"  -h, --help               this text\n",
+		CONFIG_DEFAULT_PATH);
+}
+
+/* Apply command-line overrides after the file, in the order given. */
+static int apply_override(struct config *cfg, const char *section, const char *key,
+			  const char *value)
+{
+	char err[CONFIG_ERR_MAX];
+
+	if (config_set(cfg, section, key, value, err, sizeof(err)) < 0) {
+		fprintf(stderr, "rdmaxd: %s\n", err);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct config *cfg, bool *ret_check)
+{
+	static const struct option options[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"socket", required_argument, NULL, 's'},
+		{"listen", required_argument, NULL, 'l'},
+		{"port", required_argument, NULL, 'p'},
+		{"transport", required_argument, NULL, 't'},
+		{"node-name", required_argument, NULL, 'n'},
+		{"auth-key-file", required_argument, NULL, 'k'},
+		{"log-level", required_argument, NULL, 'L'},
+		{"set", required_argument, NULL, 'o'},
+		{"check-config", no_argument, NULL, 'C'},
+		{"version", no_argument, NULL, 'V'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *config_path = NULL;
+	char err[CONFIG_ERR_MAX];
+	int opt;
+
+	/* First pass: find the config file, which the other options override. */
+	while ((opt = getopt_long(argc, argv, "c:s:l:p:t:n:k:L:o:Vh", options, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			config_path = optarg;
+			break;
+		case 'V':
+			printf("rdmaxd %s (protocol %d)\n", RDMAXD_VERSION, RDMAX_PROTOCOL_VERSION);
+			exit(EXIT_SUCCESS);
+		case 'h':
+			usage(stdout);
+			exit(EXIT_SUCCESS);
+		case '?':
+			usage(stderr);
+			return -EINVAL;
+		default:
+			break;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "rdmaxd: unexpected argument '%s'\n", argv[optind]);
+		return -EINVAL;
+	}
+	if (!config_path && access(CONFIG_DEFAULT_PATH, F_OK) == 0) {
+		config_path = CONFIG_DEFAULT_PATH;
+	}
+	if (config_path && config_load(cfg, config_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "rdmaxd: %s\n", err);
+		return -EINVAL;
+	}
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "c:s:l:p:t:n:k:L:o:Vh", options, NULL)) != -1) {
+		int ret = 0;
+		switch (opt) {
+		case 's':
+			ret = apply_override(cfg, "daemon", "socket", optarg);
+			break;
+		case 'l':
+			ret = apply_override(cfg, "transport", "listen", optarg);
+			break;
+		case 'p':
+			ret = apply_override(cfg, "transport", "port", optarg);
+			break;
+		case 't':
+			ret = apply_override(cfg, "transport", "type", optarg);
+			break;
+		case 'n':
+			ret = apply_override(cfg, "daemon", "node_name", optarg);
+			break;
+		case 'k':
+			ret = apply_override(cfg, "auth", "key_file", optarg);
+			break;
+		case 'L':
+			ret = apply_override(cfg, "daemon", "log_level", optarg);
+			break;
+		case 'o': {
+			char *dup = strdup(optarg);
+			char *dot = dup ? strchr(dup, '.') : NULL;
+			char *eq = dot ? strchr(dot, '=') : NULL;
+			if (!dot || !eq) {
+				fprintf(stderr, "rdmaxd: --set expects SECTION.KEY=VALUE, got '%s'\n",
+					optarg);
+				free(dup);
+				return -EINVAL;
+			}
+			*dot = '\0';
+			*eq = '\0';
+			ret = apply_override(cfg, dup, dot + 1, eq + 1);
+			free(dup);
+			break;
+		}
+		case 'C':
+			*ret_check = true;
+			break;
+		default:
+			break;
+		}
+		if (ret < 0) {
+			return ret;
+		}
+	}
+	if (config_validate(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "rdmaxd: invalid configuration: %s\n", err);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void handle_close_noop(uv_handle_t *handle)
+{
+}
+
+static void stop_daemon(struct rdmaxd *daemon, const char *why)
+{
+	if (daemon->stopping) {
+		return;
+	}
+	daemon->stopping = true;
+	sd_notify(0, "STOPPING=1");
+	log_notice("shutting down (%s): %" PRIu64 " jobs outstanding", why,
+		   daemon->engine ? engine_outstanding(daemon->engine) : 0);
+	/* Order: fail jobs, tell clients, drop connections, then let the loop drain. */
+	if (daemon->engine) {
+		engine_cancel_all(daemon->engine);
+	}
+	ipc_shutdown(daemon->ipc);
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		if (daemon->transports[k]) {
+			daemon->transports[k]->ops->shutdown(daemon->transports[k]);
+		}
+	}
+	uv_close((uv_handle_t *)&g_signals.sigint, handle_close_noop);
+	uv_close((uv_handle_t *)&g_signals.sigterm, handle_close_noop);
+	uv_close((uv_handle_t *)&g_signals.sighup, handle_close_noop);
+	uv_close((uv_handle_t *)&g_signals.busy_check, handle_close_noop);
+	uv_close((uv_handle_t *)&g_signals.busy_idle, handle_close_noop);
+}
+
+static void on_signal(uv_signal_t *handle, int signum)
+{
+	struct rdmaxd *daemon = handle->data;
+
+	if (signum == SIGHUP) {
+		log_notice("SIGHUP: configuration reload is not supported yet; restart to apply "
+			   "changes");
+		return;
+	}
+	stop_daemon(daemon, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void busy_idle_cb(uv_idle_t *idle)
+{
+}
+
+/*
+ * While jobs are outstanding (and a short window after), keep the loop
+ * polling with a zero timeout instead of sleeping in epoll: a wake-up costs
+ * far more than a job on this path.
+ */
+static void busy_check_cb(uv_prepare_t *prepare)
+{
+	struct rdmaxd *daemon = prepare->data;
+	uint64_t now = now_ns();
+
+	if (daemon->engine && engine_outstanding(daemon->engine) > 0) {
+		g_signals.last_busy_ns = now;
+	}
+	bool busy = now - g_signals.last_busy_ns < (uint64_t)daemon->cfg.busy_poll_us * 1000;
+	if (busy && !uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {
+		uv_idle_start(&g_signals.busy_idle, busy_idle_cb);
+	} else if (!busy && uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {
+		uv_idle_stop(&g_signals.busy_idle);
+	}
+}
+
+static int start_transports(struct rdmaxd *daemon)
+{
+	int ret;
+
+	if (daemon->cfg.transport == CONFIG_TRANSPORT_VERBS) {
+		log_err("transport 'verbs' requested but this build has no verbs transport");
+		return -ENODEV;
+	}
+	ret = transport_tcp_create(daemon, &daemon->transports[ENDPOINT_TCP]);
+	if (ret < 0) {
+		log_err("cannot start the TCP transport: %s", rdmax_strerror(ret));
+		return ret;
+	}
+	log_notice("transport: tcp (configured: %s)", config_transport_name(daemon->cfg.transport));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct rdmaxd *daemon = &g_daemon;
+	bool check_only = false;
+	char err[CONFIG_ERR_MAX];
+	int ret;
+
+	config_defaults(&daemon->cfg);
+	if (parse_args(argc, argv, &daemon->cfg, &check_only) < 0) {
+		return 2;
+	}
+	if (rdmaxd_load_auth_key(daemon, err, sizeof(err)) < 0) {
+		fprintf(stderr, "rdmaxd: %s\n", err);
+		return 2;
+	}
+	if (check_only) {
+		config_print(&daemon->cfg, stdout);
+		fprintf(stderr, "rdmaxd: configuration OK\n");
+		return 0;
+	}
+	log_init(daemon->cfg.log_level, true);
+	copy_string(daemon->node_name, sizeof(daemon->node_name), daemon->cfg.node_name);
+	daemon->instance_id = random_u64();
+	daemon->loop = uv_default_loop();
+	signal(SIGPIPE, SIG_IGN);
+
+	ret = region_table_init(&daemon->regions, daemon->instance_id);
+	if (ret < 0) {
+		goto out;
+	}
+	ret = imm_table_init(&daemon->imm, daemon->cfg.max_imm_counters, ipc_imm_fired, NULL);
+	if (ret < 0) {
+		goto out_regions;
+	}
+	ret = engine_create(daemon, ipc_job_completed, &daemon->engine);
+	if (ret < 0) {
+		goto out_imm;
+	}
+	ret = start_transports(daemon);
+	if (ret < 0) {
+		goto out_engine;
+	}
+	ret = ipc_create(daemon, &daemon->ipc);
+	if (ret < 0) {
+		goto out_transports;
+	}
+	uv_signal_init(daemon->loop, &g_signals.sigint);
+	uv_signal_init(daemon->loop, &g_signals.sigterm);
+	uv_signal_init(daemon->loop, &g_signals.sighup);
+	g_signals.sigint.data = g_signals.sigterm.data = g_signals.sighup.data = daemon;
+	uv_signal_start(&g_signals.sigint, on_signal, SIGINT);
+	uv_signal_start(&g_signals.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&g_signals.sighup, on_signal, SIGHUP);
+	uv_prepare_init(daemon->loop, &g_signals.busy_check);
+	g_signals.busy_check.data = daemon;
+	uv_prepare_start(&g_signals.busy_check, busy_check_cb);
+	uv_idle_init(daemon->loop, &g_signals.busy_idle);
+
+	log_notice("rdmaxd %s ready: node '%s', socket '%s', instance %016" PRIx64, RDMAXD_VERSION,
+		   daemon->node_name, daemon->cfg.socket_path, daemon->instance_id);
+	sd_notify(0, "READY=1");
+	uv_run(daemon->loop, UV_RUN_DEFAULT);
+	ret = 0;
+
+out_transports:
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		if (daemon->transports[k]) {
+			if (!daemon->stopping) {
+				daemon->transports[k]->ops->shutdown(daemon->transports[k]);
+			}
+			/* Let close callbacks run before freeing. */
+			uv_run(daemon->loop, UV_RUN_NOWAIT);
+			daemon->transports[k]->ops->destroy(daemon->transports[k]);
+			daemon->transports[k] = NULL;
+		}
+	}
+	ipc_destroy(daemon->ipc);
+out_engine:
+	engine_destroy(daemon->engine);
+out_imm:
+	imm_table_fini(&daemon->imm);
+out_regions:
+	region_table_fini(&daemon->regions);
+out:
+	if (uv_loop_close(daemon->loop) != 0) {
+		log_warn("event loop closed with handles still open");
+	}
+	if (ret < 0) {
+		log_err("start-up failed: %s", rdmax_strerror(ret));
+		return 1;
+	}
+	log_notice("stopped");
+	return 0;
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* The daemon's top-level state, shared by its modules. */
+#ifndef RDMAXD_RDMAXD_H
+#define RDMAXD_RDMAXD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "desc.h"
+#include "imm.h"
+#include "region.h"
+
+#define RDMAXD_VERSION "0.1.0"
+#define RDMAXD_AUTH_KEY_MAX 256
+
+struct engine;
+struct ipc;
+struct transport;
+
+struct rdmaxd {
+	uv_loop_t *loop;
+	struct config cfg;
+	uint64_t instance_id;   /* random per start; descriptors of older starts are stale */
+	char node_name[64];
+	struct region_table regions;
+	struct imm_table imm;
+	struct engine *engine;
+	struct ipc *ipc;
+	struct transport *transports[ENDPOINT_MAX]; /* by endpoint kind; NULL when absent */
+	uint8_t auth_key[RDMAXD_AUTH_KEY_MAX];
+	size_t auth_key_len;    /* 0: authentication off */
+	bool stopping;
+};
+
+/* Read cfg.auth_key_file (must not be group/world readable). */
+int rdmaxd_load_auth_key(struct rdmaxd *daemon, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers shared by daemon modules: time, random ids, list macros. */
+#ifndef RDMAXD_UTIL_H
+#define RDMAXD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#ifndef MIN
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#endif
+#ifndef MAX
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#endif
+
+/* Monotonic clock in milliseconds / nanoseconds. */
+uint64_t now_ms(void);
+uint64_t now_ns(void);
+
+/* Cryptographically random bytes (getrandom); aborts only if the kernel cannot supply them. */
+void random_bytes(void *buf, size_t len);
+uint64_t random_u64(void);
+
+/* Copy a string into a fixed buffer; returns -ENAMETOOLONG when it does not fit. */
+int copy_string(char *dst, size_t dst_size, const char *src);
+
+/* Intrusive doubly linked list (circular, with a head node). */
+struct list_node {
+	struct list_node *next;
+	struct list_node *prev;
+};
+
+static inline void list_init(struct list_node *head)
+{
+	head->next = head;
+	head->prev = head;
+}
+
+static inline int list_empty(const struct list_node *head)
+{
+	return head->next == head;
+}
+
+static inline void list_add_tail(struct list_node *head, struct list_node *node)
+{
+	node->prev = head->prev;
+	node->next = head;
+	head->prev->next = node;
+	head->prev = node;
+}
+
+static inline void list_del(struct list_node *node)
+{
+	node->prev->next = node->next;
+	node->next->prev = node->prev;
+	node->next = node;
+	node->prev = node;
+}
+
+#define list_for_each_safe(pos, tmp, head)                                                         \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                           \
+	     (pos) = (tmp), (tmp) = (pos)->next)
+
+#endif
