@@ -124,10 +124,10 @@ struct rdmax_event {
 	enum rdmax_event_type type; /**< what happened */
 	uint64_t job_id;            /**< COMPLETION: the job's id */
 	int status;                 /**< COMPLETION: 0 or RDMAX_E_* */
-	uint64_t bytes;             /**< COMPLETION: bytes moved */
+	uint64_t bytes;             /**< COMPLETION: bytes moved; MESSAGE: payload bytes */
 	uint32_t imm;               /**< IMM_REACHED: the imm value */
 	uint64_t count;             /**< IMM_REACHED: the count that was reached */
-	char message[RDMAX_MESSAGE_MAX]; /**< COMPLETION: reason when status != 0 */
+	char message[RDMAX_MESSAGE_MAX]; /**< COMPLETION: reason when status != 0; MESSAGE: mailbox */
 };
 
 /** Information returned by the daemon on connect. */
@@ -167,7 +167,7 @@ int rdmax_client_open(const char *socket_path, const char *client_name,
 /**
  * Close the connection. The daemon fails the client's outstanding jobs and
  * releases its regions. Local mappings made by rdmax_alloc_host() are
- * unmapped. Accepts NULL.
+ * unmapped and the client's region handles are freed. Accepts NULL.
  * \param client connection to close
  */
 void rdmax_client_close(struct rdmax_client *client);
@@ -256,7 +256,9 @@ int rdmax_desc_import(const void *bytes, size_t len, struct rdmax_desc *ret_desc
 /**
  * Submit jobs in one message. Either all jobs are accepted for processing
  * (each then gets exactly one completion event, which may be an error) or
- * the call fails and none was submitted.
+ * the call fails and none was submitted. The call does not wait for the
+ * daemon: should the daemon refuse the whole message later, each of its
+ * jobs gets a completion event carrying the refusal's status.
  * \param client an open connection
  * \param jobs array of jobs
  * \param count number of jobs (at most max_jobs_per_submit)
@@ -274,8 +276,10 @@ int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count);
 
 /**
  * Return up to \p max events, waiting up to \p timeout_ms for the first
- * (0: do not wait; -1: wait forever).
+ * (0: do not wait; -1: wait forever). Events received before the
+ * connection failed are returned before the error.
  * \return number of events (0 on timeout) or a negative error
+ *         (RDMAX_E_DISCONNECTED once the daemon has hung up)
  */
 int rdmax_poll_events(struct rdmax_client *client, struct rdmax_event *events, size_t max,
 		      int timeout_ms);
@@ -284,7 +288,8 @@ int rdmax_poll_events(struct rdmax_client *client, struct rdmax_event *events, s
  * Wait for one job's completion; other events that arrive meanwhile are kept
  * for rdmax_poll_events().
  * \return the job's status (0 or RDMAX_E_*), RDMAX_E_TIMEOUT when the wait
- *         timed out, or another negative error
+ *         timed out, RDMAX_E_NOT_FOUND when the job is not outstanding and
+ *         its completion is not queued, or another negative error
  */
 int rdmax_wait_job(struct rdmax_client *client, uint64_t job_id, int timeout_ms);
 

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Names of error codes: negative errno values and the RDMAX_E_* codes that
+ * mirror the protocol's Status enum. Shared by the library and the daemon, so
+ * both speak of an error in the same words.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rdmax.h"
+
+#define RDMAX_EXPORT __attribute__((visibility("default")))
+
+static const char *const rdmax_errors[] = {
+	[-RDMAX_E_INVALID_ARGUMENT - RDMAX_ERR_BASE] = "invalid argument",
+	[-RDMAX_E_NOT_FOUND - RDMAX_ERR_BASE] = "not found (unknown or stale region, descriptor "
+						"or job)",
+	[-RDMAX_E_PERMISSION_DENIED - RDMAX_ERR_BASE] = "permission denied",
+	[-RDMAX_E_OUT_OF_RANGE - RDMAX_ERR_BASE] = "offset or length outside the region",
+	[-RDMAX_E_UNREACHABLE - RDMAX_ERR_BASE] = "peer daemon unreachable",
+	[-RDMAX_E_REMOTE_ACCESS - RDMAX_ERR_BASE] = "remote side refused the access",
+	[-RDMAX_E_TIMEOUT - RDMAX_ERR_BASE] = "timed out",
+	[-RDMAX_E_CANCELLED - RDMAX_ERR_BASE] = "cancelled",
+	[-RDMAX_E_TRANSPORT_ERROR - RDMAX_ERR_BASE] = "transport error",
+	[-RDMAX_E_RESOURCE_EXHAUSTED - RDMAX_ERR_BASE] = "resource limit reached",
+	[-RDMAX_E_UNIMPLEMENTED - RDMAX_ERR_BASE] = "not implemented",
+	[-RDMAX_E_PROTOCOL_ERROR - RDMAX_ERR_BASE] = "protocol error",
+	[-RDMAX_E_ALREADY_EXISTS - RDMAX_ERR_BASE] = "already exists",
+	[-RDMAX_E_INTERNAL - RDMAX_ERR_BASE] = "internal daemon error",
+};
+
+RDMAX_EXPORT const char *rdmax_strerror(int err)
+{
+	if (err == 0) {
+		return "success";
+	}
+	if (err == RDMAX_E_DISCONNECTED) {
+		return "disconnected from the daemon";
+	}
+	if (err <= -RDMAX_ERR_BASE) {
+		size_t i = (size_t)(-(int64_t)err - RDMAX_ERR_BASE);
+		if (i < sizeof(rdmax_errors) / sizeof(rdmax_errors[0]) && rdmax_errors[i]) {
+			return rdmax_errors[i];
+		}
+		return "unknown rdmax error";
+	}
+	if (err < 0) {
+		/* strerrordesc_np: a static string, unlike strerror()'s shared buffer. */
+		const char *s = strerrordesc_np(-err);
+		if (s) {
+			return s;
+		}
+	}
+	return "unknown error";
+}
