@@ -86,7 +86,7 @@ int config_set_option(struct config *cfg, const char *arg, char *err, size_t err
 /* Cross-field checks after loading and overrides (e.g. limits not zero). */
 int config_validate(const struct config *cfg, char *err, size_t err_size);
 
-/* Write the effective configuration as INI (for --check-config --verbose and rdmaxctl). */
+/* Write the effective configuration as INI (for --check-config and rdmaxctl). */
 void config_print(const struct config *cfg, FILE *out);
 
 /*

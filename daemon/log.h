@@ -13,7 +13,7 @@
 
 /* Output format of log lines. */
 enum log_target {
-	LOG_TARGET_PLAIN,   /* "rdmaxd: warning: text" for people at a terminal */
+	LOG_TARGET_PLAIN,   /* "rdmaxd[pid]: warning: text" for people at a terminal */
 	LOG_TARGET_PREFIX,  /* "<4>text" for systemd's stderr capture */
 	LOG_TARGET_JOURNAL, /* journald native protocol with structured fields */
 	LOG_TARGET_MAX,     /* terminator */

@@ -1,0 +1,1200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Configuration: defaults, the INI file, --set overrides, cross-field checks
+ * and the printed forms. One table (g_keys) names every key with its section,
+ * type, range, reload behaviour and help text; parsing, config_set,
+ * config_print, config_validate and the shipped example file all walk that
+ * table, so a key is never handled in two places.
+ *
+ * libinih (built with INI_ALLOW_MULTILINE, INI_MAX_LINE 200) reads the file
+ * through our own line reader, which counts lines, refuses lines libinih would
+ * silently split or read as the continuation of the previous value, and
+ * checks section names (libinih never reports a section without keys).
+ *
+ * This module never opens sockets, never logs (callers log the error text it
+ * returns) and never changes the caller's config when loading fails.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+/* How a value is written in the file and stored in struct config. */
+enum key_type {
+	KEY_PATH,      /* absolute path in a char array */
+	KEY_NAME,      /* node name in a char array; empty means the host name */
+	KEY_ADDR,      /* numeric IPv4 or IPv6 address in a char array */
+	KEY_DEVICES,   /* "auto" or comma-separated device names in a char array */
+	KEY_UINT,      /* decimal unsigned integer (uint16_t, uint32_t or uint64_t) */
+	KEY_SIZE,      /* unsigned integer with optional K/M/G/T suffix */
+	KEY_MODE,      /* octal permission bits in a uint32_t */
+	KEY_LEVEL,     /* log level name in an int */
+	KEY_TRANSPORT, /* enum config_transport */
+	KEY_TYPE_MAX,  /* terminator */
+};
+
+#define KEY_RELOAD      0x1u /* applied on SIGHUP without a restart */
+#define KEY_EMPTY       0x2u /* the empty string is a valid value */
+#define KEY_NO_WILDCARD 0x4u /* an address that peers connect to: not 0.0.0.0 or :: */
+
+struct config_key {
+	const char *section;
+	const char *name;
+	enum key_type type;
+	size_t offset;    /* of the field in struct config */
+	size_t size;      /* of the field */
+	uint64_t min;     /* numbers only */
+	uint64_t max;     /* numbers: largest value; strings: unused (the field size limits) */
+	unsigned flags;   /* KEY_* */
+	const char *help; /* what the key does and its unit, for the example file */
+};
+
+struct config_section {
+	const char *name;
+	const char *help;
+};
+
+#define FIELD(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
+#define KiB      (UINT64_C(1) << 10)
+#define MiB      (UINT64_C(1) << 20)
+#define GiB      (UINT64_C(1) << 30)
+#define TiB      (UINT64_C(1) << 40)
+
+static const struct config_section g_sections[] = {
+	{"daemon", "Sockets, naming and logging of this daemon."},
+	{"transport", "How this daemon talks to the daemons on other nodes."},
+	{"auth", "Authentication between daemons."},
+	{"limits", "Limits that protect the daemon from its clients. Values are per client unless "
+		   "said otherwise."},
+	{"peers", "Connections to other daemons."},
+	{"engine", "How jobs are turned into transfers."},
+	{"verbs", "RDMA verbs transport."},
+};
+
+static const struct config_key g_keys[] = {
+	{"daemon", "socket", KEY_PATH, FIELD(socket_path), 0, 0, 0,
+	 "Absolute path of the client socket (AF_UNIX, SOCK_SEQPACKET) that applications "
+	 "connect to."},
+	{"daemon", "admin_socket", KEY_PATH, FIELD(admin_socket_path), 0, 0, 0,
+	 "Absolute path of the admin socket that rdmaxctl connects to; must differ from "
+	 "socket."},
+	{"daemon", "socket_mode", KEY_MODE, FIELD(socket_mode), 0, 0777, 0,
+	 "Permission bits of the client socket, in octal. 0666 lets every local user connect; "
+	 "0660 limits it to the daemon's user and group."},
+	{"daemon", "node_name", KEY_NAME, FIELD(node_name), 0, 0, KEY_EMPTY,
+	 "Name of this node in log lines and region descriptors: letters, digits, '.', '-' or "
+	 "'_'. Empty means the host name."},
+	{"daemon", "log_level", KEY_LEVEL, FIELD(log_level), LOG_ERR, LOG_DEBUG, KEY_RELOAD,
+	 "Most verbose priority that is logged: err, warning, notice, info or debug."},
+
+	{"transport", "type", KEY_TRANSPORT, FIELD(transport), 0, CONFIG_TRANSPORT_MAX - 1, 0,
+	 "Fabric between daemons: auto (RDMA verbs when a usable device with an IP address "
+	 "exists, else TCP), tcp, or verbs (start-up fails without a usable device)."},
+	{"transport", "listen", KEY_ADDR, FIELD(listen_addr), 0, 0, 0,
+	 "Numeric IPv4 or IPv6 address on which this daemon accepts connections from other "
+	 "daemons (TCP transport and rdma_cm). 0.0.0.0 or :: listens on all addresses."},
+	{"transport", "port", KEY_UINT, FIELD(listen_port), 0, 65535, 0,
+	 "Port of the TCP transport listener; 0 picks a free port at start-up."},
+	{"transport", "advertise", KEY_ADDR, FIELD(advertise_addr), 0, 0,
+	 KEY_EMPTY | KEY_NO_WILDCARD,
+	 "Numeric address written into region descriptors for peers to connect to. Empty means "
+	 "the listen address, so it must be set when listen is 0.0.0.0 or ::."},
+
+	{"auth", "key_file", KEY_PATH, FIELD(auth_key_file), 0, 0, KEY_EMPTY | KEY_RELOAD,
+	 "Absolute path of the file holding the shared key with which daemons authenticate each "
+	 "other (HMAC). It must "
+	 "not be readable by group or others. Empty turns authentication off."},
+
+	{"limits", "max_clients", KEY_UINT, FIELD(max_clients), 1, 65536, KEY_RELOAD,
+	 "Client connections accepted at the same time, for the whole daemon."},
+	{"limits", "max_message_bytes", KEY_SIZE, FIELD(max_message_bytes), 4 * KiB, 64 * MiB,
+	 KEY_RELOAD, "Largest message a client may send, in bytes."},
+	{"limits", "max_fds_per_message", KEY_UINT, FIELD(max_fds_per_message), 1, 253, KEY_RELOAD,
+	 "File descriptors a client may attach to one message."},
+	{"limits", "max_regions", KEY_UINT, FIELD(max_regions), 1, 1048576, KEY_RELOAD,
+	 "Memory regions a client may have registered at the same time."},
+	{"limits", "max_registered_bytes", KEY_SIZE, FIELD(max_registered_bytes), 4 * KiB,
+	 1024 * TiB, KEY_RELOAD,
+	 "Total size of the memory a client may have registered, in bytes."},
+	{"limits", "max_outstanding_jobs", KEY_UINT, FIELD(max_outstanding_jobs), 1, 1048576,
+	 KEY_RELOAD, "Jobs a client may have submitted that have not completed yet."},
+	{"limits", "max_jobs_per_submit", KEY_UINT, FIELD(max_jobs_per_submit), 1, 65536,
+	 KEY_RELOAD, "Jobs in one submit message; at most max_outstanding_jobs."},
+	{"limits", "max_connections", KEY_UINT, FIELD(max_connections), 1, 65536, KEY_RELOAD,
+	 "Connections to other daemons that this node keeps open, for the whole daemon."},
+	{"limits", "max_imm_counters", KEY_UINT, FIELD(max_imm_counters), 1, 16777216, KEY_RELOAD,
+	 "Distinct immediate-value counters tracked on this node, for the whole daemon."},
+
+	{"peers", "connect_timeout_ms", KEY_UINT, FIELD(connect_timeout_ms), 10, 600000, 0,
+	 "Time allowed for one connection attempt to another daemon, in milliseconds."},
+	{"peers", "connect_retries", KEY_UINT, FIELD(connect_retries), 0, 100, 0,
+	 "Attempts after a failed first connection attempt before the waiting jobs fail with "
+	 "UNREACHABLE."},
+	{"peers", "retry_backoff_ms", KEY_UINT, FIELD(retry_backoff_ms), 1, 60000, 0,
+	 "Wait before the first retry, in milliseconds; it doubles for each further retry."},
+	{"peers", "peer_timeout_ms", KEY_UINT, FIELD(peer_timeout_ms), 100, 3600000, KEY_RELOAD,
+	 "Jobs waiting on a peer that makes no progress for this long fail with TIMEOUT, in "
+	 "milliseconds."},
+	{"peers", "idle_timeout_s", KEY_UINT, FIELD(idle_timeout_s), 0, 604800, KEY_RELOAD,
+	 "Connections without traffic for this long are closed, in seconds; 0 keeps them open."},
+
+	{"engine", "chunk_bytes", KEY_SIZE, FIELD(chunk_bytes), 4 * KiB, GiB, 0,
+	 "Large jobs are split into chunks of this many bytes, spread over devices and queue "
+	 "pairs."},
+	{"engine", "busy_poll_us", KEY_UINT, FIELD(busy_poll_us), 0, 1000000, 0,
+	 "After the last activity the daemon keeps polling this long before it sleeps, in "
+	 "microseconds; lower latency for more CPU time. 0 never busy-polls."},
+
+	{"verbs", "devices", KEY_DEVICES, FIELD(devices), 0, 0, 0,
+	 "RDMA devices to use: auto (all usable devices) or a comma-separated list of device "
+	 "names such as mlx5_0,mlx5_1."},
+	{"verbs", "qps_per_peer", KEY_UINT, FIELD(qps_per_peer), 1, 64, 0,
+	 "Queue pairs opened to each peer daemon; jobs are spread over them."},
+	{"verbs", "inline_threshold", KEY_SIZE, FIELD(inline_threshold), 0, 4096, 0,
+	 "Writes of at most this many bytes are sent inline with the work request, up to the "
+	 "device's limit."},
+	{"verbs", "signal_interval", KEY_UINT, FIELD(signal_interval), 1, 1024, 0,
+	 "One work request in this many asks for a completion; higher values cost fewer "
+	 "completions but hold send queue slots longer."},
+};
+
+/* libinih's line buffer: longer lines would be split into two lines. */
+#define LINE_MAX_CHARS (INI_MAX_LINE - 1)
+
+static const char *const g_transport_names[CONFIG_TRANSPORT_MAX] = {
+	[CONFIG_TRANSPORT_AUTO] = "auto",
+	[CONFIG_TRANSPORT_TCP] = "tcp",
+	[CONFIG_TRANSPORT_VERBS] = "verbs",
+};
+
+static void set_err(char *err, size_t err_size, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_size, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || err_size == 0) {
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(err, err_size, fmt, ap);
+	va_end(ap);
+}
+
+const char *config_transport_name(enum config_transport t)
+{
+	if ((unsigned)t >= CONFIG_TRANSPORT_MAX) {
+		return "unknown";
+	}
+	return g_transport_names[t];
+}
+
+static void *field(struct config *cfg, const struct config_key *k)
+{
+	return (char *)cfg + k->offset;
+}
+
+static const void *cfield(const struct config *cfg, const struct config_key *k)
+{
+	return (const char *)cfg + k->offset;
+}
+
+static uint64_t get_uint(const struct config *cfg, const struct config_key *k)
+{
+	const void *p = cfield(cfg, k);
+
+	switch (k->size) {
+	case sizeof(uint16_t):
+		return *(const uint16_t *)p;
+	case sizeof(uint32_t):
+		return *(const uint32_t *)p;
+	default:
+		return *(const uint64_t *)p;
+	}
+}
+
+static void put_uint(struct config *cfg, const struct config_key *k, uint64_t v)
+{
+	void *p = field(cfg, k);
+
+	switch (k->size) {
+	case sizeof(uint16_t):
+		*(uint16_t *)p = (uint16_t)v;
+		break;
+	case sizeof(uint32_t):
+		*(uint32_t *)p = (uint32_t)v;
+		break;
+	default:
+		*(uint64_t *)p = v;
+		break;
+	}
+}
+
+static bool is_number(const struct config_key *k)
+{
+	return k->type == KEY_UINT || k->type == KEY_SIZE || k->type == KEY_MODE;
+}
+
+static bool is_string(const struct config_key *k)
+{
+	return k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_ADDR ||
+	       k->type == KEY_DEVICES;
+}
+
+/*
+ * Longest string a key can hold: its field, and the line "name = value" must
+ * fit libinih's buffer or config_print would write a file config_load refuses.
+ */
+static size_t string_max(const struct config_key *k)
+{
+	size_t line_room = LINE_MAX_CHARS - strlen(k->name) - strlen(" = ");
+
+	return MIN(k->size - 1, line_room);
+}
+
+/* "1M" when exact, else plain bytes: what config_print writes and ranges show. */
+static void format_size(uint64_t v, char *buf, size_t size)
+{
+	static const char suffix[] = "TGMK";
+
+	for (int i = 0; i < 4; i++) {
+		unsigned shift = 40 - 10 * (unsigned)i;
+		uint64_t unit = UINT64_C(1) << shift;
+
+		if (v != 0 && v % unit == 0) {
+			snprintf(buf, size, "%llu%c", (unsigned long long)(v >> shift), suffix[i]);
+			return;
+		}
+	}
+	snprintf(buf, size, "%llu", (unsigned long long)v);
+}
+
+/*
+ * Digits with an optional K/M/G/T suffix (powers of 1024) when `suffixes`.
+ * strtoull is not used: it skips blanks, accepts signs and wraps "-1".
+ */
+static int parse_number(const char *s, bool suffixes, uint64_t *ret_v, const char **ret_why)
+{
+	const char *p = s;
+	uint64_t v = 0;
+	unsigned shift = 0;
+
+	if (*s == '\0') {
+		*ret_why = "empty value";
+		return -EINVAL;
+	}
+	if (*s == '-') {
+		*ret_why = "negative numbers are not allowed";
+		return -EINVAL;
+	}
+	if (*s < '0' || *s > '9') {
+		*ret_why = "not a number";
+		return -EINVAL;
+	}
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned d = (unsigned)(*p - '0');
+
+		if (v > (UINT64_MAX - d) / 10) {
+			*ret_why = "number too large";
+			return -ERANGE;
+		}
+		v = v * 10 + d;
+	}
+	if (suffixes && *p != '\0' && p[1] == '\0') {
+		switch (*p) {
+		case 'K':
+		case 'k':
+			shift = 10;
+			break;
+		case 'M':
+		case 'm':
+			shift = 20;
+			break;
+		case 'G':
+		case 'g':
+			shift = 30;
+			break;
+		case 'T':
+		case 't':
+			shift = 40;
+			break;
+		default:
+			*ret_why = "unknown size suffix (use K, M, G or T)";
+			return -EINVAL;
+		}
+		p++;
+	}
+	if (*p != '\0') {
+		*ret_why =
+			suffixes ? "unexpected text after the number (sizes take one suffix: K, M, "
+				   "G or T)"
+				 : "unexpected text after the number";
+		return -EINVAL;
+	}
+	if (shift && v > (UINT64_MAX >> shift)) {
+		*ret_why = "number too large";
+		return -ERANGE;
+	}
+	*ret_v = v << shift;
+	return 0;
+}
+
+static int parse_mode(const char *s, uint64_t *ret_v, const char **ret_why)
+{
+	uint64_t v = 0;
+
+	if (*s == '\0') {
+		*ret_why = "empty value";
+		return -EINVAL;
+	}
+	for (const char *p = s; *p; p++) {
+		if (*p < '0' || *p > '7') {
+			*ret_why = "not an octal mode such as 0660";
+			return -EINVAL;
+		}
+		if (v > 07777) {
+			*ret_why = "number too large";
+			return -ERANGE;
+		}
+		v = v * 8 + (unsigned)(*p - '0');
+	}
+	*ret_v = v;
+	return 0;
+}
+
+/*
+ * Characters that would not survive config_print followed by config_load:
+ * libinih strips outer blanks and ends a value at " ;".
+ */
+static const char *check_text(const char *s)
+{
+	size_t len = strlen(s);
+
+	for (const char *p = s; *p; p++) {
+		if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+			return "control characters are not allowed";
+		}
+		if (*p == ';' && p > s && (p[-1] == ' ' || p[-1] == '\t')) {
+			return "' ;' would start a comment";
+		}
+	}
+	if (len && (s[0] == ' ' || s[len - 1] == ' ')) {
+		return "leading or trailing blanks are not allowed";
+	}
+	return NULL;
+}
+
+static bool is_name_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '.' || c == '-' || c == '_';
+}
+
+static int store_string(struct config *cfg, const struct config_key *k, const char *s,
+			const char **ret_why)
+{
+	if (strlen(s) > string_max(k)) {
+		*ret_why = "too long";
+		return -ENAMETOOLONG;
+	}
+	memcpy(field(cfg, k), s, strlen(s) + 1);
+	return 0;
+}
+
+static void host_name(char *buf, size_t size)
+{
+	char host[256];
+
+	if (gethostname(host, sizeof(host)) < 0) {
+		snprintf(host, sizeof(host), "localhost");
+	}
+	host[sizeof(host) - 1] = '\0';
+	/* The node name is quoted into descriptors and logs: keep it to a safe alphabet. */
+	for (char *p = host; *p; p++) {
+		if (!is_name_char(*p)) {
+			*p = '-';
+		}
+	}
+	if (host[0] == '\0') {
+		snprintf(host, sizeof(host), "localhost");
+	}
+	snprintf(buf, size, "%.*s", (int)(size - 1), host);
+}
+
+static int parse_devices(struct config *cfg, const struct config_key *k, const char *s,
+			 const char **ret_why)
+{
+	char list[sizeof(cfg->devices)];
+	size_t len = 0;
+	const char *p = s;
+
+	if (strcmp(s, "auto") == 0) {
+		return store_string(cfg, k, s, ret_why);
+	}
+	if (*s == '\0') {
+		*ret_why = "empty value (use auto or device names)";
+		return -EINVAL;
+	}
+	/* Blanks around commas are accepted and dropped: the stored list is "a,b". */
+	for (;;) {
+		const char *start;
+		size_t n;
+
+		while (*p == ' ' || *p == '\t') {
+			p++;
+		}
+		start = p;
+		while (is_name_char(*p)) {
+			p++;
+		}
+		n = (size_t)(p - start);
+		while (*p == ' ' || *p == '\t') {
+			p++;
+		}
+		if (n == 0 || (*p != ',' && *p != '\0')) {
+			*ret_why =
+				"expected auto or comma-separated device names (letters, digits, "
+				"'.', '-', '_')";
+			return -EINVAL;
+		}
+		if (n > 63) {
+			*ret_why = "device name longer than 63 characters";
+			return -EINVAL;
+		}
+		for (size_t i = 0; i < len;) {
+			size_t m = strcspn(list + i, ",");
+
+			if (m == n && memcmp(list + i, start, n) == 0) {
+				*ret_why = "a device is listed twice";
+				return -EINVAL;
+			}
+			i += m + (list[i + m] == ',');
+		}
+		if (len + n + 2 > sizeof(list)) {
+			*ret_why = "too long";
+			return -ENAMETOOLONG;
+		}
+		if (len) {
+			list[len++] = ',';
+		}
+		memcpy(list + len, start, n);
+		len += n;
+		list[len] = '\0';
+		if (*p == '\0') {
+			break;
+		}
+		p++;
+	}
+	return store_string(cfg, k, list, ret_why);
+}
+
+/*
+ * Parse `value` for key k into cfg. On failure *ret_why says why (without the
+ * key or value, which the caller adds) and cfg is unchanged.
+ */
+static int parse_value(struct config *cfg, const struct config_key *k, const char *value,
+		       const char **ret_why)
+{
+	const char *why;
+	uint64_t v;
+	int r;
+
+	if (is_string(k)) {
+		why = check_text(value);
+		if (why) {
+			*ret_why = why;
+			return -EINVAL;
+		}
+	}
+	if (*value == '\0' && !(k->flags & KEY_EMPTY)) {
+		*ret_why = "empty value";
+		return -EINVAL;
+	}
+
+	switch (k->type) {
+	case KEY_PATH:
+		if (*value != '\0' && *value != '/') {
+			*ret_why = "not an absolute path";
+			return -EINVAL;
+		}
+		return store_string(cfg, k, value, ret_why);
+	case KEY_NAME: {
+		char host[sizeof(cfg->node_name)];
+
+		if (*value == '\0') {
+			host_name(host, sizeof(host));
+			return store_string(cfg, k, host, ret_why);
+		}
+		for (const char *p = value; *p; p++) {
+			if (!is_name_char(*p)) {
+				*ret_why = "only letters, digits, '.', '-' and '_' are allowed";
+				return -EINVAL;
+			}
+		}
+		return store_string(cfg, k, value, ret_why);
+	}
+	case KEY_ADDR: {
+		unsigned char addr[sizeof(struct in6_addr)];
+		static const unsigned char zero[sizeof(struct in6_addr)];
+		int family = strchr(value, ':') ? AF_INET6 : AF_INET;
+
+		if (*value == '\0') {
+			return store_string(cfg, k, value, ret_why);
+		}
+		if (inet_pton(family, value, addr) != 1) {
+			*ret_why = "not a numeric IPv4 or IPv6 address";
+			return -EINVAL;
+		}
+		if ((k->flags & KEY_NO_WILDCARD) &&
+		    memcmp(addr, zero, family == AF_INET ? 4 : 16) == 0) {
+			*ret_why = "peers cannot connect to a wildcard address";
+			return -EINVAL;
+		}
+		return store_string(cfg, k, value, ret_why);
+	}
+	case KEY_DEVICES:
+		return parse_devices(cfg, k, value, ret_why);
+	case KEY_UINT:
+	case KEY_SIZE:
+	case KEY_MODE:
+		r = k->type == KEY_MODE ? parse_mode(value, &v, ret_why)
+					: parse_number(value, k->type == KEY_SIZE, &v, ret_why);
+		if (r < 0) {
+			return r;
+		}
+		if (v < k->min || v > k->max) {
+			*ret_why = "out of range";
+			return -ERANGE;
+		}
+		put_uint(cfg, k, v);
+		return 0;
+	case KEY_LEVEL:
+		r = log_level_parse(value);
+		if (r < 0) {
+			*ret_why = "expected err, warning, notice, info or debug";
+			return r;
+		}
+		*(int *)field(cfg, k) = r;
+		return 0;
+	case KEY_TRANSPORT:
+		for (int t = 0; t < CONFIG_TRANSPORT_MAX; t++) {
+			if (strcmp(value, g_transport_names[t]) == 0) {
+				*(enum config_transport *)field(cfg, k) = (enum config_transport)t;
+				return 0;
+			}
+		}
+		*ret_why = "expected auto, tcp or verbs";
+		return -EINVAL;
+	case KEY_TYPE_MAX:
+		break;
+	}
+	*ret_why = "internal error: unknown key type";
+	return -EINVAL;
+}
+
+static void format_value(const struct config *cfg, const struct config_key *k, char *buf,
+			 size_t size)
+{
+	switch (k->type) {
+	case KEY_PATH:
+	case KEY_NAME:
+	case KEY_ADDR:
+	case KEY_DEVICES:
+		snprintf(buf, size, "%s", (const char *)cfield(cfg, k));
+		return;
+	case KEY_UINT:
+		snprintf(buf, size, "%llu", (unsigned long long)get_uint(cfg, k));
+		return;
+	case KEY_SIZE:
+		format_size(get_uint(cfg, k), buf, size);
+		return;
+	case KEY_MODE:
+		snprintf(buf, size, "%04llo", (unsigned long long)get_uint(cfg, k));
+		return;
+	case KEY_LEVEL:
+		snprintf(buf, size, "%s", log_level_name(*(const int *)cfield(cfg, k)));
+		return;
+	case KEY_TRANSPORT:
+		snprintf(buf, size, "%s",
+			 config_transport_name(*(const enum config_transport *)cfield(cfg, k)));
+		return;
+	case KEY_TYPE_MAX:
+		break;
+	}
+	snprintf(buf, size, "?");
+}
+
+/* The accepted values of k, for error messages and the example file. */
+static void format_range(const struct config_key *k, char *buf, size_t size)
+{
+	char lo[24], hi[24];
+
+	switch (k->type) {
+	case KEY_UINT:
+		snprintf(buf, size, "%llu..%llu", (unsigned long long)k->min,
+			 (unsigned long long)k->max);
+		return;
+	case KEY_SIZE:
+		format_size(k->min, lo, sizeof(lo));
+		format_size(k->max, hi, sizeof(hi));
+		snprintf(buf, size, "%s..%s", lo, hi);
+		return;
+	case KEY_MODE:
+		snprintf(buf, size, "%04llo..%04llo", (unsigned long long)k->min,
+			 (unsigned long long)k->max);
+		return;
+	case KEY_PATH:
+	case KEY_NAME:
+	case KEY_ADDR:
+	case KEY_DEVICES:
+		snprintf(buf, size, "at most %zu characters", string_max(k));
+		return;
+	case KEY_LEVEL:
+	case KEY_TRANSPORT:
+	case KEY_TYPE_MAX:
+		break;
+	}
+	buf[0] = '\0';
+}
+
+static const struct config_section *find_section_n(const char *name, size_t len)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(g_sections); i++) {
+		if (strlen(g_sections[i].name) == len &&
+		    memcmp(g_sections[i].name, name, len) == 0) {
+			return &g_sections[i];
+		}
+	}
+	return NULL;
+}
+
+static const struct config_key *find_key(const char *section, const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(g_keys); i++) {
+		if (strcmp(g_keys[i].section, section) == 0 && strcmp(g_keys[i].name, name) == 0) {
+			return &g_keys[i];
+		}
+	}
+	return NULL;
+}
+
+/* The whole of config_set and of the INI handler; the file loader adds "path:line: ". */
+static int set_key(struct config *cfg, const char *section, const char *name, const char *value,
+		   char *err, size_t err_size)
+{
+	const struct config_key *k;
+	const char *why = NULL;
+	char range[64];
+	int r;
+
+	if (*section == '\0') {
+		set_err(err, err_size, "key '%s' is outside of any section", name);
+		return -EINVAL;
+	}
+	if (!find_section_n(section, strlen(section))) {
+		set_err(err, err_size, "unknown section [%s]", section);
+		return -EINVAL;
+	}
+	if (*name == '\0') {
+		set_err(err, err_size, "missing key name before '='");
+		return -EINVAL;
+	}
+	k = find_key(section, name);
+	if (!k) {
+		set_err(err, err_size, "unknown key '%s' in section [%s]", name, section);
+		return -EINVAL;
+	}
+	r = parse_value(cfg, k, value, &why);
+	if (r < 0) {
+		format_range(k, range, sizeof(range));
+		if (r == -ERANGE || r == -ENAMETOOLONG) {
+			set_err(err, err_size, "invalid value '%s' for [%s] %s: %s (%s)", value,
+				section, name, why, range);
+		} else {
+			set_err(err, err_size, "invalid value '%s' for [%s] %s: %s", value, section,
+				name, why);
+		}
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void config_defaults(struct config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", "/run/rdmaxd.sock");
+	snprintf(cfg->admin_socket_path, sizeof(cfg->admin_socket_path), "%s",
+		 "/run/rdmaxd-admin.sock");
+	cfg->socket_mode = 0666;
+	host_name(cfg->node_name, sizeof(cfg->node_name));
+	cfg->log_level = LOG_INFO;
+
+	cfg->transport = CONFIG_TRANSPORT_AUTO;
+	snprintf(cfg->listen_addr, sizeof(cfg->listen_addr), "%s", "127.0.0.1");
+	cfg->listen_port = 7471;
+	cfg->advertise_addr[0] = '\0';
+
+	cfg->auth_key_file[0] = '\0';
+
+	cfg->max_clients = 256;
+	cfg->max_message_bytes = 1 * MiB;
+	cfg->max_fds_per_message = 4;
+	cfg->max_regions = 1024;
+	cfg->max_registered_bytes = 64 * GiB;
+	cfg->max_outstanding_jobs = 4096;
+	cfg->max_jobs_per_submit = 1024;
+	cfg->max_connections = 1024;
+	cfg->max_imm_counters = 65536;
+
+	cfg->connect_timeout_ms = 3000;
+	cfg->connect_retries = 3;
+	cfg->retry_backoff_ms = 100;
+	cfg->peer_timeout_ms = 10000;
+	cfg->idle_timeout_s = 300;
+
+	cfg->chunk_bytes = 1 * MiB;
+	cfg->busy_poll_us = 50;
+
+	snprintf(cfg->devices, sizeof(cfg->devices), "%s", "auto");
+	cfg->qps_per_peer = 2;
+	cfg->inline_threshold = 64;
+	cfg->signal_interval = 16;
+}
+
+int config_set(struct config *cfg, const char *section, const char *key, const char *value,
+	       char *err, size_t err_size)
+{
+	return set_key(cfg, section, key, value, err, err_size);
+}
+
+int config_set_option(struct config *cfg, const char *arg, char *err, size_t err_size)
+{
+	char section[32];
+	const char *dot = strchr(arg, '.');
+	const char *eq = strchr(arg, '=');
+	char *key;
+	int r;
+
+	if (!dot || !eq || dot > eq || dot == arg || eq == dot + 1 ||
+	    (size_t)(dot - arg) >= sizeof(section)) {
+		set_err(err, err_size, "expected section.key=value, got '%s'", arg);
+		return -EINVAL;
+	}
+	snprintf(section, sizeof(section), "%.*s", (int)(dot - arg), arg);
+	key = strndup(dot + 1, (size_t)(eq - dot - 1));
+	if (!key) {
+		set_err(err, err_size, "out of memory");
+		return -ENOMEM;
+	}
+	r = set_key(cfg, section, key, eq + 1, err, err_size);
+	free(key);
+	return r;
+}
+
+/* State of one config_load: libinih calls our reader, then our handler, line by line. */
+struct load_ctx {
+	struct config cfg; /* values being loaded; copied to the caller only on success */
+	FILE *file;
+	char *buf; /* getline buffer */
+	size_t buf_size;
+	unsigned line;     /* number of the line last handed to libinih */
+	int read_errno;    /* from getline, when reading failed */
+	unsigned err_line; /* first error, 0 when none */
+	char err[CONFIG_ERR_MAX];
+};
+
+static void load_error(struct load_ctx *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void load_error(struct load_ctx *ctx, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ctx->err_line) {
+		return;
+	}
+	ctx->err_line = ctx->line;
+	va_start(ap, fmt);
+	vsnprintf(ctx->err, sizeof(ctx->err), fmt, ap);
+	va_end(ap);
+}
+
+/* First of `chars` in s, stopping (like libinih) at an inline comment " ;". */
+static const char *find_sep(const char *s, const char *chars)
+{
+	bool blank_before = false;
+
+	for (; *s; s++) {
+		if (strchr(chars, *s) || (blank_before && *s == ';')) {
+			return s;
+		}
+		blank_before = *s == ' ' || *s == '\t';
+	}
+	return s;
+}
+
+/*
+ * Checks libinih cannot do for us, on the raw line; returns false when the
+ * line is wrong (the error is recorded).
+ */
+static bool check_line(struct load_ctx *ctx, const char *line)
+{
+	const char *p = line + strspn(line, " \t");
+	const char *end, *rest;
+
+	if (*p == '\0' || *p == ';' || *p == '#') {
+		return true;
+	}
+	if (p != line) {
+		/* libinih (INI_ALLOW_MULTILINE) appends an indented line to the previous value. */
+		load_error(ctx, "indented line: remove the leading blanks (an indented line "
+				"continues the previous value)");
+		return false;
+	}
+	if (*p == '[') {
+		end = find_sep(p + 1, "]");
+		if (*end != ']') {
+			load_error(ctx, "syntax error: section header without ']'");
+			return false;
+		}
+		rest = end + 1 + strspn(end + 1, " \t");
+		if (*rest != '\0' && *rest != ';') {
+			load_error(ctx, "syntax error: unexpected text after ']'");
+			return false;
+		}
+		if (!find_section_n(p + 1, (size_t)(end - p - 1))) {
+			load_error(ctx, "unknown section [%.*s]", (int)(end - p - 1), p + 1);
+			return false;
+		}
+		return true;
+	}
+	end = find_sep(p, "=:");
+	if (*end != '=' && *end != ':') {
+		load_error(ctx, "syntax error: expected 'key = value', '[section]' or a comment");
+		return false;
+	}
+	return true;
+}
+
+static char *read_line(char *out, int out_size, void *stream)
+{
+	struct load_ctx *ctx = stream;
+	ssize_t n;
+	char *line;
+
+	/* Stop at the first error: later lines cannot change the message. */
+	if (ctx->err_line) {
+		return NULL;
+	}
+	errno = 0;
+	n = getline(&ctx->buf, &ctx->buf_size, ctx->file);
+	if (n < 0) {
+		ctx->read_errno = ferror(ctx->file) ? (errno ? errno : EIO) : 0;
+		return NULL;
+	}
+	ctx->line++;
+	line = ctx->buf;
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) {
+		line[--n] = '\0';
+	}
+	if (ctx->line == 1 && n >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0) {
+		line += 3;
+		n -= 3;
+	}
+	if (strlen(line) != (size_t)n) {
+		load_error(ctx, "line contains a NUL byte");
+		return NULL;
+	}
+	if (n > out_size - 1) {
+		load_error(ctx, "line longer than %d characters", out_size - 1);
+		return NULL;
+	}
+	if (!check_line(ctx, line)) {
+		return NULL;
+	}
+	memcpy(out, line, (size_t)n + 1);
+	return out;
+}
+
+static int on_key(void *user, const char *section, const char *name, const char *value)
+{
+	struct load_ctx *ctx = user;
+	char msg[CONFIG_ERR_MAX];
+
+	if (ctx->err_line) {
+		return 1;
+	}
+	if (set_key(&ctx->cfg, section, name, value, msg, sizeof(msg)) < 0) {
+		load_error(ctx, "%s", msg);
+	}
+	/* Errors are ours to count; libinih's return value then only reports syntax errors. */
+	return 1;
+}
+
+int config_load(struct config *cfg, const char *path, char *err, size_t err_size)
+{
+	struct load_ctx *ctx;
+	int r;
+
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		set_err(err, err_size, "out of memory");
+		return -ENOMEM;
+	}
+	ctx->file = fopen(path, "re");
+	if (!ctx->file) {
+		r = -errno;
+		set_err(err, err_size, "cannot open '%s': %s", path, strerror(-r));
+		goto out_free_ctx;
+	}
+	ctx->cfg = *cfg;
+
+	r = ini_parse_stream(read_line, ctx, on_key, ctx);
+	if (ctx->read_errno) {
+		r = -ctx->read_errno;
+		set_err(err, err_size, "cannot read '%s': %s", path, strerror(ctx->read_errno));
+		goto out_close_file;
+	}
+	if (r == -2) {
+		r = -ENOMEM;
+		set_err(err, err_size, "out of memory");
+		goto out_close_file;
+	}
+	/* check_line mirrors libinih's syntax rules; this catches any line it let through. */
+	if (r > 0 && (ctx->err_line == 0 || (unsigned)r < ctx->err_line)) {
+		ctx->err_line = (unsigned)r;
+		snprintf(ctx->err, sizeof(ctx->err), "syntax error");
+	}
+	if (ctx->err_line) {
+		set_err(err, err_size, "%s:%u: %s", path, ctx->err_line, ctx->err);
+		r = -EINVAL;
+		goto out_close_file;
+	}
+	*cfg = ctx->cfg;
+	r = 0;
+
+out_close_file:
+	fclose(ctx->file);
+	free(ctx->buf);
+out_free_ctx:
+	free(ctx);
+	return r;
+}
+
+static bool is_wildcard(const char *addr)
+{
+	unsigned char a[sizeof(struct in6_addr)];
+	static const unsigned char zero[sizeof(struct in6_addr)];
+
+	if (inet_pton(AF_INET, addr, a) == 1) {
+		return memcmp(a, zero, 4) == 0;
+	}
+	if (inet_pton(AF_INET6, addr, a) == 1) {
+		return memcmp(a, zero, 16) == 0;
+	}
+	return false;
+}
+
+int config_validate(const struct config *cfg, char *err, size_t err_size)
+{
+	struct config scratch = *cfg;
+	char value[512];
+	char msg[CONFIG_ERR_MAX];
+
+	if (cfg->log_level < LOG_ERR || cfg->log_level > LOG_DEBUG) {
+		set_err(err, err_size, "[daemon] log_level %d is out of range", cfg->log_level);
+		return -EINVAL;
+	}
+	if ((unsigned)cfg->transport >= CONFIG_TRANSPORT_MAX) {
+		set_err(err, err_size, "[transport] type %d is unknown", (int)cfg->transport);
+		return -EINVAL;
+	}
+	/* A struct filled in by code gets the parser's rules too. */
+	for (size_t i = 0; i < ARRAY_SIZE(g_keys); i++) {
+		const struct config_key *k = &g_keys[i];
+
+		if (is_string(k) && memchr(cfield(cfg, k), '\0', k->size) == NULL) {
+			set_err(err, err_size, "[%s] %s is not terminated", k->section, k->name);
+			return -EINVAL;
+		}
+		format_value(cfg, k, value, sizeof(value));
+		if (k->type == KEY_NAME && value[0] == '\0') {
+			set_err(err, err_size, "[%s] %s is empty", k->section, k->name);
+			return -EINVAL;
+		}
+		if (set_key(&scratch, k->section, k->name, value, msg, sizeof(msg)) < 0) {
+			set_err(err, err_size, "%s", msg);
+			return -EINVAL;
+		}
+	}
+
+	if (cfg->socket_path[0] == '\0' || cfg->admin_socket_path[0] == '\0') {
+		set_err(err, err_size, "[daemon] socket and admin_socket must be set");
+		return -EINVAL;
+	}
+	if (strlen(cfg->socket_path) >= sizeof(((struct sockaddr_un *)0)->sun_path) ||
+	    strlen(cfg->admin_socket_path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		set_err(err, err_size, "[daemon] socket paths must be shorter than %zu bytes",
+			sizeof(((struct sockaddr_un *)0)->sun_path));
+		return -EINVAL;
+	}
+	if (strcmp(cfg->socket_path, cfg->admin_socket_path) == 0) {
+		set_err(err, err_size, "[daemon] socket and admin_socket are both '%s'",
+			cfg->socket_path);
+		return -EINVAL;
+	}
+	if (cfg->auth_key_file[0] != '\0' &&
+	    (strcmp(cfg->auth_key_file, cfg->socket_path) == 0 ||
+	     strcmp(cfg->auth_key_file, cfg->admin_socket_path) == 0)) {
+		set_err(err, err_size, "[auth] key_file '%s' is also a socket path",
+			cfg->auth_key_file);
+		return -EINVAL;
+	}
+	if (cfg->advertise_addr[0] == '\0' && is_wildcard(cfg->listen_addr)) {
+		set_err(err, err_size,
+			"[transport] advertise must be set when listen is the wildcard address "
+			"'%s'",
+			cfg->listen_addr);
+		return -EINVAL;
+	}
+	if (cfg->max_jobs_per_submit > cfg->max_outstanding_jobs) {
+		set_err(err, err_size,
+			"[limits] max_jobs_per_submit (%u) exceeds max_outstanding_jobs (%u)",
+			cfg->max_jobs_per_submit, cfg->max_outstanding_jobs);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void config_print(const struct config *cfg, FILE *out)
+{
+	const char *section = "";
+	char value[512];
+
+	fprintf(out, "; rdmaxd effective configuration\n");
+	for (size_t i = 0; i < ARRAY_SIZE(g_keys); i++) {
+		const struct config_key *k = &g_keys[i];
+
+		if (strcmp(section, k->section) != 0) {
+			section = k->section;
+			fprintf(out, "\n[%s]\n", section);
+		}
+		format_value(cfg, k, value, sizeof(value));
+		fprintf(out, "%s =%s%s\n", k->name, value[0] ? " " : "", value);
+	}
+}
+
+/* Write text as "; " comment lines of at most 79 columns. */
+static void print_comment(FILE *out, const char *text)
+{
+	const size_t width = 77;
+
+	while (*text) {
+		size_t len = strlen(text);
+		size_t cut = len;
+
+		if (len > width) {
+			cut = width;
+			while (cut > 0 && text[cut] != ' ') {
+				cut--;
+			}
+			if (cut == 0) {
+				cut = strcspn(text, " ");
+			}
+		}
+		fprintf(out, "; %.*s\n", (int)cut, text);
+		text += cut;
+		while (*text == ' ') {
+			text++;
+		}
+	}
+}
+
+void config_print_example(FILE *out)
+{
+	struct config def;
+	const char *section = "";
+	char value[512], range[64], text[1024];
+
+	config_defaults(&def);
+	/* The shipped file must not carry the host name of the machine that wrote it. */
+	def.node_name[0] = '\0';
+
+	fprintf(out, "; SPDX-License-Identifier: MIT\n");
+	print_comment(out, "rdmaxd configuration file; see rdmaxd.conf(5).");
+	fprintf(out, ";\n");
+	print_comment(out,
+		      "Every key is listed, commented out, with its default value. "
+		      "Lines starting with ';' or '#' are comments; a comment after a value "
+		      "starts with ' ;'. Lines must not be indented. Sizes take a K, M, G or T "
+		      "suffix (powers of 1024). Any key can also be set on the command line with "
+		      "--set section.key=value.");
+	fprintf(out, ";\n");
+	print_comment(out, "Keys marked 'Applied on reload' take effect when the daemon receives "
+			   "SIGHUP; the others need a restart.");
+	for (size_t i = 0; i < ARRAY_SIZE(g_keys); i++) {
+		const struct config_key *k = &g_keys[i];
+		const char *reload =
+			k->flags & KEY_RELOAD ? "Applied on reload." : "Needs a restart.";
+
+		if (strcmp(section, k->section) != 0) {
+			section = k->section;
+			fprintf(out, "\n[%s]\n", section);
+			print_comment(out, find_section_n(section, strlen(section))->help);
+		}
+		format_range(k, range, sizeof(range));
+		if (is_number(k)) {
+			snprintf(text, sizeof(text), "%s Range: %s. %s", k->help, range, reload);
+		} else if (k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_DEVICES) {
+			snprintf(text, sizeof(text), "%s At most %zu characters. %s", k->help,
+				 string_max(k), reload);
+		} else {
+			snprintf(text, sizeof(text), "%s %s", k->help, reload);
+		}
+		fprintf(out, "\n");
+		print_comment(out, text);
+		format_value(&def, k, value, sizeof(value));
+		fprintf(out, ";%s =%s%s\n", k->name, value[0] ? " " : "", value);
+	}
+}
+
+int config_restart_keys(const struct config *old_cfg, const struct config *new_cfg, char *buf,
+			size_t buf_size)
+{
+	char a[512], b[512];
+	size_t used = 0;
+	int count = 0;
+
+	if (buf && buf_size) {
+		buf[0] = '\0';
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(g_keys); i++) {
+		const struct config_key *k = &g_keys[i];
+
+		if (k->flags & KEY_RELOAD) {
+			continue;
+		}
+		format_value(old_cfg, k, a, sizeof(a));
+		format_value(new_cfg, k, b, sizeof(b));
+		if (strcmp(a, b) == 0) {
+			continue;
+		}
+		if (buf && used < buf_size) {
+			int n = snprintf(buf + used, buf_size - used, "%s[%s] %s",
+					 count ? ", " : "", k->section, k->name);
+			used += n > 0 ? (size_t)n : 0;
+		}
+		count++;
+	}
+	return count;
+}
