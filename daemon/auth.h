@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mutual challenge-response between two daemons that share a key. Each side
+ * sends a fresh random nonce in its HELLO; each then proves knowledge of the
+ * key with HMAC-SHA256 over a role label, both nonces and both instance ids.
+ * The label differs per role, so a server's answer reflected back as a
+ * client's proof fails; fresh nonces make a recorded answer useless later.
+ */
+#ifndef RDMAXD_AUTH_H
+#define RDMAXD_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AUTH_NONCE_BYTES 32
+#define AUTH_MAC_BYTES   32
+
+/* Which side of a connection computes the proof. */
+enum auth_role {
+	AUTH_ROLE_CLIENT, /* the daemon that connected */
+	AUTH_ROLE_SERVER, /* the daemon that accepted */
+	AUTH_ROLE_MAX,    /* terminator */
+};
+
+/* What both sides saw in the HELLO exchange. */
+struct auth_transcript {
+	uint8_t client_nonce[AUTH_NONCE_BYTES];
+	uint8_t server_nonce[AUTH_NONCE_BYTES];
+	uint64_t client_instance;
+	uint64_t server_instance;
+};
+
+/*
+ * Initialise libsodium (idempotent).
+ * \return 0 or -EIO when libsodium cannot start
+ */
+int auth_init(void);
+
+/* Fill nonce with AUTH_NONCE_BYTES random bytes (auth_init() first). */
+void auth_nonce(uint8_t *nonce);
+
+/*
+ * Proof of `role` for this transcript.
+ * \param key shared key, key_len > 0 bytes
+ * \param ret_mac receives AUTH_MAC_BYTES
+ * \return 0, or -EINVAL for an empty key or unknown role
+ */
+int auth_compute(const uint8_t *key, size_t key_len, enum auth_role role,
+		 const struct auth_transcript *transcript, uint8_t *ret_mac);
+
+/*
+ * Check a peer's proof in constant time.
+ * \return 0 when mac is the proof of `role`, RDMAX_E_PERMISSION_DENIED otherwise
+ *         (-EINVAL for an empty key or unknown role)
+ */
+int auth_verify(const uint8_t *key, size_t key_len, enum auth_role role,
+		const struct auth_transcript *transcript, const uint8_t *mac);
+
+#endif

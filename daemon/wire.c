@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Encoding and checking of daemon-to-daemon frames. This module owns the
+ * byte layout and the rules a header must satisfy before the transport acts
+ * on it; it never does I/O and never trusts a length it has not bounded.
+ * Layout of the 64-byte header (all little-endian):
+ *
+ *   0 magic u32 | 4 type u8 | 5 flags u8 | 6 reserved u16 | 8 status u32
+ *   12 imm u32 | 16 request_id | 24 instance | 32 region_id | 40 region_key
+ *   48 offset | 56 length (u64 each)
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "rdmax.h"
+#include "wire.h"
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++) {
+		p[i] = (uint8_t)(v >> (8 * i));
+	}
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(v >> (8 * i));
+	}
+}
+
+static uint16_t get_u16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--) {
+		v = (v << 8) | p[i];
+	}
+	return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--) {
+		v = (v << 8) | p[i];
+	}
+	return v;
+}
+
+void wire_header_encode(const struct wire_header *header, uint8_t *out)
+{
+	put_u32(out + 0, WIRE_MAGIC);
+	out[4] = header->type;
+	out[5] = header->flags;
+	put_u16(out + 6, 0);
+	put_u32(out + 8, header->status);
+	put_u32(out + 12, header->imm);
+	put_u64(out + 16, header->request_id);
+	put_u64(out + 24, header->instance);
+	put_u64(out + 32, header->region_id);
+	put_u64(out + 40, header->region_key);
+	put_u64(out + 48, header->offset);
+	put_u64(out + 56, header->length);
+}
+
+/* Body bounds per type; data lengths (WRITE, READ_REQ, successful READ_RESP) are the caller's. */
+static int check_header(const struct wire_header *h)
+{
+	bool request = h->type == WIRE_HELLO || h->type == WIRE_AUTH || h->type == WIRE_WRITE ||
+		       h->type == WIRE_READ_REQ || h->type == WIRE_MESSAGE;
+
+	if (h->flags & ~WIRE_F_HAS_IMM) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	if ((h->flags & WIRE_F_HAS_IMM) && h->type != WIRE_WRITE) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	if (!(h->flags & WIRE_F_HAS_IMM) && h->imm != 0) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	if (request && h->status != 0) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	switch (h->type) {
+	case WIRE_HELLO:
+		return h->length >= WIRE_HELLO_BYTES && h->length <= WIRE_BODY_MAX
+			       ? 0
+			       : RDMAX_E_PROTOCOL_ERROR;
+	case WIRE_AUTH:
+		return h->length == WIRE_MAC_BYTES ? 0 : RDMAX_E_PROTOCOL_ERROR;
+	case WIRE_WRITE:
+	case WIRE_READ_REQ:
+		return 0;
+	case WIRE_MESSAGE:
+		/* The name is 1..WIRE_MAILBOX_NAME_MAX bytes and leads the body. */
+		if (h->region_id != 0 || h->region_key != 0 || h->offset == 0 ||
+		    h->offset > WIRE_MAILBOX_NAME_MAX || h->length < h->offset ||
+		    h->length - h->offset > WIRE_MESSAGE_PAYLOAD_MAX) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+		return 0;
+	case WIRE_READ_RESP:
+		return h->status == 0 || h->length <= WIRE_MESSAGE_MAX ? 0 : RDMAX_E_PROTOCOL_ERROR;
+	case WIRE_ACK:
+		return h->length <= WIRE_MESSAGE_MAX ? 0 : RDMAX_E_PROTOCOL_ERROR;
+	case WIRE_ERROR:
+		return h->status != 0 && h->length <= WIRE_MESSAGE_MAX ? 0 : RDMAX_E_PROTOCOL_ERROR;
+	default:
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+}
+
+int wire_header_decode(const uint8_t *buf, size_t len, struct wire_header *ret_header)
+{
+	struct wire_header h;
+
+	if (!buf || len < WIRE_HEADER_BYTES) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	if (get_u32(buf) != WIRE_MAGIC || get_u16(buf + 6) != 0) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	h.type = buf[4];
+	h.flags = buf[5];
+	h.status = get_u32(buf + 8);
+	h.imm = get_u32(buf + 12);
+	h.request_id = get_u64(buf + 16);
+	h.instance = get_u64(buf + 24);
+	h.region_id = get_u64(buf + 32);
+	h.region_key = get_u64(buf + 40);
+	h.offset = get_u64(buf + 48);
+	h.length = get_u64(buf + 56);
+	int err = check_header(&h);
+	if (err < 0) {
+		return err;
+	}
+	*ret_header = h;
+	return 0;
+}
+
+uint64_t wire_payload_bytes(const struct wire_header *header)
+{
+	return header->type == WIRE_READ_REQ ? 0 : header->length;
+}
+
+/* Hello body: 0 version u16 | 2 flags u16 | 4 reserved u32 | 8 instance u64 | 16 nonce[32] | 48
+ * name[64] */
+int wire_hello_encode(const struct wire_hello *hello, uint8_t *out, size_t size)
+{
+	if (size < WIRE_HELLO_BYTES) {
+		return -ENOSPC;
+	}
+	memset(out, 0, WIRE_HELLO_BYTES);
+	put_u16(out + 0, hello->version);
+	put_u16(out + 2, hello->flags);
+	put_u64(out + 8, hello->instance_id);
+	memcpy(out + 16, hello->nonce, WIRE_NONCE_BYTES);
+	size_t name_len = strnlen(hello->node_name, WIRE_NODE_NAME_BYTES - 1);
+	memcpy(out + 48, hello->node_name, name_len);
+	return WIRE_HELLO_BYTES;
+}
+
+int wire_hello_decode(const uint8_t *buf, size_t len, struct wire_hello *ret_hello)
+{
+	struct wire_hello hello;
+
+	if (!buf || len < WIRE_HELLO_BYTES || len > WIRE_BODY_MAX) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	hello.version = get_u16(buf + 0);
+	hello.flags = get_u16(buf + 2);
+	hello.instance_id = get_u64(buf + 8);
+	memcpy(hello.nonce, buf + 16, WIRE_NONCE_BYTES);
+	const uint8_t *name = buf + 48;
+	/* The name must be NUL-terminated inside its field; anything else is garbage. */
+	size_t name_len = strnlen((const char *)name, WIRE_NODE_NAME_BYTES);
+	if (name_len == WIRE_NODE_NAME_BYTES) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	wire_text_copy(hello.node_name, sizeof(hello.node_name), name, name_len);
+	*ret_hello = hello;
+	return 0;
+}
+
+void wire_text_copy(char *dst, size_t dst_size, const uint8_t *src, size_t len)
+{
+	size_t n = 0;
+
+	if (dst_size == 0) {
+		return;
+	}
+	for (; n < len && n + 1 < dst_size; n++) {
+		dst[n] = src[n] >= 0x20 && src[n] < 0x7f ? (char)src[n] : '?';
+	}
+	dst[n] = '\0';
+}
+
+const char *wire_type_name(unsigned type)
+{
+	static const char *const names[WIRE_TYPE_MAX] = {
+		[WIRE_HELLO] = "HELLO",         [WIRE_AUTH] = "AUTH",
+		[WIRE_WRITE] = "WRITE",         [WIRE_READ_REQ] = "READ_REQ",
+		[WIRE_READ_RESP] = "READ_RESP", [WIRE_ACK] = "ACK",
+		[WIRE_ERROR] = "ERROR",         [WIRE_MESSAGE] = "MESSAGE",
+	};
+
+	return type < WIRE_TYPE_MAX && names[type] ? names[type] : "unknown";
+}

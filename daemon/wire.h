@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Daemon-to-daemon TCP wire format (docs/protocol.md, "TCP wire format").
+ * Every frame is a fixed 64-byte little-endian header followed by
+ * wire_payload_bytes() bytes. Encoding and decoding are explicit byte
+ * operations with bounds checks; no struct is ever sent as it lies in memory.
+ */
+#ifndef RDMAXD_WIRE_H
+#define RDMAXD_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_MAGIC           0x57584452u /* "RDXW" as bytes on the wire */
+#define WIRE_VERSION         1
+#define WIRE_HEADER_BYTES    64
+#define WIRE_NONCE_BYTES     32
+#define WIRE_MAC_BYTES       32
+#define WIRE_NODE_NAME_BYTES 64
+#define WIRE_HELLO_BYTES     112 /* version, flags, instance, nonce, node name */
+#define WIRE_MESSAGE_MAX     160 /* text of ACK / ERROR / failed READ_RESP */
+#define WIRE_BODY_MAX        256 /* largest body of a non-data frame */
+#define WIRE_MAILBOX_NAME_MAX 64           /* MESSAGE: bytes of the mailbox name */
+#define WIRE_MESSAGE_PAYLOAD_MAX (64u << 10) /* MESSAGE: bytes of the payload */
+
+/* Frame types; 0 and values from WIRE_TYPE_MAX up are invalid. */
+enum wire_type {
+	WIRE_HELLO = 1,     /* handshake: wire_hello body, both directions */
+	WIRE_AUTH = 2,      /* handshake: 32-byte HMAC, both directions */
+	WIRE_WRITE = 3,     /* request: `length` payload bytes for (region, offset) */
+	WIRE_READ_REQ = 4,  /* request: send `length` bytes of (region, offset); no body */
+	WIRE_READ_RESP = 5, /* answer: status 0 + `length` data bytes, or status + message */
+	WIRE_ACK = 6,       /* answer to WRITE or MESSAGE: status + message (length = message bytes) */
+	WIRE_ERROR = 7,     /* fatal: status + message, then the sender closes */
+	WIRE_MESSAGE = 8,   /* request: mailbox name (`offset` bytes) then payload; for SEND jobs */
+	WIRE_TYPE_MAX,      /* terminator */
+};
+
+#define WIRE_F_HAS_IMM    0x01u /* WRITE: count one landing under `imm` */
+#define WIRE_HELLO_F_AUTH 0x1u  /* HELLO: the sender requires HMAC authentication */
+
+struct wire_header {
+	uint8_t type;        /* enum wire_type */
+	uint8_t flags;       /* WIRE_F_* */
+	uint32_t status;     /* rdmax.v1.Status of an answer; 0 in requests */
+	uint32_t imm;        /* WRITE with WIRE_F_HAS_IMM */
+	uint64_t request_id; /* chosen by the requester, echoed in the answer */
+	uint64_t instance;   /* target daemon start (descriptor's instance id) */
+	uint64_t region_id;
+	uint64_t region_key;
+	uint64_t offset; /* in the target region; MESSAGE: bytes of the mailbox name */
+	uint64_t length; /* data bytes, or body bytes for non-data frames */
+};
+
+struct wire_hello {
+	uint16_t version;     /* WIRE_VERSION of the sender */
+	uint16_t flags;       /* WIRE_HELLO_F_* */
+	uint64_t instance_id; /* sender's daemon start */
+	uint8_t nonce[WIRE_NONCE_BYTES];
+	char node_name[WIRE_NODE_NAME_BYTES]; /* NUL-terminated after decode */
+};
+
+/* Write the header into out (WIRE_HEADER_BYTES). */
+void wire_header_encode(const struct wire_header *header, uint8_t *out);
+
+/*
+ * Parse and check a header: magic, known type, flags valid for the type,
+ * reserved bits zero, body lengths within their bounds.
+ * \return 0, or RDMAX_E_PROTOCOL_ERROR for a short buffer or a bad header
+ */
+int wire_header_decode(const uint8_t *buf, size_t len, struct wire_header *ret_header);
+
+/* Bytes that follow this (decoded) header on the wire. */
+uint64_t wire_payload_bytes(const struct wire_header *header);
+
+/* \return WIRE_HELLO_BYTES, or -ENOSPC when size is too small */
+int wire_hello_encode(const struct wire_hello *hello, uint8_t *out, size_t size);
+
+/*
+ * Parse a HELLO body. Longer bodies (a later version's extra fields) are
+ * accepted; the node name is made printable and NUL-terminated.
+ * \return 0 or RDMAX_E_PROTOCOL_ERROR
+ */
+int wire_hello_decode(const uint8_t *buf, size_t len, struct wire_hello *ret_hello);
+
+/*
+ * Copy peer-supplied text into dst as a printable NUL-terminated string
+ * (control and non-ASCII bytes become '?'), truncating to dst_size - 1.
+ */
+void wire_text_copy(char *dst, size_t dst_size, const uint8_t *src, size_t len);
+
+/* Name of a frame type for logs ("WRITE"), "unknown" for others. */
+const char *wire_type_name(unsigned type);
+
+#endif

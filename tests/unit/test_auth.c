@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/* Handshake proofs: only the key holder, for this exchange, in its own role. */
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+
+#include "auth.h"
+#include "rdmax.h"
+
+static const uint8_t g_key[] = "correct horse battery staple, 32+";
+static const uint8_t g_other_key[] = "correct horse battery staple, 32-";
+
+static struct auth_transcript sample(void)
+{
+	struct auth_transcript t = {.client_instance = 0x1111, .server_instance = 0x2222};
+
+	ck_assert_int_eq(auth_init(), 0);
+	auth_nonce(t.client_nonce);
+	auth_nonce(t.server_nonce);
+	return t;
+}
+
+START_TEST(right_key_accepted)
+{
+	struct auth_transcript t = sample();
+	uint8_t client_mac[AUTH_MAC_BYTES], server_mac[AUTH_MAC_BYTES];
+
+	ck_assert_int_eq(auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, client_mac), 0);
+	ck_assert_int_eq(auth_compute(g_key, sizeof(g_key), AUTH_ROLE_SERVER, &t, server_mac), 0);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, client_mac), 0);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_SERVER, &t, server_mac), 0);
+	/* Deterministic for one transcript. */
+	uint8_t again[AUTH_MAC_BYTES];
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, again);
+	ck_assert_mem_eq(again, client_mac, AUTH_MAC_BYTES);
+}
+END_TEST
+
+START_TEST(wrong_key_rejected)
+{
+	struct auth_transcript t = sample();
+	uint8_t mac[AUTH_MAC_BYTES];
+
+	auth_compute(g_other_key, sizeof(g_other_key), AUTH_ROLE_CLIENT, &t, mac);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	/* A key that differs only by a trailing NUL is a different key. */
+	auth_compute(g_key, sizeof(g_key) - 1, AUTH_ROLE_CLIENT, &t, mac);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	/* A flipped bit of a right proof is rejected. */
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, mac);
+	mac[AUTH_MAC_BYTES - 1] ^= 1;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+}
+END_TEST
+
+START_TEST(tampered_nonce_rejected)
+{
+	struct auth_transcript t = sample();
+	uint8_t mac[AUTH_MAC_BYTES];
+
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, mac);
+	struct auth_transcript bad = t;
+	bad.client_nonce[5] ^= 0x40;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	bad = t;
+	bad.server_nonce[AUTH_NONCE_BYTES - 1] ^= 1;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	/* Swapped nonces (the peer's answer to a mirrored exchange) do not verify either. */
+	bad = t;
+	memcpy(bad.client_nonce, t.server_nonce, AUTH_NONCE_BYTES);
+	memcpy(bad.server_nonce, t.client_nonce, AUTH_NONCE_BYTES);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+}
+END_TEST
+
+START_TEST(tampered_instance_rejected)
+{
+	struct auth_transcript t = sample();
+	uint8_t mac[AUTH_MAC_BYTES];
+
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_SERVER, &t, mac);
+	struct auth_transcript bad = t;
+	bad.server_instance++;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_SERVER, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	bad = t;
+	bad.client_instance ^= 1ull << 63;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_SERVER, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+}
+END_TEST
+
+/* A server's proof sent back to it as a client's proof must fail, and vice versa. */
+START_TEST(role_reflection_rejected)
+{
+	struct auth_transcript t = sample();
+	uint8_t server_mac[AUTH_MAC_BYTES], client_mac[AUTH_MAC_BYTES];
+
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_SERVER, &t, server_mac);
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, client_mac);
+	ck_assert_mem_ne(server_mac, client_mac, AUTH_MAC_BYTES);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, server_mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_SERVER, &t, client_mac),
+			 RDMAX_E_PERMISSION_DENIED);
+}
+END_TEST
+
+/* A proof recorded from one exchange is useless in the next (fresh nonces). */
+START_TEST(replay_rejected)
+{
+	struct auth_transcript first = sample();
+	struct auth_transcript second = first;
+	uint8_t recorded[AUTH_MAC_BYTES];
+
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &first, recorded);
+	auth_nonce(second.server_nonce);
+	ck_assert_mem_ne(second.server_nonce, first.server_nonce, AUTH_NONCE_BYTES);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &second, recorded),
+			 RDMAX_E_PERMISSION_DENIED);
+}
+END_TEST
+
+START_TEST(bad_arguments)
+{
+	struct auth_transcript t = sample();
+	uint8_t mac[AUTH_MAC_BYTES] = {0};
+
+	ck_assert_int_eq(auth_compute(g_key, 0, AUTH_ROLE_CLIENT, &t, mac), -EINVAL);
+	ck_assert_int_eq(auth_compute(NULL, 8, AUTH_ROLE_CLIENT, &t, mac), -EINVAL);
+	ck_assert_int_eq(auth_compute(g_key, sizeof(g_key), AUTH_ROLE_MAX, &t, mac), -EINVAL);
+	ck_assert_int_eq(auth_verify(g_key, 0, AUTH_ROLE_CLIENT, &t, mac), -EINVAL);
+
+	/* Keys longer than the hash block are hashed first; still only the right one works. */
+	uint8_t long_key[200];
+	memset(long_key, 0xab, sizeof(long_key));
+	ck_assert_int_eq(auth_compute(long_key, sizeof(long_key), AUTH_ROLE_CLIENT, &t, mac), 0);
+	ck_assert_int_eq(auth_verify(long_key, sizeof(long_key), AUTH_ROLE_CLIENT, &t, mac), 0);
+	long_key[199] ^= 1;
+	ck_assert_int_eq(auth_verify(long_key, sizeof(long_key), AUTH_ROLE_CLIENT, &t, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+}
+END_TEST
+
+Suite *auth_suite(void);
+
+Suite *auth_suite(void)
+{
+	Suite *s = suite_create("auth");
+	TCase *tc = tcase_create("hmac");
+
+	tcase_set_timeout(tc, 5);
+	tcase_add_test(tc, right_key_accepted);
+	tcase_add_test(tc, wrong_key_rejected);
+	tcase_add_test(tc, tampered_nonce_rejected);
+	tcase_add_test(tc, tampered_instance_rejected);
+	tcase_add_test(tc, role_reflection_rejected);
+	tcase_add_test(tc, replay_rejected);
+	tcase_add_test(tc, bad_arguments);
+	suite_add_tcase(s, tc);
+	return s;
+}

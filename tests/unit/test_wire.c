@@ -1,0 +1,890 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Daemon-to-daemon wire: frame encoding (exact byte layout, bounds, garbage)
+ * and the TCP transport driven over loopback by two or more transports on one
+ * loop, with real registered regions.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "log.h"
+#include "rdmax.h"
+#include "rdmaxd.h"
+#include "transport.h"
+#include "wire.h"
+
+static struct wire_header sample_write(void)
+{
+	struct wire_header h = {
+		.type = WIRE_WRITE,
+		.flags = WIRE_F_HAS_IMM,
+		.imm = 0xdeadbeef,
+		.request_id = 0x0102030405060708ull,
+		.instance = 0x1112131415161718ull,
+		.region_id = 7,
+		.region_key = 0xa1a2a3a4a5a6a7a8ull,
+		.offset = 4096,
+		.length = 1u << 20,
+	};
+	return h;
+}
+
+START_TEST(header_round_trip)
+{
+	struct wire_header in = sample_write();
+	struct wire_header out;
+	uint8_t buf[WIRE_HEADER_BYTES];
+
+	wire_header_encode(&in, buf);
+	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &out), 0);
+	ck_assert_uint_eq(out.type, WIRE_WRITE);
+	ck_assert_uint_eq(out.flags, WIRE_F_HAS_IMM);
+	ck_assert_uint_eq(out.imm, 0xdeadbeef);
+	ck_assert_uint_eq(out.request_id, in.request_id);
+	ck_assert_uint_eq(out.instance, in.instance);
+	ck_assert_uint_eq(out.region_id, 7);
+	ck_assert_uint_eq(out.region_key, in.region_key);
+	ck_assert_uint_eq(out.offset, 4096);
+	ck_assert_uint_eq(out.length, 1u << 20);
+	ck_assert_uint_eq(out.status, 0);
+	ck_assert_uint_eq(wire_payload_bytes(&out), 1u << 20);
+}
+END_TEST
+
+/* The layout is the protocol: pin every offset and the byte order. */
+START_TEST(header_layout_little_endian)
+{
+	struct wire_header in = sample_write();
+	uint8_t buf[WIRE_HEADER_BYTES];
+
+	wire_header_encode(&in, buf);
+	static const uint8_t magic[4] = {'R', 'D', 'X', 'W'};
+	ck_assert_mem_eq(buf, magic, 4);
+	ck_assert_uint_eq(buf[4], WIRE_WRITE);
+	ck_assert_uint_eq(buf[5], WIRE_F_HAS_IMM);
+	ck_assert_uint_eq(buf[6] | buf[7], 0);
+	static const uint8_t imm[4] = {0xef, 0xbe, 0xad, 0xde};
+	ck_assert_mem_eq(buf + 12, imm, 4);
+	static const uint8_t id[8] = {8, 7, 6, 5, 4, 3, 2, 1};
+	ck_assert_mem_eq(buf + 16, id, 8);
+	ck_assert_uint_eq(buf[32], 7);
+	ck_assert_uint_eq(buf[40], 0xa8);
+	ck_assert_uint_eq(buf[47], 0xa1);
+	ck_assert_uint_eq(buf[48], 0x00);
+	ck_assert_uint_eq(buf[49], 0x10);
+	ck_assert_uint_eq(buf[58], 0x10);
+}
+END_TEST
+
+START_TEST(header_truncated)
+{
+	struct wire_header in = sample_write();
+	struct wire_header out = {.type = 99};
+	uint8_t buf[WIRE_HEADER_BYTES];
+
+	wire_header_encode(&in, buf);
+	for (size_t len = 0; len < WIRE_HEADER_BYTES; len++) {
+		ck_assert_int_eq(wire_header_decode(buf, len, &out), RDMAX_E_PROTOCOL_ERROR);
+	}
+	ck_assert_int_eq(wire_header_decode(NULL, WIRE_HEADER_BYTES, &out), RDMAX_E_PROTOCOL_ERROR);
+	ck_assert_uint_eq(out.type, 99); /* untouched on error */
+}
+END_TEST
+
+START_TEST(header_garbage)
+{
+	struct wire_header in = sample_write();
+	struct wire_header out;
+	uint8_t buf[WIRE_HEADER_BYTES];
+
+	wire_header_encode(&in, buf);
+	buf[1] ^= 0x20; /* magic */
+	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &out), RDMAX_E_PROTOCOL_ERROR);
+
+	wire_header_encode(&in, buf);
+	buf[7] = 1; /* reserved */
+	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &out), RDMAX_E_PROTOCOL_ERROR);
+
+	wire_header_encode(&in, buf);
+	buf[5] = 0x80; /* unknown flag */
+	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &out), RDMAX_E_PROTOCOL_ERROR);
+
+	/* Fixed pseudo-random garbage never decodes (the magic alone rejects it). */
+	uint32_t x = 12345;
+	for (int round = 0; round < 1000; round++) {
+		for (size_t i = 0; i < sizeof(buf); i++) {
+			x = x * 1103515245u + 12345u;
+			buf[i] = (uint8_t)(x >> 16);
+		}
+		ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &out),
+				 RDMAX_E_PROTOCOL_ERROR);
+	}
+}
+END_TEST
+
+START_TEST(header_unknown_types)
+{
+	struct wire_header h = {.type = WIRE_READ_REQ, .length = 10};
+	struct wire_header out;
+	uint8_t buf[WIRE_HEADER_BYTES];
+
+	static const unsigned bad[] = {0, WIRE_TYPE_MAX, 100, 255};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		wire_header_encode(&h, buf);
+		buf[4] = (uint8_t)bad[i];
+		ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &out),
+				 RDMAX_E_PROTOCOL_ERROR);
+	}
+	ck_assert_str_eq(wire_type_name(WIRE_TYPE_MAX), "unknown");
+	ck_assert_str_eq(wire_type_name(0), "unknown");
+	ck_assert_str_eq(wire_type_name(WIRE_READ_RESP), "READ_RESP");
+}
+END_TEST
+
+static int decode_one(const struct wire_header *h)
+{
+	struct wire_header out;
+	uint8_t buf[WIRE_HEADER_BYTES];
+
+	wire_header_encode(h, buf);
+	return wire_header_decode(buf, sizeof(buf), &out);
+}
+
+START_TEST(header_type_rules)
+{
+	/* A READ_REQ carries a length but no payload. */
+	struct wire_header h = {.type = WIRE_READ_REQ, .length = 1u << 30};
+	ck_assert_int_eq(decode_one(&h), 0);
+	ck_assert_uint_eq(wire_payload_bytes(&h), 0);
+
+	/* imm only on WRITE, and only with the flag. */
+	h = (struct wire_header){.type = WIRE_READ_REQ, .flags = WIRE_F_HAS_IMM};
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h = (struct wire_header){.type = WIRE_WRITE, .imm = 5};
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h = (struct wire_header){.type = WIRE_WRITE, .flags = WIRE_F_HAS_IMM, .imm = 5};
+	ck_assert_int_eq(decode_one(&h), 0); /* zero-length write with imm */
+
+	/* Requests carry no status; ERROR must carry one. */
+	h = (struct wire_header){.type = WIRE_WRITE, .status = 3};
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h = (struct wire_header){.type = WIRE_ERROR};
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+
+	/* Message bodies are bounded. */
+	h = (struct wire_header){.type = WIRE_ACK, .status = 3, .length = WIRE_MESSAGE_MAX};
+	ck_assert_int_eq(decode_one(&h), 0);
+	h.length = WIRE_MESSAGE_MAX + 1;
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h = (struct wire_header){.type = WIRE_ERROR, .status = 3, .length = 1u << 20};
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+
+	/* A failed READ_RESP carries a message, a good one any data length. */
+	h = (struct wire_header){.type = WIRE_READ_RESP, .status = 2, .length = 4096};
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h.status = 0;
+	ck_assert_int_eq(decode_one(&h), 0);
+
+	/* Handshake bodies: exact proof size, bounded hello. */
+	h = (struct wire_header){.type = WIRE_AUTH, .length = WIRE_MAC_BYTES};
+	ck_assert_int_eq(decode_one(&h), 0);
+	h.length = WIRE_MAC_BYTES + 1;
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h = (struct wire_header){.type = WIRE_HELLO, .length = WIRE_HELLO_BYTES};
+	ck_assert_int_eq(decode_one(&h), 0);
+	h.length = WIRE_HELLO_BYTES - 1;
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h.length = WIRE_BODY_MAX + 1;
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+	h.length = UINT64_MAX;
+	ck_assert_int_eq(decode_one(&h), RDMAX_E_PROTOCOL_ERROR);
+}
+END_TEST
+
+START_TEST(hello_round_trip)
+{
+	struct wire_hello in = {
+		.version = WIRE_VERSION,
+		.flags = WIRE_HELLO_F_AUTH,
+		.instance_id = 0x0123456789abcdefull,
+		.node_name = "node-a",
+	};
+	struct wire_hello out;
+	uint8_t buf[WIRE_BODY_MAX];
+
+	for (int i = 0; i < WIRE_NONCE_BYTES; i++) {
+		in.nonce[i] = (uint8_t)(i * 7 + 1);
+	}
+	ck_assert_int_eq(wire_hello_encode(&in, buf, WIRE_HELLO_BYTES - 1), -ENOSPC);
+	ck_assert_int_eq(wire_hello_encode(&in, buf, sizeof(buf)), WIRE_HELLO_BYTES);
+	ck_assert_uint_eq(buf[0], WIRE_VERSION);
+	ck_assert_uint_eq(buf[8], 0xef);
+	ck_assert_int_eq(wire_hello_decode(buf, WIRE_HELLO_BYTES, &out), 0);
+	ck_assert_uint_eq(out.version, WIRE_VERSION);
+	ck_assert_uint_eq(out.flags, WIRE_HELLO_F_AUTH);
+	ck_assert_uint_eq(out.instance_id, in.instance_id);
+	ck_assert_mem_eq(out.nonce, in.nonce, WIRE_NONCE_BYTES);
+	ck_assert_str_eq(out.node_name, "node-a");
+
+	/* A later version may append fields; they are ignored, within the bound. */
+	memset(buf + WIRE_HELLO_BYTES, 0x55, sizeof(buf) - WIRE_HELLO_BYTES);
+	ck_assert_int_eq(wire_hello_decode(buf, sizeof(buf), &out), 0);
+	ck_assert_int_eq(wire_hello_decode(buf, WIRE_BODY_MAX + 1, &out), RDMAX_E_PROTOCOL_ERROR);
+}
+END_TEST
+
+START_TEST(hello_garbage)
+{
+	struct wire_hello in = {.version = WIRE_VERSION, .node_name = "n"};
+	struct wire_hello out = {.version = 77};
+	uint8_t buf[WIRE_HELLO_BYTES];
+
+	wire_hello_encode(&in, buf, sizeof(buf));
+	ck_assert_int_eq(wire_hello_decode(buf, WIRE_HELLO_BYTES - 1, &out),
+			 RDMAX_E_PROTOCOL_ERROR);
+	ck_assert_int_eq(wire_hello_decode(NULL, WIRE_HELLO_BYTES, &out), RDMAX_E_PROTOCOL_ERROR);
+
+	/* An unterminated name is garbage. */
+	memset(buf + 48, 'x', WIRE_NODE_NAME_BYTES);
+	ck_assert_int_eq(wire_hello_decode(buf, sizeof(buf), &out), RDMAX_E_PROTOCOL_ERROR);
+	ck_assert_uint_eq(out.version, 77);
+
+	/* Control characters in a name never reach a log line. */
+	wire_hello_encode(&in, buf, sizeof(buf));
+	memcpy(buf + 48, "a\nb\x1b[31m\xff", 9);
+	ck_assert_int_eq(wire_hello_decode(buf, sizeof(buf), &out), 0);
+	ck_assert_str_eq(out.node_name, "a?b?[31m?");
+}
+END_TEST
+
+START_TEST(text_copy_bounds)
+{
+	char dst[8];
+
+	wire_text_copy(dst, sizeof(dst), (const uint8_t *)"region 7 is gone", 16);
+	ck_assert_str_eq(dst, "region ");
+	wire_text_copy(dst, sizeof(dst), (const uint8_t *)"a\0b", 3);
+	ck_assert_str_eq(dst, "a?b");
+	wire_text_copy(dst, sizeof(dst), NULL, 0);
+	ck_assert_str_eq(dst, "");
+	dst[0] = 'z';
+	wire_text_copy(dst, 0, (const uint8_t *)"abc", 3);
+	ck_assert_int_eq(dst[0], 'z');
+}
+END_TEST
+
+/* ---- TCP transport over loopback ---- */
+
+struct node {
+	struct rdmaxd d;
+	struct transport *t;
+};
+
+struct tx {
+	struct xfer x;
+	int calls;
+	int err;
+	int order;
+	char msg[256];
+};
+
+static uv_loop_t g_loop;
+static int g_pending;
+static int g_order;
+
+static void no_fire(void *owner, uint32_t imm, uint64_t count, void *arg)
+{
+}
+
+static void node_start(struct node *n, const char *name, const char *key, uint16_t port)
+{
+	memset(n, 0, sizeof(*n));
+	n->d.loop = &g_loop;
+	config_defaults(&n->d.cfg);
+	copy_string(n->d.cfg.listen_addr, sizeof(n->d.cfg.listen_addr), "127.0.0.1");
+	n->d.cfg.listen_port = port;
+	n->d.cfg.connect_timeout_ms = 300;
+	n->d.cfg.connect_retries = 2;
+	n->d.cfg.retry_backoff_ms = 20;
+	n->d.cfg.peer_timeout_ms = 600;
+	n->d.cfg.idle_timeout_s = 0;
+	n->d.instance_id = random_u64();
+	copy_string(n->d.node_name, sizeof(n->d.node_name), name);
+	ck_assert_int_eq(region_table_init(&n->d.regions, n->d.instance_id), 0);
+	ck_assert_int_eq(imm_table_init(&n->d.imm, 16, no_fire, NULL), 0);
+	if (key) {
+		n->d.auth_key_len = strlen(key);
+		memcpy(n->d.auth_key, key, n->d.auth_key_len);
+	}
+	ck_assert_int_eq(transport_tcp_create(&n->d, &n->t), 0);
+	ck_assert(n->t->ordered);
+}
+
+static void node_stop(struct node *n)
+{
+	n->t->ops->shutdown(n->t);
+}
+
+static void node_free(struct node *n)
+{
+	n->t->ops->destroy(n->t);
+	region_table_fini(&n->d.regions);
+	imm_table_fini(&n->d.imm);
+}
+
+static uint16_t node_port(struct node *n)
+{
+	struct endpoint ep;
+
+	ck_assert_int_eq(n->t->ops->endpoints(n->t, NULL, &ep, 1), 1);
+	ck_assert_int_eq(ep.transport, ENDPOINT_TCP);
+	ck_assert_str_eq(ep.addr, "127.0.0.1");
+	ck_assert_uint_ne(ep.port, 0);
+	return ep.port;
+}
+
+static struct region *node_region(struct node *n, uint64_t len, uint32_t access)
+{
+	struct region *region;
+	int fd = memfd_create("test", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	ck_assert_int_eq(region_register_host_fd(&n->d.regions, n, fd, 0, len, access, &region), 0);
+	close(fd);
+	return region;
+}
+
+static void tx_done(struct xfer *xfer, int err, const char *message)
+{
+	struct tx *t = container_of(xfer, struct tx, x);
+
+	t->calls++;
+	t->err = err;
+	t->order = g_order++;
+	copy_string(t->msg, sizeof(t->msg), message ? message : "");
+	g_pending--;
+}
+
+/* An xfer from `local` to `remote` of peer (port 1, nothing listens there, when NULL). */
+static void tx_prep(struct tx *t, enum xfer_op op, struct node *peer, const struct region *remote,
+		    struct region *local, uint64_t remote_offset, uint64_t local_offset,
+		    uint64_t length)
+{
+	memset(t, 0, sizeof(*t));
+	t->x.op = op;
+	t->x.peer.transport = ENDPOINT_TCP;
+	copy_string(t->x.peer.addr, sizeof(t->x.peer.addr), "127.0.0.1");
+	t->x.peer.port = peer ? node_port(peer) : 1;
+	t->x.remote_instance = peer ? peer->d.instance_id : 1;
+	t->x.remote_region = remote ? remote->id : 1;
+	t->x.remote_key = remote ? remote->key : 1;
+	t->x.remote_offset = remote_offset;
+	t->x.local = local;
+	t->x.local_offset = local_offset;
+	t->x.length = length;
+	t->x.done = tx_done;
+}
+
+static void tx_submit(struct node *n, struct tx *t)
+{
+	ck_assert_int_eq(n->t->ops->submit(n->t, &t->x), 0);
+	ck_assert_int_eq(t->calls, 0); /* never from inside submit */
+	g_pending++;
+}
+
+static void run_until_done(void)
+{
+	uint64_t start = now_ms();
+
+	while (g_pending > 0) {
+		uv_run(&g_loop, UV_RUN_ONCE);
+		ck_assert_uint_lt(now_ms() - start, 8000);
+	}
+}
+
+static void run_for(uint64_t ms)
+{
+	uint64_t start = now_ms();
+
+	while (now_ms() - start < ms) {
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+		usleep(1000);
+	}
+}
+
+static void tx_check(const struct tx *t, int err, const char *message)
+{
+	ck_assert_int_eq(t->calls, 1);
+	ck_assert_msg(t->err == err, "err %d, want %d (%s)", t->err, err, t->msg);
+	if (message) {
+		ck_assert_str_eq(t->msg, message);
+	}
+}
+
+static void tcp_setup(void)
+{
+	ck_assert_int_eq(uv_loop_init(&g_loop), 0);
+	log_set_level(LOG_ERR);
+	g_pending = 0;
+	g_order = 0;
+}
+
+static void tcp_teardown(void)
+{
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	ck_assert_int_eq(uv_loop_close(&g_loop), 0);
+}
+
+START_TEST(tcp_write_read_imm_in_order)
+{
+	struct node a, b;
+	struct tx t[61];
+	const uint64_t mib = 1 << 20;
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	struct region *local = node_region(&a, 8 * mib, RDMAX_ACCESS_LOCAL);
+	struct region *remote =
+		node_region(&b, 8 * mib, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ);
+	for (uint64_t i = 0; i < 8 * mib; i++) {
+		local->addr[i] = (uint8_t)(i * 31 + 7);
+	}
+
+	/* One large write at interior offsets, with imm; then read it back elsewhere. */
+	tx_prep(&t[0], XFER_WRITE, &b, remote, local, 4096 + 3, 17, 3 * mib);
+	t[0].x.has_imm = true;
+	t[0].x.imm = 42;
+	tx_submit(&a, &t[0]);
+	run_until_done();
+	tx_check(&t[0], 0, NULL);
+	ck_assert_uint_eq(t[0].x.bytes_done, 3 * mib);
+	ck_assert_int_eq(memcmp(remote->addr + 4096 + 3, local->addr + 17, 3 * mib), 0);
+	ck_assert_uint_eq(imm_count(&b.d.imm, 42), 1);
+
+	tx_prep(&t[0], XFER_READ, &b, remote, local, 4096 + 3, 5 * mib, 3 * mib);
+	tx_submit(&a, &t[0]);
+	run_until_done();
+	tx_check(&t[0], 0, NULL);
+	ck_assert_uint_eq(t[0].x.bytes_done, 3 * mib);
+	ck_assert_int_eq(memcmp(local->addr + 5 * mib, local->addr + 17, 3 * mib), 0);
+
+	/* Many small xfers complete in submit order; the imm on the last counts once. */
+	for (int i = 0; i < 60; i++) {
+		enum xfer_op op = i % 3 == 1 ? XFER_READ : XFER_WRITE;
+		tx_prep(&t[i], op, &b, remote, local, (uint64_t)i * 100,
+			(uint64_t)i * 100 + (op == XFER_READ ? 4 * mib : 0), 100);
+		t[i].x.has_imm = i == 59;
+		t[i].x.imm = 43;
+		tx_submit(&a, &t[i]);
+	}
+	/* A zero-length write with imm is the barrier case. */
+	tx_prep(&t[60], XFER_WRITE, &b, remote, NULL, 0, 0, 0);
+	t[60].x.has_imm = true;
+	t[60].x.imm = 44;
+	tx_submit(&a, &t[60]);
+	run_until_done();
+	for (int i = 0; i <= 60; i++) {
+		tx_check(&t[i], 0, NULL);
+		ck_assert_int_eq(t[i].order, t[0].order + i);
+	}
+	ck_assert_uint_eq(imm_count(&b.d.imm, 43), 1);
+	ck_assert_uint_eq(imm_count(&b.d.imm, 44), 1);
+
+	node_stop(&a);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
+}
+END_TEST
+
+START_TEST(tcp_refusals)
+{
+	struct node a, b;
+	struct tx t[8];
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	struct region *local = node_region(&a, 65536, RDMAX_ACCESS_LOCAL);
+	struct region *rw =
+		node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ);
+	struct region *ro = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_READ);
+	char peer[64], want[256];
+	snprintf(peer, sizeof(peer), "127.0.0.1:%u", node_port(&b));
+	memset(rw->addr, 0x5a, 65536);
+
+	tx_prep(&t[0], XFER_WRITE, &b, rw, local, 0, 0, 4096);
+	t[0].x.remote_key ^= 1;
+	tx_prep(&t[1], XFER_WRITE, &b, rw, local, 0, 0, 4096);
+	t[1].x.remote_instance ^= 1;
+	tx_prep(&t[2], XFER_WRITE, &b, ro, local, 0, 0, 4096);
+	tx_prep(&t[3], XFER_WRITE, &b, rw, local, 65536 - 100, 0, 4096);
+	tx_prep(&t[4], XFER_READ, &b, rw, local, UINT64_MAX - 10, 0, 4096);
+	tx_prep(&t[5], XFER_WRITE, &b, rw, NULL, 0, 0, 0); /* imm-only, bad key */
+	t[5].x.has_imm = true;
+	t[5].x.imm = 9;
+	t[5].x.remote_key ^= 1;
+	tx_prep(&t[6], XFER_WRITE, &b, rw, local, 0, 0, 16); /* fine after all of that */
+	for (int i = 0; i <= 6; i++) {
+		tx_submit(&a, &t[i]);
+	}
+	run_until_done();
+	tx_check(&t[0], RDMAX_E_NOT_FOUND, NULL);
+	ck_assert_ptr_nonnull(strstr(t[0].msg, peer));
+	tx_check(&t[1], RDMAX_E_NOT_FOUND, NULL);
+	snprintf(want, sizeof(want), "%s: region %llu is not registered for remote write", peer,
+		 (unsigned long long)ro->id);
+	tx_check(&t[2], RDMAX_E_REMOTE_ACCESS, want);
+	tx_check(&t[3], RDMAX_E_OUT_OF_RANGE, NULL);
+	tx_check(&t[4], RDMAX_E_OUT_OF_RANGE, NULL);
+	tx_check(&t[5], RDMAX_E_NOT_FOUND, NULL);
+	tx_check(&t[6], 0, NULL);
+	ck_assert_uint_eq(imm_count(&b.d.imm, 9), 0);
+	/* Refused writes never touched memory: only t[6]'s 16 bytes changed. */
+	ck_assert_int_eq(memcmp(rw->addr, local->addr, 16), 0);
+	for (int i = 16; i < 65536; i++) {
+		ck_assert_uint_eq(rw->addr[i], 0x5a);
+	}
+	for (int i = 0; i < 4096; i++) {
+		ck_assert_uint_eq(ro->addr[i], 0);
+	}
+
+	/* Bad xfers are refused by submit itself, without a callback. */
+	tx_prep(&t[7], XFER_READ, &b, rw, local, 0, 0, 16);
+	t[7].x.has_imm = true;
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[7].x), RDMAX_E_INVALID_ARGUMENT);
+	tx_prep(&t[7], XFER_WRITE, &b, rw, local, 0, 65000, 4096);
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[7].x), RDMAX_E_OUT_OF_RANGE);
+	tx_prep(&t[7], XFER_WRITE, &b, rw, local, 0, 0, 16);
+	copy_string(t[7].x.peer.addr, sizeof(t[7].x.peer.addr), "localhost");
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[7].x), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(t[7].calls, 0);
+
+	node_stop(&a);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
+}
+END_TEST
+
+START_TEST(tcp_unreachable_and_limits)
+{
+	struct node a, b;
+	struct tx t[3];
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	tx_prep(&t[0], XFER_WRITE, NULL, NULL, NULL, 0, 0, 0);
+	tx_prep(&t[1], XFER_WRITE, NULL, NULL, NULL, 0, 0, 0);
+	tx_submit(&a, &t[0]);
+	tx_submit(&a, &t[1]); /* queued on the same connecting peer */
+	run_until_done();
+	tx_check(&t[0], RDMAX_E_UNREACHABLE,
+		 "connect to 127.0.0.1:1 failed after 3 attempts: Connection refused");
+	tx_check(&t[1], RDMAX_E_UNREACHABLE, t[0].msg);
+
+	/* One connection allowed: a second peer is refused at submit. */
+	a.d.cfg.max_connections = 1;
+	tx_prep(&t[0], XFER_WRITE, &b, NULL, NULL, 0, 0, 0);
+	tx_submit(&a, &t[0]);
+	tx_prep(&t[1], XFER_WRITE, NULL, NULL, NULL, 0, 0, 0);
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[1].x), RDMAX_E_RESOURCE_EXHAUSTED);
+	run_until_done();
+	tx_check(&t[0], RDMAX_E_NOT_FOUND, NULL); /* region 1 does not exist on b */
+
+	/* Shutdown cancels queued xfers and refuses new ones. */
+	a.d.cfg.max_connections = 8;
+	tx_prep(&t[0], XFER_WRITE, NULL, NULL, NULL, 0, 0, 0);
+	tx_prep(&t[1], XFER_WRITE, &b, NULL, NULL, 0, 0, 0);
+	tx_submit(&a, &t[0]);
+	tx_submit(&a, &t[1]);
+	node_stop(&a);
+	tx_check(&t[0], RDMAX_E_CANCELLED, NULL);
+	tx_check(&t[1], RDMAX_E_CANCELLED, NULL);
+	tx_prep(&t[2], XFER_WRITE, &b, NULL, NULL, 0, 0, 0);
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[2].x), RDMAX_E_CANCELLED);
+	node_stop(&a); /* idempotent */
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
+}
+END_TEST
+
+START_TEST(tcp_authentication)
+{
+	struct node a, b, c, plain;
+	struct tx t[4];
+	char want[160];
+
+	node_start(&a, "a", "shared secret key", 0);
+	node_start(&b, "b", "shared secret key", 0);
+	node_start(&c, "c", "some other key!!!", 0);
+	node_start(&plain, "plain", NULL, 0);
+	struct region *remote = node_region(&b, 4096, RDMAX_ACCESS_REMOTE_WRITE);
+	struct region *open = node_region(&plain, 4096, RDMAX_ACCESS_REMOTE_WRITE);
+
+	tx_prep(&t[0], XFER_WRITE, &b, remote, NULL, 0, 0, 0);
+	tx_submit(&a, &t[0]);
+	tx_prep(&t[1], XFER_WRITE, &b, remote, NULL, 0, 0, 0);
+	tx_submit(&c, &t[1]);
+	tx_prep(&t[2], XFER_WRITE, &b, remote, NULL, 0, 0, 0);
+	tx_submit(&plain, &t[2]);
+	tx_prep(&t[3], XFER_WRITE, &plain, open, NULL, 0, 0, 0);
+	tx_submit(&a, &t[3]);
+	run_until_done();
+	tx_check(&t[0], 0, NULL);
+	snprintf(want, sizeof(want), "peer 127.0.0.1:%u refused authentication: %s", node_port(&b),
+		 "authentication failed");
+	tx_check(&t[1], RDMAX_E_PERMISSION_DENIED, want);
+	snprintf(want, sizeof(want), "peer 127.0.0.1:%u refused authentication: %s", node_port(&b),
+		 "authentication required");
+	tx_check(&t[2], RDMAX_E_PERMISSION_DENIED, want);
+	snprintf(want, sizeof(want), "peer 127.0.0.1:%u refused authentication: %s",
+		 node_port(&plain), "authentication is not configured on this peer");
+	tx_check(&t[3], RDMAX_E_PERMISSION_DENIED, want);
+
+	node_stop(&a);
+	node_stop(&b);
+	node_stop(&c);
+	node_stop(&plain);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
+	node_free(&c);
+	node_free(&plain);
+}
+END_TEST
+
+static int raw_connect(uint16_t port)
+{
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	return fd;
+}
+
+static size_t raw_hello(uint8_t *buf)
+{
+	struct wire_hello hello = {.version = WIRE_VERSION, .instance_id = 5, .node_name = "raw"};
+	struct wire_header h = {.type = WIRE_HELLO, .length = WIRE_HELLO_BYTES};
+
+	wire_header_encode(&h, buf);
+	wire_hello_encode(&hello, buf + WIRE_HEADER_BYTES, WIRE_HELLO_BYTES);
+	return WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+}
+
+/* True when the daemon closed the connection (whatever it sent before). */
+static bool raw_closed(int fd)
+{
+	uint8_t buf[512];
+
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+			return true;
+		}
+		if (n < 0) {
+			return false;
+		}
+	}
+}
+
+/* Hostile or broken peers cost a connection, never the daemon. */
+START_TEST(tcp_garbage_closes_connection)
+{
+	struct node a, b;
+	struct tx t;
+	uint8_t buf[1024];
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	struct region *remote = node_region(&b, 4096, RDMAX_ACCESS_REMOTE_WRITE);
+	uint16_t port = node_port(&b);
+
+	/* Garbage instead of a HELLO. */
+	int fd = raw_connect(port);
+	memset(buf, 'A', sizeof(buf));
+	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	run_for(50);
+	ck_assert(raw_closed(fd));
+	close(fd);
+
+	/* A HELLO, then an answer the accepting side never expects. */
+	fd = raw_connect(port);
+	size_t len = raw_hello(buf);
+	struct wire_header ack = {.type = WIRE_ACK};
+	wire_header_encode(&ack, buf + len);
+	ck_assert_int_eq(send(fd, buf, len + WIRE_HEADER_BYTES, 0),
+			 (ssize_t)(len + WIRE_HEADER_BYTES));
+	run_for(50);
+	ck_assert(raw_closed(fd));
+	close(fd);
+
+	/* A newer wire version is refused with a reason. */
+	fd = raw_connect(port);
+	len = raw_hello(buf);
+	buf[WIRE_HEADER_BYTES] = 9;
+	ck_assert_int_eq(send(fd, buf, len, 0), (ssize_t)len);
+	run_for(50);
+	struct wire_header h;
+	ck_assert_int_ge(recv(fd, buf, sizeof(buf), MSG_DONTWAIT), WIRE_HEADER_BYTES);
+	ck_assert_int_eq(wire_header_decode(buf, WIRE_HEADER_BYTES, &h), 0);
+	ck_assert_uint_eq(h.type, WIRE_ERROR);
+	close(fd);
+
+	/* The daemon still serves a well-behaved peer. */
+	tx_prep(&t, XFER_WRITE, &b, remote, NULL, 0, 0, 0);
+	tx_submit(&a, &t);
+	run_until_done();
+	tx_check(&t, 0, NULL);
+
+	node_stop(&a);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
+}
+END_TEST
+
+/* A peer that accepts and then says nothing: first no HELLO, then no answers. */
+START_TEST(tcp_silent_peer_times_out)
+{
+	struct node a;
+	struct tx t[2];
+	uint8_t buf[512];
+
+	node_start(&a, "a", NULL, 0);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	struct sockaddr_in sin = {.sin_family = AF_INET};
+	socklen_t sin_len = sizeof(sin);
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	ck_assert_int_eq(listen(lfd, 8), 0);
+	getsockname(lfd, (struct sockaddr *)&sin, &sin_len);
+
+	tx_prep(&t[0], XFER_WRITE, NULL, NULL, NULL, 0, 0, 0);
+	t[0].x.peer.port = ntohs(sin.sin_port);
+	tx_submit(&a, &t[0]);
+	run_until_done();
+	ck_assert_ptr_nonnull(strstr(t[0].msg, "failed after 3 attempts: handshake timed out"));
+	tx_check(&t[0], RDMAX_E_UNREACHABLE, NULL);
+	int fd;
+	while ((fd = accept(lfd, NULL, NULL)) >= 0) {
+		close(fd);
+	}
+
+	/* Now answer the HELLO, then stay silent with a request in flight. */
+	tx_prep(&t[0], XFER_WRITE, NULL, NULL, NULL, 0, 0, 0);
+	t[0].x.peer.port = ntohs(sin.sin_port);
+	tx_prep(&t[1], XFER_READ, NULL, NULL, NULL, 0, 0, 0);
+	t[1].x.peer.port = ntohs(sin.sin_port);
+	tx_submit(&a, &t[0]);
+	tx_submit(&a, &t[1]);
+	while ((fd = accept(lfd, NULL, NULL)) < 0) {
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+	}
+	size_t len = raw_hello(buf);
+	ck_assert_int_eq(send(fd, buf, len, 0), (ssize_t)len);
+	run_until_done();
+	char want[128];
+	snprintf(want, sizeof(want), "peer 127.0.0.1:%u stopped answering", ntohs(sin.sin_port));
+	tx_check(&t[0], RDMAX_E_TIMEOUT, want);
+	tx_check(&t[1], RDMAX_E_TIMEOUT, want);
+	close(fd);
+	close(lfd);
+
+	node_stop(&a);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+}
+END_TEST
+
+/* A peer that goes away fails what was in flight once; the next xfer reconnects. */
+START_TEST(tcp_peer_restart)
+{
+	struct node a, b;
+	struct tx t[2];
+	const uint64_t len = 32 << 20;
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	struct region *local = node_region(&a, len, RDMAX_ACCESS_LOCAL);
+	struct region *remote = node_region(&b, len, RDMAX_ACCESS_REMOTE_WRITE);
+	uint16_t port = node_port(&b);
+
+	tx_prep(&t[0], XFER_WRITE, &b, remote, local, 0, 0, len);
+	tx_prep(&t[1], XFER_WRITE, &b, remote, local, 0, 0, len);
+	tx_submit(&a, &t[0]);
+	tx_submit(&a, &t[1]);
+	for (int i = 0; i < 4; i++) {
+		uv_run(&g_loop, UV_RUN_ONCE);
+	}
+	node_stop(&b);
+	run_until_done();
+	ck_assert_int_eq(t[0].calls, 1);
+	ck_assert_int_eq(t[1].calls, 1);
+	ck_assert_int_eq(t[1].err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_ptr_nonnull(strstr(t[1].msg, "connection to 127.0.0.1:"));
+	uv_run(&g_loop, UV_RUN_NOWAIT);
+	node_free(&b);
+
+	node_start(&b, "b2", NULL, port);
+	remote = node_region(&b, len, RDMAX_ACCESS_REMOTE_WRITE);
+	tx_prep(&t[0], XFER_WRITE, &b, remote, local, 0, 0, 4096);
+	tx_submit(&a, &t[0]);
+	run_until_done();
+	tx_check(&t[0], 0, NULL);
+
+	node_stop(&a);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
+}
+END_TEST
+
+Suite *wire_suite(void);
+
+Suite *wire_suite(void)
+{
+	Suite *s = suite_create("wire");
+	TCase *tc = tcase_create("frames");
+
+	tcase_set_timeout(tc, 5);
+	tcase_add_test(tc, header_round_trip);
+	tcase_add_test(tc, header_layout_little_endian);
+	tcase_add_test(tc, header_truncated);
+	tcase_add_test(tc, header_garbage);
+	tcase_add_test(tc, header_unknown_types);
+	tcase_add_test(tc, header_type_rules);
+	tcase_add_test(tc, hello_round_trip);
+	tcase_add_test(tc, hello_garbage);
+	tcase_add_test(tc, text_copy_bounds);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("tcp");
+	tcase_set_timeout(tc, 15);
+	tcase_add_checked_fixture(tc, tcp_setup, tcp_teardown);
+	tcase_add_test(tc, tcp_write_read_imm_in_order);
+	tcase_add_test(tc, tcp_refusals);
+	tcase_add_test(tc, tcp_unreachable_and_limits);
+	tcase_add_test(tc, tcp_authentication);
+	tcase_add_test(tc, tcp_garbage_closes_connection);
+	tcase_add_test(tc, tcp_silent_peer_times_out);
+	tcase_add_test(tc, tcp_peer_restart);
+	suite_add_tcase(s, tc);
+	return s;
+}
