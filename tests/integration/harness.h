@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Integration-test harness: real rdmaxd processes with their own temporary
+ * directories, real librdmax clients, and the helpers the cases share
+ * (random data, completion bookkeeping, bounded waits).
+ *
+ * Every function that can fail asserts (check's ck_assert) instead of
+ * returning an error, so a case reads as the scenario it tests. Child
+ * processes forked by a case must not assert and must leave with _exit().
+ */
+#ifndef RDMAX_ITEST_HARNESS_H
+#define RDMAX_ITEST_HARNESS_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "rdmax.h"
+
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+
+/* Longest wait for anything that should happen "at once" (a reply, a local job). */
+#define ITEST_WAIT_MS 10000
+/* How long a case watches for an event that must not come. */
+#define ITEST_QUIET_MS 300
+
+/* ------------------------------------------------------------- environment */
+
+/* RDMAX_TEST_ADDR_A / RDMAX_TEST_ADDR_B (default 127.0.0.1). */
+const char *itest_addr_a(void);
+const char *itest_addr_b(void);
+/* RDMAX_TEST_TRANSPORT (default tcp), passed to every daemon as --transport. */
+const char *itest_transport(void);
+/* RDMAX_TEST_SCALE (default 1). */
+double itest_scale(void);
+/* n scaled by RDMAX_TEST_SCALE, never below min. */
+uint64_t itest_scaled(uint64_t n, uint64_t min);
+/* Monotonic milliseconds. */
+uint64_t itest_now_ms(void);
+/* Sleep for ms milliseconds. */
+void itest_sleep_ms(unsigned ms);
+
+/* ----------------------------------------------------------------- daemons */
+
+#define ITEST_MAX_SETS 16
+
+struct itest_daemon {
+	char name[32]; /* --node-name */
+	char dir[128]; /* own temporary directory */
+	char socket_path[160];
+	char log_path[160];
+	char conf_path[160];
+	char key_path[160]; /* "" unless a key was set */
+	char addr[64];      /* --listen */
+	uint16_t port;      /* --port; 0 = ephemeral */
+	char *sets[ITEST_MAX_SETS];
+	size_t n_sets;
+	pid_t pid;    /* 0 when not running */
+	bool stopped; /* SIGSTOPped by the case */
+};
+
+/*
+ * A daemon (not started) with its own directory under the run directory.
+ * \param name node name, also part of the directory name
+ * \param addr listen address
+ */
+struct itest_daemon *itest_daemon_new(const char *name, const char *addr);
+/* Add a "--set section.key=value" option (printf format). */
+void itest_daemon_set(struct itest_daemon *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Use this shared key for daemon-to-daemon authentication (file mode 0600). */
+void itest_daemon_auth_key(struct itest_daemon *d, const char *key);
+/* Listen on a fixed port (for restarts at the same address); 0 = ephemeral. */
+void itest_daemon_port(struct itest_daemon *d, uint16_t port);
+/* Start and wait until the socket accepts a client. */
+void itest_daemon_start(struct itest_daemon *d);
+/* SIGTERM; asserts exit status 0 and that the socket file is gone. */
+void itest_daemon_stop(struct itest_daemon *d);
+/* SIGKILL and reap. */
+void itest_daemon_kill(struct itest_daemon *d);
+/* SIGSTOP / SIGCONT. */
+void itest_daemon_pause(struct itest_daemon *d);
+void itest_daemon_resume(struct itest_daemon *d);
+/* Kill when still running, remove its directory, free it. Accepts NULL. */
+void itest_daemon_free(struct itest_daemon *d);
+/* "; daemon 'a' died from signal 11 (...)" for each daemon of this test that died, or "". */
+const char *itest_daemon_deaths(void);
+/* Print the last lines of the daemon's log to stderr. */
+void itest_daemon_print_log(const struct itest_daemon *d, int lines);
+/* Open file descriptors of the running daemon (from /proc). */
+int itest_daemon_fd_count(const struct itest_daemon *d);
+/* Whether the daemon's address space maps a file whose name contains needle. */
+bool itest_daemon_maps(const struct itest_daemon *d, const char *needle);
+/* A TCP port on addr that nobody listens on right now. */
+uint16_t itest_free_port(const char *addr);
+
+/*
+ * Whether a SIGSTOPped peer stalls transfers to it. True for TCP, where the
+ * peer's process moves every byte; false for verbs, where the peer's NIC
+ * completes one-sided WRITE and READ without its process.
+ */
+bool itest_stopped_peer_stalls(void);
+/* First statement of a test that needs a stalled peer: skips it, with the reason printed. */
+#define ITEST_REQUIRE_STALLING_PEER()                                                              \
+	do {                                                                                       \
+		if (!itest_stopped_peer_stalls()) {                                                \
+			fprintf(stderr,                                                            \
+				"itest: SKIP %s: a stopped peer does not stall transport '%s'\n",  \
+				__func__, itest_transport());                                      \
+			return;                                                                    \
+		}                                                                                  \
+	} while (0)
+
+/* ----------------------------------------------------------------- clients */
+
+/* Connect to the daemon, retrying until ITEST_WAIT_MS passed. */
+struct rdmax_client *itest_client(const struct itest_daemon *d, const char *name);
+/* rdmax_alloc_host() that must succeed. */
+struct rdmax_region *itest_alloc(struct rdmax_client *c, uint64_t length, uint32_t access);
+/* rdmax_region_desc() that must succeed. */
+struct rdmax_desc itest_desc(const struct rdmax_region *region);
+/* The region's mapping as bytes (asserts it is mapped). */
+uint8_t *itest_bytes(const struct rdmax_region *region);
+
+/* A WRITE or READ job. */
+struct rdmax_job itest_job(uint64_t id, enum rdmax_op op, struct rdmax_region *local,
+			   uint64_t local_offset, const struct rdmax_desc *remote,
+			   uint64_t remote_offset, uint64_t length);
+
+/*
+ * Submit one job and wait for its completion; the completion event is
+ * returned. Any other event that arrives meanwhile fails the test.
+ */
+struct rdmax_event itest_run_job(struct rdmax_client *c, const struct rdmax_job *job,
+				 int timeout_ms);
+
+/*
+ * Submit one job that must fail with `err`, either refused by rdmax_submit()
+ * itself or with exactly one completion carrying `err` and a message.
+ * \return true when the daemon completed it, false when the library refused it
+ */
+#define itest_expect_job_error(c, job, err, timeout_ms)                                            \
+	itest_expect_job_error_at(__FILE__, __LINE__, c, job, err, timeout_ms)
+bool itest_expect_job_error_at(const char *file, int line, struct rdmax_client *c,
+			       const struct rdmax_job *job, int err, int timeout_ms);
+
+/*
+ * Collect `count` completion events into out (any order) within timeout_ms;
+ * IMM_REACHED events are counted into *imm_events when it is not NULL, other
+ * events fail the test. Returns how many completions were collected.
+ */
+size_t itest_collect(struct rdmax_client *c, struct rdmax_event *out, size_t count, int timeout_ms,
+		     size_t *imm_events);
+
+/* Assert that no event arrives within ms. */
+void itest_assert_quiet(struct rdmax_client *c, int ms);
+
+/* ------------------------------------------------------------------- data */
+
+/* Deterministic pseudo-random bytes from a seed (xorshift64*). */
+void itest_fill(void *buf, size_t len, uint64_t seed);
+/* Seed for this test run (RDMAX_TEST_SEED or the clock); printed once. */
+uint64_t itest_seed(void);
+/*
+ * Compare two buffers; on a mismatch, fail naming the first differing offset.
+ */
+#define itest_assert_mem_eq(a, b, len, what)                                                       \
+	itest_mem_eq_at(__FILE__, __LINE__, (const uint8_t *)(a), (const uint8_t *)(b), (len),     \
+			(what))
+void itest_mem_eq_at(const char *file, int line, const uint8_t *a, const uint8_t *b, size_t len,
+		     const char *what);
+
+/* Name of an error code such as "RDMAX_E_NOT_FOUND" (or "0"). */
+const char *itest_err_name(int err);
+#define itest_assert_err(got, want)                                                                \
+	ck_assert_msg((got) == (want), "%s: got %d (%s), expected %d (%s)", #got, (int)(got),      \
+		      itest_err_name((int)(got)), (int)(want), itest_err_name((int)(want)))
+
+/* ------------------------------------------------------------------ runner */
+
+/* Run directory (created by the runner) under which every daemon gets its own. */
+void itest_run_dir_init(void);
+void itest_run_dir_fini(void);
+/* Unchecked teardown: report and remove what failed tests left behind. */
+void itest_report_leftovers(void);
+
+/* First call in a forked child: die with the parent (whose pid the caller took before fork). */
+void itest_child_setup(pid_t parent);
+
+/* Test cases, one TCase each (see README.md). */
+TCase *itest_tcase_transfer(void);
+TCase *itest_tcase_concurrency(void);
+TCase *itest_tcase_imm(void);
+TCase *itest_tcase_errors(void);
+TCase *itest_tcase_raw(void);
+TCase *itest_tcase_client_kill(void);
+TCase *itest_tcase_peer_kill(void);
+TCase *itest_tcase_shutdown(void);
+TCase *itest_tcase_same_node(void);
+TCase *itest_tcase_dereg_wait(void);
+TCase *itest_tcase_jobs(void);
+
+#endif

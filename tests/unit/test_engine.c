@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of region (mapping, seals, references) and of the engine's job
+ * validation, chunking and exactly-once completion, driven through a fake
+ * transport that records xfers and completes them when the test says so.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "rdmax.h"
+#include "rdmax.pb-c.h"
+#include "rdmaxd.h"
+#include "transport.h"
+
+Suite *region_suite(void);
+Suite *validate_suite(void);
+
+static int sealed_memfd(size_t len, unsigned seals)
+{
+	int fd = memfd_create("unit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+	if (seals) {
+		ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
+	}
+	return fd;
+}
+
+/* ---------------------------------------------------------------- region */
+
+static int hook_added, hook_removed;
+
+static int count_added(void *ctx, struct region *region)
+{
+	hook_added++;
+	return 0;
+}
+
+static void count_removed(void *ctx, struct region *region)
+{
+	hook_removed++;
+}
+
+static int released_calls;
+static void on_released(struct region *region, void *arg)
+{
+	released_calls++;
+}
+
+START_TEST(region_register_checks_fd)
+{
+	struct region_table t;
+	struct region *r;
+	int owner;
+	ck_assert_int_eq(region_table_init(&t, 99), 0);
+
+	int unsealed = sealed_memfd(8192, 0);
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, unsealed, 0, 4096, 0, &r),
+			 RDMAX_E_PERMISSION_DENIED);
+	int fd = sealed_memfd(8192, F_SEAL_SHRINK);
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, fd, 4096, 8192, 0, &r),
+			 RDMAX_E_OUT_OF_RANGE);
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, fd, 0, 0, 0, &r),
+			 RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, fd, 0, 10, 0x100, &r),
+			 RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, fd, UINT64_MAX - 2, 10, 0, &r),
+			 RDMAX_E_OUT_OF_RANGE);
+	int pipefd[2];
+	ck_assert_int_eq(pipe(pipefd), 0);
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, pipefd[0], 0, 10, 0, &r),
+			 RDMAX_E_INVALID_ARGUMENT);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	ck_assert_uint_eq(t.count, 0);
+
+	/* Interior, unaligned offset: the daemon's view starts exactly there. */
+	uint8_t *mine = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(mine, MAP_FAILED);
+	mine[4096 + 100] = 0x5a;
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, fd, 4096 + 100, 50,
+						 RDMAX_ACCESS_REMOTE_READ, &r),
+			 0);
+	ck_assert_uint_eq(r->addr[0], 0x5a);
+	r->addr[1] = 0xa5;
+	ck_assert_uint_eq(mine[4096 + 101], 0xa5);
+	ck_assert_uint_eq(t.count, 1);
+	ck_assert_uint_eq(t.total_bytes, 50);
+	munmap(mine, 8192);
+	close(unsealed);
+	close(fd);
+	region_table_fini(&t);
+}
+END_TEST
+
+START_TEST(region_remote_access_and_refs)
+{
+	struct region_table t;
+	struct region *r, *got;
+	int owner, other;
+	struct region_hooks hooks = {.added = count_added, .removed = count_removed};
+	hook_added = hook_removed = released_calls = 0;
+	ck_assert_int_eq(region_table_init(&t, 7), 0);
+	ck_assert_int_eq(region_table_add_hooks(&t, &hooks), 0);
+	int fd = sealed_memfd(4096, F_SEAL_SHRINK);
+	ck_assert_int_eq(region_register_host_fd(&t, &owner, fd, 0, 4096, RDMAX_ACCESS_REMOTE_WRITE,
+						 &r),
+			 0);
+	close(fd); /* the mapping keeps the memory */
+	ck_assert_int_eq(hook_added, 1);
+	ck_assert_ptr_eq(region_find_owned(&t, &owner, r->id), r);
+	ck_assert_ptr_null(region_find_owned(&t, &other, r->id));
+
+	ck_assert_int_eq(region_get_remote(&t, 8, r->id, r->key, 0, 1, RDMAX_ACCESS_REMOTE_WRITE,
+					   &got),
+			 RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key + 1, 0, 1,
+					   RDMAX_ACCESS_REMOTE_WRITE, &got),
+			 RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key, 0, 1, RDMAX_ACCESS_REMOTE_READ,
+					   &got),
+			 RDMAX_E_PERMISSION_DENIED);
+	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key, 4000, 97,
+					   RDMAX_ACCESS_REMOTE_WRITE, &got),
+			 RDMAX_E_OUT_OF_RANGE);
+	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key, 4000, 96,
+					   RDMAX_ACCESS_REMOTE_WRITE, &got),
+			 0);
+	ck_assert_uint_eq(r->refs, 2);
+	got->addr[4095] = 1; /* mapped */
+
+	/* Deregistration waits for the holder. */
+	region_deregister(&t, r, on_released, NULL);
+	ck_assert_int_eq(released_calls, 0);
+	ck_assert_ptr_null(region_find_owned(&t, &owner, r->id));
+	ck_assert_int_eq(region_get_remote(&t, 7, got->id, got->key, 0, 1,
+					   RDMAX_ACCESS_REMOTE_WRITE, &r),
+			 RDMAX_E_NOT_FOUND);
+	region_put(&t, got);
+	ck_assert_int_eq(released_calls, 1);
+	ck_assert_int_eq(hook_removed, 1);
+	ck_assert_uint_eq(t.count, 0);
+	ck_assert_uint_eq(t.total_bytes, 0);
+	region_table_fini(&t);
+}
+END_TEST
+
+Suite *region_suite(void)
+{
+	Suite *s = suite_create("region");
+	TCase *tc = tcase_create("region");
+	tcase_set_timeout(tc, 5);
+	tcase_add_test(tc, region_register_checks_fd);
+	tcase_add_test(tc, region_remote_access_and_refs);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* ------------------------------------------------------- engine / validate */
+
+#define MAX_XFERS 64
+
+struct fake_transport {
+	struct transport base;
+	struct xfer *xfers[MAX_XFERS];
+	int n;
+	int fail_submit; /* submit returns this when non-zero */
+};
+
+struct done_rec {
+	uint64_t job_id;
+	int err;
+	char message[RDMAX_MESSAGE_MAX];
+	uint64_t bytes;
+};
+
+static struct done_rec g_done[64];
+static int g_n_done;
+
+static void on_complete(void *owner, uint64_t job_id, int err, const char *message,
+			uint64_t bytes)
+{
+	ck_assert_int_lt(g_n_done, 64);
+	g_done[g_n_done].job_id = job_id;
+	g_done[g_n_done].err = err;
+	snprintf(g_done[g_n_done].message, sizeof(g_done[0].message), "%s",
+		 message ? message : "");
+	g_done[g_n_done].bytes = bytes;
+	g_n_done++;
+}
+
+static int fake_submit(struct transport *transport, struct xfer *xfer)
+{
+	struct fake_transport *ft = (struct fake_transport *)transport;
+	if (ft->fail_submit) {
+		return ft->fail_submit;
+	}
+	ck_assert_int_lt(ft->n, MAX_XFERS);
+	ft->xfers[ft->n++] = xfer;
+	return 0;
+}
+
+static int fake_endpoints(struct transport *transport, const struct region *region,
+			  struct endpoint *ret, uint32_t max)
+{
+	return 0;
+}
+
+static void fake_noop(struct transport *transport)
+{
+}
+
+static const struct transport_ops fake_ops = {
+	.name = "fake",
+	.submit = fake_submit,
+	.endpoints = fake_endpoints,
+	.shutdown = fake_noop,
+	.destroy = fake_noop,
+};
+
+struct fixture {
+	struct rdmaxd d;
+	struct fake_transport ft;
+	struct engine *engine;
+	struct job_owner owner;
+	struct region *local;
+	struct region *target; /* same-daemon target */
+	int fd;
+	uint8_t desc[DESC_MAX_BYTES];
+	size_t desc_len;
+};
+
+static struct fixture F;
+
+static void fixture_setup(void)
+{
+	memset(&F, 0, sizeof(F));
+	g_n_done = 0;
+	config_defaults(&F.d.cfg);
+	F.d.cfg.chunk_bytes = 4096;
+	F.d.cfg.max_outstanding_jobs = 8;
+	F.d.loop = uv_default_loop();
+	F.d.instance_id = 1;
+	ck_assert_int_eq(region_table_init(&F.d.regions, 1), 0);
+	ck_assert_int_eq(imm_table_init(&F.d.imm, 16, NULL, NULL), 0);
+	F.ft.base.ops = &fake_ops;
+	F.ft.base.kind = ENDPOINT_TCP;
+	F.ft.base.ordered = true;
+	F.d.transports[ENDPOINT_TCP] = &F.ft.base;
+	ck_assert_int_eq(engine_create(&F.d, on_complete, &F.engine), 0);
+	ck_assert_int_eq(job_owner_init(&F.owner), 0);
+	F.fd = sealed_memfd(65536, F_SEAL_SHRINK);
+	ck_assert_int_eq(region_register_host_fd(&F.d.regions, &F.owner, F.fd, 0, 65536,
+						 RDMAX_ACCESS_REMOTE_WRITE, &F.local),
+			 0);
+	/* A remote descriptor (other instance) for 32 KiB. */
+	struct remote_desc rd;
+	memset(&rd, 0, sizeof(rd));
+	rd.instance_id = 2;
+	rd.region_id = 5;
+	rd.region_key = 77;
+	rd.length = 32768;
+	rd.access = RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ;
+	rd.n_endpoints = 1;
+	rd.endpoints[0].transport = ENDPOINT_TCP;
+	strcpy(rd.endpoints[0].addr, "127.0.0.1");
+	rd.endpoints[0].port = 9;
+	int len = desc_encode(&rd, F.desc, sizeof(F.desc));
+	ck_assert_int_gt(len, 0);
+	F.desc_len = (size_t)len;
+}
+
+static void fixture_teardown(void)
+{
+	close(F.fd);
+	if (!F.owner.gone) {
+		job_owner_leave(F.engine, &F.owner);
+	}
+	engine_destroy(F.engine);
+	imm_table_fini(&F.d.imm);
+	region_table_fini(&F.d.regions);
+	uv_run(uv_default_loop(), UV_RUN_NOWAIT);
+}
+
+static void submit_write(uint64_t id, uint64_t local_off, uint64_t len, uint64_t remote_off,
+			 int imm)
+{
+	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+	Rdmax__V1__WriteJob w = RDMAX__V1__WRITE_JOB__INIT;
+	job.job_id = id;
+	job.kind_case = RDMAX__V1__JOB__KIND_WRITE;
+	job.write = &w;
+	w.local_region = F.local->id;
+	w.local_offset = local_off;
+	w.length = len;
+	w.remote_desc.data = F.desc;
+	w.remote_desc.len = F.desc_len;
+	w.remote_offset = remote_off;
+	if (imm >= 0) {
+		w.has_imm = 1;
+		w.imm = (uint32_t)imm;
+	}
+	engine_submit(F.engine, &F.owner, &job);
+}
+
+static void finish(int i, int err)
+{
+	struct xfer *x = F.ft.xfers[i];
+	x->done(x, err, err ? "fake failure" : NULL);
+}
+
+START_TEST(engine_chunks_and_completes_once)
+{
+	submit_write(1, 0, 4096 * 3 + 100, 0, 9);
+	ck_assert_int_eq(F.ft.n, 4);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_uint_eq(F.ft.xfers[i]->remote_offset, 4096u * i);
+		ck_assert_uint_eq(F.ft.xfers[i]->remote_region, 5);
+		ck_assert_uint_eq(F.ft.xfers[i]->remote_key, 77);
+		/* Ordered transport: imm rides on the last chunk only. */
+		ck_assert_int_eq(F.ft.xfers[i]->has_imm, i == 3);
+	}
+	ck_assert_uint_eq(F.ft.xfers[3]->length, 100);
+	ck_assert_uint_eq(F.owner.outstanding, 1);
+	finish(0, 0);
+	finish(1, 0);
+	finish(2, 0);
+	ck_assert_int_eq(g_n_done, 0);
+	finish(3, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+	ck_assert_uint_eq(g_done[0].bytes, 4096 * 3 + 100);
+	ck_assert_uint_eq(F.owner.outstanding, 0);
+	ck_assert_uint_eq(engine_outstanding(F.engine), 0);
+}
+END_TEST
+
+START_TEST(engine_unordered_holds_imm_chunk)
+{
+	F.ft.base.ordered = false;
+	submit_write(1, 0, 4096 * 2 + 1, 0, 3);
+	ck_assert_int_eq(F.ft.n, 2); /* last chunk held */
+	ck_assert(!F.ft.xfers[0]->has_imm && !F.ft.xfers[1]->has_imm);
+	finish(1, 0);
+	ck_assert_int_eq(F.ft.n, 2);
+	finish(0, 0);
+	ck_assert_int_eq(F.ft.n, 3);
+	ck_assert(F.ft.xfers[2]->has_imm);
+	ck_assert_uint_eq(F.ft.xfers[2]->length, 1);
+	finish(2, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+}
+END_TEST
+
+START_TEST(engine_error_completes_early_once)
+{
+	submit_write(4, 0, 4096 * 3, 0, -1);
+	ck_assert_int_eq(F.ft.n, 3);
+	finish(1, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_str_eq(g_done[0].message, "fake failure");
+	finish(0, 0);
+	finish(2, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(g_n_done, 1);
+	/* The local region was held until the last xfer returned. */
+	ck_assert_uint_eq(F.local->refs, 1);
+}
+END_TEST
+
+START_TEST(engine_validation_errors)
+{
+	/* Local range. */
+	submit_write(1, 65000, 1000, 0, -1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_OUT_OF_RANGE);
+	/* Remote range. */
+	submit_write(2, 0, 100, 32700, -1);
+	ck_assert_int_eq(g_done[1].err, RDMAX_E_OUT_OF_RANGE);
+	/* Malformed descriptor. */
+	F.desc[0] ^= 0xff;
+	F.desc_len = 3;
+	submit_write(3, 0, 100, 0, -1);
+	ck_assert_int_eq(g_done[2].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(F.ft.n, 0);
+
+	/* Unknown region, job without kind, a barrier without peers. */
+	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+	Rdmax__V1__ReadJob r = RDMAX__V1__READ_JOB__INIT;
+	job.job_id = 4;
+	job.kind_case = RDMAX__V1__JOB__KIND_READ;
+	job.read = &r;
+	r.local_region = 12345;
+	engine_submit(F.engine, &F.owner, &job);
+	ck_assert_int_eq(g_done[3].err, RDMAX_E_NOT_FOUND);
+	job.job_id = 5;
+	job.kind_case = RDMAX__V1__JOB__KIND__NOT_SET;
+	engine_submit(F.engine, &F.owner, &job);
+	ck_assert_int_eq(g_done[4].err, RDMAX_E_INVALID_ARGUMENT);
+	Rdmax__V1__BarrierJob b = RDMAX__V1__BARRIER_JOB__INIT;
+	job.job_id = 6;
+	job.kind_case = RDMAX__V1__JOB__KIND_BARRIER;
+	job.barrier = &b;
+	engine_submit(F.engine, &F.owner, &job);
+	ck_assert_int_eq(g_done[5].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(g_done[5].message, "barrier"));
+	job.job_id = UINT64_MAX;
+	engine_submit(F.engine, &F.owner, &job);
+	ck_assert_int_eq(g_done[6].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(g_n_done, 7);
+	ck_assert_uint_eq(F.owner.outstanding, 0);
+	ck_assert_uint_eq(F.local->refs, 1);
+}
+END_TEST
+
+START_TEST(engine_duplicate_and_limits)
+{
+	submit_write(1, 0, 10, 0, -1);
+	submit_write(1, 0, 10, 0, -1);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_uint_eq(F.owner.outstanding, 1);
+	for (uint64_t id = 2; id <= 9; id++) {
+		submit_write(id, 0, 10, 0, -1);
+	}
+	/* 8 allowed outstanding: ids 1..8 run, 9 refused. */
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_uint_eq(g_done[1].job_id, 9);
+	ck_assert_int_eq(g_done[1].err, RDMAX_E_RESOURCE_EXHAUSTED);
+	/* No usable transport. */
+	F.d.transports[ENDPOINT_TCP] = NULL;
+	finish(0, 0);
+	submit_write(10, 0, 10, 0, -1);
+	ck_assert_int_eq(g_done[g_n_done - 1].err, RDMAX_E_UNREACHABLE);
+	F.d.transports[ENDPOINT_TCP] = &F.ft.base;
+	/* Submit failure. */
+	F.ft.fail_submit = RDMAX_E_RESOURCE_EXHAUSTED;
+	submit_write(11, 0, 10, 0, -1);
+	ck_assert_int_eq(g_done[g_n_done - 1].err, RDMAX_E_RESOURCE_EXHAUSTED);
+}
+END_TEST
+
+START_TEST(engine_cancel_progress_leave)
+{
+	uint64_t done, total;
+	submit_write(1, 0, 4096 * 2, 0, -1);
+	ck_assert_int_eq(engine_job_progress(F.engine, &F.owner, 1, &done, &total), 0);
+	ck_assert_uint_eq(total, 8192);
+	F.ft.xfers[0]->bytes_done = 1000;
+	ck_assert_int_eq(engine_job_progress(F.engine, &F.owner, 1, &done, &total), 0);
+	ck_assert_uint_eq(done, 1000);
+	ck_assert_int_eq(engine_cancel(F.engine, &F.owner, 1), 0);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_CANCELLED);
+	ck_assert_int_eq(engine_cancel(F.engine, &F.owner, 1), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(engine_job_progress(F.engine, &F.owner, 1, &done, &total),
+			 RDMAX_E_NOT_FOUND);
+	finish(0, 0);
+	finish(1, 0);
+	ck_assert_int_eq(g_n_done, 1);
+
+	submit_write(2, 0, 10, 0, -1);
+	job_owner_leave(F.engine, &F.owner);
+	finish(2, 0);
+	ck_assert_int_eq(g_n_done, 1); /* nobody to tell */
+	ck_assert_uint_eq(engine_outstanding(F.engine), 0);
+	ck_assert_uint_eq(F.local->refs, 1);
+}
+END_TEST
+
+START_TEST(engine_local_copy)
+{
+	/* Descriptor of our own instance: local copy, no transport. */
+	int fd2 = sealed_memfd(4096, F_SEAL_SHRINK);
+	struct region *target;
+	int other_owner;
+	ck_assert_int_eq(region_register_host_fd(&F.d.regions, &other_owner, fd2, 0, 4096,
+						 RDMAX_ACCESS_REMOTE_WRITE, &target),
+			 0);
+	close(fd2);
+	struct endpoint ep = {.transport = ENDPOINT_TCP, .addr = "127.0.0.1", .port = 9};
+	int len = region_desc_encode(&F.d.regions, target, "n", &ep, 1, F.desc, sizeof(F.desc));
+	ck_assert_int_gt(len, 0);
+	F.desc_len = (size_t)len;
+	memset(F.local->addr, 0x3c, 100);
+	submit_write(1, 0, 100, 10, -1);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+	ck_assert_int_eq(F.ft.n, 0);
+	ck_assert_uint_eq(target->addr[10], 0x3c);
+	ck_assert_uint_eq(target->addr[109], 0x3c);
+	ck_assert_uint_eq(target->addr[110], 0);
+}
+END_TEST
+
+START_TEST(engine_shutdown_cancels_once)
+{
+	submit_write(7, 0, 100, 0, -1);
+	submit_write(8, 0, 100, 0, -1);
+	engine_cancel_all(F.engine);
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_CANCELLED);
+	ck_assert_int_eq(g_done[1].err, RDMAX_E_CANCELLED);
+	finish(0, RDMAX_E_CANCELLED);
+	finish(1, RDMAX_E_CANCELLED);
+	ck_assert_int_eq(g_n_done, 2);
+}
+END_TEST
+
+static void run_loop_once_ms(uint64_t ms)
+{
+	uint64_t end = now_ms() + ms;
+	while (now_ms() < end) {
+		uv_run(uv_default_loop(), UV_RUN_NOWAIT);
+	}
+}
+
+START_TEST(engine_deadline)
+{
+	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+	Rdmax__V1__WriteJob w = RDMAX__V1__WRITE_JOB__INIT;
+	job.job_id = 3;
+	job.has_deadline_ms = 1;
+	job.deadline_ms = 20;
+	job.kind_case = RDMAX__V1__JOB__KIND_WRITE;
+	job.write = &w;
+	w.local_region = F.local->id;
+	w.length = 10;
+	w.remote_desc.data = F.desc;
+	w.remote_desc.len = F.desc_len;
+	engine_submit(F.engine, &F.owner, &job);
+	ck_assert_int_eq(g_n_done, 0);
+	run_loop_once_ms(100);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_TIMEOUT);
+	finish(0, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	run_loop_once_ms(10);
+}
+END_TEST
+
+Suite *validate_suite(void)
+{
+	Suite *s = suite_create("validate");
+	TCase *tc = tcase_create("engine");
+	tcase_set_timeout(tc, 10);
+	tcase_add_checked_fixture(tc, fixture_setup, fixture_teardown);
+	tcase_add_test(tc, engine_chunks_and_completes_once);
+	tcase_add_test(tc, engine_unordered_holds_imm_chunk);
+	tcase_add_test(tc, engine_error_completes_early_once);
+	tcase_add_test(tc, engine_validation_errors);
+	tcase_add_test(tc, engine_duplicate_and_limits);
+	tcase_add_test(tc, engine_cancel_progress_leave);
+	tcase_add_test(tc, engine_local_copy);
+	tcase_add_test(tc, engine_shutdown_cancels_once);
+	tcase_add_test(tc, engine_deadline);
+	suite_add_tcase(s, tc);
+	return s;
+}
