@@ -22,8 +22,6 @@
 
 #define ACCESS_RW (RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE)
 
-TCase *itest_tcase_verbs(void);
-
 static bool log_contains(const struct itest_daemon *d, const char *needle)
 {
 	char buf[65536];

@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connections of the verbs transport, as pure logic: the connection state
+ * machine, the send-queue planner (credits, selective signaling, inline,
+ * post lists) and the private-data formats of connection set-up. Nothing here
+ * calls rdma-core: every rdma_cm or verbs step goes through struct conn_ops,
+ * which the transport implements with real calls and the unit tests with
+ * fakes, so every transition can be driven by synthetic events.
+ *
+ * A connection to a peer daemon is a set of links, one RC QP each
+ * (cfg qps_per_peer); xfers are spread over the links round-robin and each
+ * xfer completes exactly once, through conn_table_deliver(), never from
+ * inside conn_submit().
+ */
+#ifndef RDMAXD_CONN_H
+#define RDMAXD_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "hmap.h"
+#include "rdmax.h"
+#include "transport.h"
+#include "util.h"
+
+#define CONN_MAX_LINKS 64
+#define CONN_NAME_MAX  64
+#define CONN_MSG_MAX   RDMAX_MESSAGE_MAX
+
+/* ================================================================ planner */
+
+/* What one send work request does. */
+enum wr_kind {
+	WR_WRITE,     /* RDMA WRITE of part of an xfer */
+	WR_WRITE_IMM, /* RDMA WRITE with immediate: the last WR of an xfer that carries imm */
+	WR_READ,      /* RDMA READ of part of an xfer */
+	WR_MARKER,   /* signaled empty WRITE after the QP went to error: its flush ends the drain */
+	WR_KIND_MAX, /* terminator */
+};
+
+/* One WR as planned; the transport turns it into an ibv_send_wr. */
+struct wr_desc {
+	struct xfer *xfer; /* NULL for the marker */
+	enum wr_kind kind;
+	uint64_t seq;    /* wr_id: position in the send queue's history */
+	uint64_t offset; /* bytes into the xfer (local and remote) */
+	uint64_t length;
+	bool signaled;
+	bool inline_data;
+};
+
+struct sq_slot {
+	struct xfer *xfer; /* NULL for the marker */
+	bool last;         /* the xfer's last WR: retiring it completes the xfer */
+	bool signaled;
+};
+
+/* How a retired xfer ended. */
+enum sq_outcome {
+	SQ_OK,           /* every WR of the xfer completed */
+	SQ_FAILED_CAUSE, /* a WR of this xfer completed with the error status */
+	SQ_FAILED_FLUSH, /* flushed (or unknown) because the queue pair failed */
+	SQ_OUTCOME_MAX,  /* terminator */
+};
+
+typedef void (*sq_retire_cb)(void *arg, struct xfer *xfer, enum sq_outcome outcome);
+
+/*
+ * Send-queue accounting of one QP. A slot is held from posting until a
+ * signaled WR at or after it completes (an unsignaled WR gives no completion
+ * of its own), so credits come back only with signaled completions. One slot
+ * is always kept for the drain marker.
+ */
+struct sq_plan {
+	uint32_t depth;           /* WRs the send queue holds (max_send_wr) */
+	uint32_t signal_interval; /* at most this many WRs per signaled one */
+	uint32_t max_inline;      /* writes of 1..max_inline bytes go inline */
+	uint64_t max_wr_bytes;    /* largest message of one WR */
+	uint64_t next_seq;        /* seq of the next WR */
+	uint64_t done_seq;        /* every WR below it is retired */
+	uint32_t since_signal;    /* WRs posted since the last signaled one */
+	bool failed;              /* a WR failed or the QP is draining */
+	uint64_t fail_seq;        /* WRs from here on fail unless a success confirms them */
+	uint64_t cause_seq;       /* the WR whose error started it, UINT64_MAX when a flush */
+	struct xfer *cause_xfer;  /* its xfer, once retired */
+	bool marker_posted;
+	uint64_t marker_seq;
+	struct sq_slot *ring; /* depth slots, indexed by seq % depth */
+};
+
+/*
+ * \param depth send queue size (>= 2: one slot is the marker's)
+ * \param max_wr_bytes largest WR message (> 0)
+ */
+int sq_plan_init(struct sq_plan *plan, uint32_t depth, uint32_t signal_interval,
+		 uint32_t max_inline, uint64_t max_wr_bytes);
+void sq_plan_fini(struct sq_plan *plan);
+/* WRs that may still be posted (the marker's slot excluded). */
+uint32_t sq_plan_credits(const struct sq_plan *plan);
+/* WRs posted and not yet retired. */
+uint32_t sq_plan_outstanding(const struct sq_plan *plan);
+/* WRs an xfer needs. */
+uint64_t sq_plan_wrs_for(const struct sq_plan *plan, const struct xfer *xfer);
+
+/*
+ * Plan whole xfers from the head of queue (linked by xfer->link) into at most
+ * max WRs; planned xfers leave the queue and *queued drops by their number.
+ * Every signal_interval-th WR is signaled, and so is the last one returned,
+ * so that every planned WR is eventually retired.
+ * \return the number of WRs written to out
+ */
+size_t sq_plan_build(struct sq_plan *plan, struct list_node *queue, uint32_t *queued, size_t max,
+		     struct wr_desc *out);
+
+/*
+ * The QP is being drained: whatever is outstanding fails unless a successful
+ * completion still confirms it (an unsignaled WR may have been flushed
+ * without a completion of its own).
+ */
+void sq_plan_begin_drain(struct sq_plan *plan);
+
+/* Plan the drain marker into *out (uses the reserved slot). */
+void sq_plan_marker(struct sq_plan *plan, struct wr_desc *out);
+
+/*
+ * A completion for WR seq arrived with status ok / failed: every WR before it
+ * completed successfully (RC completes in order) unless the queue already
+ * failed. Each xfer whose last slot is retired is reported once to cb.
+ * Completions for retired or unknown seqs are ignored.
+ * \return the number of WRs retired
+ */
+uint32_t sq_plan_complete(struct sq_plan *plan, uint64_t seq, bool ok, bool flush, sq_retire_cb cb,
+			  void *arg);
+
+/* Retire everything still outstanding as failed (drain finished or given up). */
+uint32_t sq_plan_fail_all(struct sq_plan *plan, sq_retire_cb cb, void *arg);
+
+/* ============================================================ connections */
+
+/* Life of a connection (a set of links to one peer daemon). */
+enum conn_state {
+	CONN_BACKOFF,     /* waiting for the next connection attempt (the first starts at once) */
+	CONN_CONNECTING,  /* links resolving and connecting; xfers wait in the pending queue */
+	CONN_ESTABLISHED, /* every link is up; xfers are posted */
+	CONN_DRAINING,    /* links disconnected; waiting for posted WRs to flush */
+	CONN_CLOSED,      /* links destroyed; released by the next conn_table_work() */
+	CONN_STATE_MAX,   /* terminator */
+};
+
+/* Life of one link (one rdma_cm id and its QP). */
+enum link_state {
+	LINK_IDLE,            /* no rdma_cm id */
+	LINK_RESOLVING_ADDR,  /* rdma_resolve_addr() in flight */
+	LINK_RESOLVING_ROUTE, /* rdma_resolve_route() in flight */
+	LINK_CONNECTING,      /* QP created, connect request sent */
+	LINK_UP,              /* connected: WRs may be posted */
+	LINK_DRAINING,        /* QP in error: waiting for the marker's completion */
+	LINK_DRAINED,         /* nothing of it in flight: to be destroyed */
+	LINK_STATE_MAX,       /* terminator */
+};
+
+/* What happened to a link (rdma_cm events and local failures). */
+enum conn_event {
+	CONN_EV_ADDR_RESOLVED,  /* RDMA_CM_EVENT_ADDR_RESOLVED */
+	CONN_EV_ROUTE_RESOLVED, /* RDMA_CM_EVENT_ROUTE_RESOLVED */
+	CONN_EV_ESTABLISHED,    /* RDMA_CM_EVENT_ESTABLISHED, with the accept's private data */
+	CONN_EV_REJECTED,       /* RDMA_CM_EVENT_REJECTED, with private data and status */
+	CONN_EV_ADDR_ERROR,     /* RDMA_CM_EVENT_ADDR_ERROR */
+	CONN_EV_ROUTE_ERROR,    /* RDMA_CM_EVENT_ROUTE_ERROR */
+	CONN_EV_UNREACHABLE,    /* RDMA_CM_EVENT_UNREACHABLE */
+	CONN_EV_CONNECT_ERROR,  /* RDMA_CM_EVENT_CONNECT_ERROR */
+	CONN_EV_DISCONNECTED,   /* RDMA_CM_EVENT_DISCONNECTED: the QP is in error already */
+	CONN_EV_DEVICE_REMOVAL, /* RDMA_CM_EVENT_DEVICE_REMOVAL: only destroy calls remain */
+	CONN_EV_ADDR_CHANGE,    /* RDMA_CM_EVENT_ADDR_CHANGE */
+	CONN_EV_TIMEWAIT_EXIT,  /* RDMA_CM_EVENT_TIMEWAIT_EXIT */
+	CONN_EV_QP_ERROR,       /* fatal async event on the link's QP */
+	CONN_EV_MAX,            /* terminator */
+};
+
+struct conn_event_data {
+	const uint8_t *private_data; /* copied before the event was acked */
+	size_t private_len;
+	int status; /* the event's status (REJECTED: a transport reason, not an errno) */
+};
+
+struct conn;
+struct conn_table;
+
+struct conn_link {
+	struct conn *conn;
+	uint32_t index;
+	enum link_state state;
+	struct sq_plan sq;
+	uint8_t request[56]; /* private data sent: the accept's proof covers it */
+	void *priv;          /* the transport's (rdma_cm id, device) */
+	char cause_msg[CONN_MSG_MAX];
+	int cause_err; /* error of the WR that failed first */
+};
+
+struct conn {
+	struct conn_table *table;
+	struct list_node link; /* in table->conns until released */
+	uint64_t hash;         /* key in table->by_peer, 0 when not indexed */
+	enum conn_state state;
+	struct endpoint peer;     /* transport, addr, port of the peer daemon */
+	char name[CONN_NAME_MAX]; /* "addr:port" for messages */
+	uint32_t n_links;
+	uint32_t links_up;
+	uint32_t rr;         /* next link for round-robin */
+	uint32_t attempts;   /* failed attempts since the last success */
+	uint32_t attempt_id; /* random per attempt; groups the links at the peer */
+	uint64_t peer_instance;
+	bool ever_up;
+	bool dirty;               /* pending xfers may be postable */
+	struct list_node pending; /* xfers not yet posted (xfer->link) */
+	uint32_t n_pending;
+	uint64_t bytes_sent;       /* written by completed xfers */
+	uint64_t bytes_received;   /* read by completed xfers */
+	uint64_t last_active_ms;   /* last post or completion */
+	uint64_t last_progress_ms; /* last completion, or first post into an idle conn */
+	int down_err;              /* error for flushed xfers once the conn fails */
+	char down_msg[CONN_MSG_MAX];
+	void *priv;               /* the transport's (timer) */
+	struct conn_probe *probe; /* asking the peer about this conn's failure */
+	struct conn_link *links;
+};
+
+/* Limits and tunables, from the configuration and the devices. */
+struct conn_policy {
+	uint32_t links;    /* QPs per peer */
+	uint32_t sq_depth; /* send queue size of each QP */
+	uint32_t signal_interval;
+	uint32_t inline_threshold; /* capped by each QP's max_inline_data by the transport */
+	uint32_t batch;            /* WRs per doorbell (post list) */
+	uint64_t max_wr_bytes;
+	uint32_t connect_timeout_ms; /* one attempt */
+	uint32_t connect_retries;    /* attempts after the first */
+	uint32_t retry_backoff_ms;   /* first backoff; doubles */
+	uint32_t drain_timeout_ms;   /* give up waiting for flushes after this */
+	uint32_t peer_timeout_ms;    /* no completion for this long with WRs out: fail */
+	uint32_t idle_timeout_s;     /* 0 = never */
+	uint32_t max_connections;    /* outgoing conns + incoming groups */
+};
+
+/* Steps the state machine asks for. Each returns 0 or a negative error and a reason. */
+struct conn_ops {
+	/* Create the id and start rdma_resolve_addr() (source address bound). */
+	int (*link_start)(void *ctx, struct conn_link *link, char *why, size_t why_size);
+	/* Start rdma_resolve_route(). */
+	int (*link_resolve_route)(void *ctx, struct conn_link *link, char *why, size_t why_size);
+	/*
+	 * Create the QP on the device's PD/CQ/SRQ, size link->sq, and rdma_connect()
+	 * with this private data.
+	 */
+	int (*link_connect)(void *ctx, struct conn_link *link, const uint8_t *pd, size_t pd_len,
+			    char *why, size_t why_size);
+	/* Move the QP to error and tell the peer (rdma_disconnect()). */
+	void (*link_disconnect)(void *ctx, struct conn_link *link);
+	/* Post planned WRs in order as one post list (at most policy.batch WRs). */
+	int (*link_post)(void *ctx, struct conn_link *link, const struct wr_desc *wrs, size_t n,
+			 char *why, size_t why_size);
+	/* Destroy QP and id; no event of the link follows. */
+	void (*link_destroy)(void *ctx, struct conn_link *link);
+	/* (Re)start the connection's timer; ms 0 fires on the next loop turn. */
+	void (*timer_start)(void *ctx, struct conn *conn, uint64_t ms);
+	void (*timer_stop)(void *ctx, struct conn *conn);
+	/* Ask for conn_table_work() soon (from the loop, never from here). */
+	void (*kick)(void *ctx);
+	/* The connection is gone; free it with conn_free() when its handles closed. */
+	void (*release)(void *ctx, struct conn *conn);
+	/*
+	 * Optional: send probe->request to probe->peer in a connect request without a
+	 * QP, then call conn_probe_answer() with the reject's private data.
+	 */
+	int (*probe_start)(void *ctx, struct conn_probe *probe, char *why, size_t why_size);
+	/* Destroy what probe_start() created; no answer follows. */
+	void (*probe_destroy)(void *ctx, struct conn_probe *probe);
+};
+
+/*
+ * Asking the owner why its NIC refused an access: a connect request without a
+ * QP, carrying the xfer's region, key, range and access, that the owner always
+ * rejects with its verdict (region_get_remote()) as private data.
+ */
+struct conn_probe {
+	struct conn_table *table;
+	struct list_node link; /* in table->probes */
+	struct xfer *xfer;     /* held until the verdict (or the fallback) */
+	struct endpoint peer;
+	char name[CONN_NAME_MAX];
+	int fallback_err; /* the NIC's verdict, used when the owner cannot say */
+	char fallback_msg[CONN_MSG_MAX];
+	uint8_t request[56]; /* the query's private data */
+	uint64_t deadline_ms;
+	void *priv;        /* the transport's (rdma_cm id) */
+	struct conn *conn; /* whose failure it explains; NULL once released */
+	/*
+	 * Xfers the same failure flushed: finished after the probed one, so that a
+	 * job's first error is the verdict and not the flush it caused.
+	 */
+	struct list_node followers;
+	int follower_err;
+	char follower_msg[CONN_MSG_MAX];
+};
+
+struct conn_result {
+	struct xfer *xfer;
+	int err;
+	char message[CONN_MSG_MAX];
+};
+
+struct conn_table {
+	struct conn_policy policy;
+	const struct conn_ops *ops;
+	void *ctx;
+	uint64_t instance;  /* this daemon start */
+	const uint8_t *key; /* shared key, NULL when authentication is off */
+	size_t key_len;
+	struct list_node conns;  /* outgoing connections not yet released */
+	struct list_node probes; /* struct conn_probe waiting for a verdict */
+	struct hmap by_peer;     /* peer hash -> conn (those that take new xfers) */
+	uint32_t n_conns;
+	uint32_t n_groups;        /* incoming connections (link groups) */
+	struct hmap groups;       /* group key -> count of live incoming links */
+	struct hmap replay;       /* MAC prefix -> expiry (ms) of seen connect requests */
+	uint64_t outstanding_wrs; /* posted and not retired, all links */
+	bool dirty;
+	bool shut;
+	struct conn_result *results; /* finished xfers not yet delivered */
+	size_t n_results;
+	size_t cap_results;
+	bool delivering;
+	struct wr_desc *wrbuf; /* policy.sq_depth entries */
+};
+
+int conn_table_init(struct conn_table *table, const struct conn_policy *policy,
+		    const struct conn_ops *ops, void *ctx, uint64_t instance, const uint8_t *key,
+		    size_t key_len);
+void conn_table_fini(struct conn_table *table);
+
+/*
+ * Queue an xfer for its peer (xfer->peer), connecting first when needed.
+ * Returns 0 (done follows later, exactly once) or RDMAX_E_CANCELLED (shut
+ * down), RDMAX_E_RESOURCE_EXHAUSTED (connection limit), -ENOMEM,
+ * RDMAX_E_INVALID_ARGUMENT (an xfer no send queue can hold).
+ */
+int conn_submit(struct conn_table *table, struct xfer *xfer, uint64_t now_ms);
+
+/* Finish an xfer that never reached a connection; done runs from conn_table_deliver(). */
+void conn_table_finish(struct conn_table *table, struct xfer *xfer, int err, const char *message);
+
+/* Wall-clock milliseconds, as carried in connect requests. */
+uint64_t conn_realtime_ms(void);
+
+/* Post what can be posted, deliver finished xfers, release closed connections. */
+void conn_table_work(struct conn_table *table, uint64_t now_ms);
+
+/* Run the done callbacks of finished xfers (re-entrant calls return at once). */
+void conn_table_deliver(struct conn_table *table);
+
+/* An rdma_cm event (or local failure) of a link. */
+void conn_link_event(struct conn_link *link, enum conn_event event,
+		     const struct conn_event_data *data, uint64_t now_ms);
+
+/*
+ * A send completion of the link: wr_id seq, wc_status 0 for success or an
+ * ibv_wc_status value.
+ */
+void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t vendor_err,
+		  uint64_t now_ms);
+
+/* The connection's timer fired. */
+void conn_timer_fired(struct conn *conn, uint64_t now_ms);
+
+/* Idle eviction and the no-progress watchdog; call about once a second. */
+void conn_table_tick(struct conn_table *table, uint64_t now_ms);
+
+/* Close a connection; its xfers fail with err / message. */
+void conn_close(struct conn *conn, int err, const char *message);
+
+/* WRs posted on a connection and not yet retired. */
+uint32_t conn_outstanding(const struct conn *conn);
+
+/* Fail everything with RDMAX_E_CANCELLED and close every connection. */
+void conn_table_shutdown(struct conn_table *table);
+
+/* True when no connection is left (after shutdown: safe to free the devices). */
+bool conn_table_idle(const struct conn_table *table);
+
+/*
+ * The owner's answer to a probe (the private data of its reject), or NULL
+ * when none came (error event, timeout): the xfer finishes with the owner's
+ * verdict or, failing that, the NIC's. The probe is freed.
+ */
+void conn_probe_answer(struct conn_probe *probe, const uint8_t *pd, size_t len);
+
+/* Free a released connection. */
+void conn_free(struct conn *conn);
+
+const char *conn_state_name(enum conn_state state);
+const char *link_state_name(enum link_state state);
+const char *conn_event_name(enum conn_event event);
+
+/*
+ * The one mapping from a work completion status to a job error, with a
+ * message naming the verbs status, the operation and the peer.
+ * \return 0 for IBV_WC_SUCCESS, else an RDMAX_E_* code
+ */
+int conn_wc_error(int wc_status, uint32_t vendor_err, enum xfer_op op, const char *peer,
+		  char *message, size_t message_size);
+
+/* ========================================================== private data */
+
+#define CONN_PD_MAGIC   0x31445852u /* "RXD1" little-endian */
+#define CONN_PD_VERSION 1
+#define CONN_PD_REQ_LEN 56 /* the connect request's private data limit */
+#define CONN_PD_MAC_LEN 16 /* truncated HMAC-SHA256 in requests */
+/* Requests older or newer than this (by the sender's clock) are refused. */
+#define CONN_AUTH_WINDOW_MS 300000
+
+/* Kinds of private data. */
+enum conn_pd_type {
+	CONN_PD_CONNECT = 1, /* connect request of one link */
+	CONN_PD_ACCEPT = 2,  /* the accepting daemon's instance (and proof) */
+	CONN_PD_REJECT = 3,  /* application reject with a reason */
+	CONN_PD_QUERY = 4,   /* probe: why did your NIC refuse this access? */
+	CONN_PD_VERDICT = 5, /* the owner's answer to a probe (in a reject) */
+	CONN_PD_TYPE_MAX,    /* terminator */
+};
+
+/* Why a daemon refused a connection (in the reject's private data). */
+enum conn_reject_reason {
+	CONN_REJ_NONE,          /* not a reject */
+	CONN_REJ_AUTH_REQUIRED, /* this daemon requires the shared key */
+	CONN_REJ_AUTH_FAILED,   /* the proof is wrong: a different key */
+	CONN_REJ_AUTH_UNUSED,   /* the requester sent a proof, this daemon has no key */
+	CONN_REJ_CLOCK,         /* the request's time is outside the window */
+	CONN_REJ_REPLAY,        /* the request was seen before */
+	CONN_REJ_VERSION,       /* unknown magic or version */
+	CONN_REJ_LIMIT,         /* max_connections reached */
+	CONN_REJ_RESOURCES,     /* no QP or CQ space on the device */
+	CONN_REJ_SHUTDOWN,      /* the daemon is shutting down */
+	CONN_REJ_MAX,           /* terminator */
+};
+
+/* A checked connect request. */
+struct conn_request {
+	uint8_t link_index;
+	uint8_t n_links;
+	uint32_t group;    /* attempt id of the requester */
+	uint64_t instance; /* requester's daemon start */
+	uint64_t time_ms;
+	bool has_mac;
+};
+
+/* The 16-byte (IPv4-mapped) address and port of a sockaddr; -EAFNOSUPPORT otherwise. */
+int conn_addr_bytes(const struct sockaddr *sa, uint8_t ret_addr[16], uint16_t *ret_port);
+/* Same from a numeric address string. */
+int conn_addr_parse(const char *addr, uint8_t ret_addr[16]);
+
+/*
+ * Encode a connect request for the daemon at server_addr:server_port.
+ * \param key NULL/0: no proof
+ * \return CONN_PD_REQ_LEN
+ */
+int conn_pd_connect(uint8_t *buf, uint8_t link_index, uint8_t n_links, uint32_t group,
+		    uint64_t instance, uint64_t time_ms, const uint8_t *key, size_t key_len,
+		    const uint8_t server_addr[16], uint16_t server_port);
+
+/*
+ * Check a connect request at the accepting side before any QP exists:
+ * magic, version, proof (when this daemon has a key), clock window, replay.
+ * \return 0, or the reject reason (> 0)
+ */
+enum conn_reject_reason conn_pd_check(struct conn_table *table, const uint8_t *pd, size_t len,
+				      const uint8_t server_addr[16], uint16_t server_port,
+				      uint64_t now_real_ms, struct conn_request *ret_req);
+
+/*
+ * The accept's private data: this daemon's instance and, with a key, its
+ * proof over the request.
+ */
+int conn_pd_accept(uint8_t *buf, size_t size, const struct conn_table *table,
+		   const uint8_t *request, const uint8_t server_addr[16], uint16_t server_port);
+
+/* A reject's private data naming the reason. */
+int conn_pd_reject(uint8_t *buf, size_t size, enum conn_reject_reason reason);
+const char *conn_reject_reason_str(enum conn_reject_reason reason);
+
+/* A checked probe query. */
+struct conn_query {
+	uint32_t access; /* RDMAX_ACCESS_REMOTE_READ or _WRITE */
+	uint64_t region_id;
+	uint64_t region_key;
+	uint64_t offset;
+	uint64_t length;
+};
+
+/* The kind of private data (enum conn_pd_type), 0 when it is not ours. */
+int conn_pd_type(const uint8_t *pd, size_t len);
+
+/* Encode a probe query for the daemon at server_addr:server_port (CONN_PD_REQ_LEN bytes). */
+int conn_pd_query(uint8_t *buf, const struct conn_query *query, const uint8_t *key, size_t key_len,
+		  const uint8_t server_addr[16], uint16_t server_port);
+
+/* Check a probe query at the owner (proof when it has a key); 0 or the reject reason. */
+enum conn_reject_reason conn_pd_check_query(const struct conn_table *table, const uint8_t *pd,
+					    size_t len, const uint8_t server_addr[16],
+					    uint16_t server_port, struct conn_query *ret_query);
+
+/* The owner's verdict: 0 or the RDMAX_E_* of region_get_remote(). */
+int conn_pd_verdict(uint8_t *buf, size_t size, int verdict);
+
+/* Incoming link groups for the connection limit. */
+int conn_table_group_add(struct conn_table *table, uint64_t instance, uint32_t group);
+void conn_table_group_del(struct conn_table *table, uint64_t instance, uint32_t group);
+
+#endif

@@ -1,0 +1,1233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of the verbs transport's pure logic, without a device:
+ *  - suite "conn": the connection state machine driven by synthetic rdma_cm
+ *    events, work completions and timer firings through fake conn_ops, the
+ *    private data of connection set-up, and the work-completion error map;
+ *  - suite "planner": the send-queue planner (credits, selective signaling,
+ *    inline decision, multi-WR xfers, retirement after errors and drains).
+ * Every xfer's done callback is counted: each must run exactly once, and
+ * never from inside conn_submit().
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "log.h"
+#include "rdmax.h"
+#include "verbs.h"
+
+Suite *conn_suite(void);
+Suite *planner_suite(void);
+
+/* ------------------------------------------------------------- test xfers */
+
+struct txfer {
+	struct xfer x;
+	int calls;
+	int err;
+	int order; /* position among all done calls */
+	char msg[RDMAX_MESSAGE_MAX];
+};
+
+static int g_done_seq;
+
+static void tdone(struct xfer *x, int err, const char *msg)
+{
+	struct txfer *t = container_of(x, struct txfer, x);
+
+	t->calls++;
+	t->order = ++g_done_seq;
+	t->err = err;
+	snprintf(t->msg, sizeof(t->msg), "%s", msg ? msg : "");
+}
+
+static void txfer_init(struct txfer *t, enum xfer_op op, uint64_t length, uint64_t instance)
+{
+	memset(t, 0, sizeof(*t));
+	t->x.op = op;
+	t->x.peer.transport = ENDPOINT_VERBS;
+	snprintf(t->x.peer.addr, sizeof(t->x.peer.addr), "192.0.2.2");
+	t->x.peer.port = 7471;
+	t->x.remote_instance = instance;
+	t->x.length = length;
+	t->x.done = tdone;
+	t->err = 12345;
+}
+
+/* ------------------------------------------------------------- fake ops */
+
+#define MAX_POSTED 4096
+
+struct posted {
+	uint32_t link;
+	struct wr_desc wr;
+};
+
+struct fake {
+	int starts, routes, connects, disconnects, destroys, timer_starts, timer_stops, kicks;
+	int posts; /* link_post calls (post lists) */
+	size_t max_list;
+	uint64_t timer_ms;
+	bool timer_on;
+	int fail_connect; /* link_connect returns this when non-zero */
+	int fail_post;
+	size_t n_posted;
+	struct posted posted[MAX_POSTED];
+	struct conn *released[16];
+	size_t n_released;
+	struct conn_probe *probe; /* the last probe started */
+	int probes, probe_destroys;
+};
+
+static struct fake g_fake;
+
+static int f_link_start(void *ctx, struct conn_link *link, char *why, size_t why_size)
+{
+	g_fake.starts++;
+	link->priv = &g_fake;
+	return 0;
+}
+
+static int f_link_resolve_route(void *ctx, struct conn_link *link, char *why, size_t why_size)
+{
+	g_fake.routes++;
+	return 0;
+}
+
+static int f_link_connect(void *ctx, struct conn_link *link, const uint8_t *pd, size_t pd_len,
+			  char *why, size_t why_size)
+{
+	struct conn_table *t = link->conn->table;
+
+	g_fake.connects++;
+	ck_assert_uint_eq(pd_len, CONN_PD_REQ_LEN);
+	if (g_fake.fail_connect) {
+		snprintf(why, why_size, "fake connect failure");
+		return g_fake.fail_connect;
+	}
+	sq_plan_fini(&link->sq);
+	return sq_plan_init(&link->sq, t->policy.sq_depth, t->policy.signal_interval,
+			    t->policy.inline_threshold, t->policy.max_wr_bytes);
+}
+
+static void f_link_disconnect(void *ctx, struct conn_link *link)
+{
+	g_fake.disconnects++;
+}
+
+static int f_link_post(void *ctx, struct conn_link *link, const struct wr_desc *wrs, size_t n,
+		       char *why, size_t why_size)
+{
+	g_fake.posts++;
+	g_fake.max_list = MAX(g_fake.max_list, n);
+	if (g_fake.fail_post) {
+		snprintf(why, why_size, "fake post failure");
+		return g_fake.fail_post;
+	}
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_lt(g_fake.n_posted, MAX_POSTED);
+		g_fake.posted[g_fake.n_posted].link = link->index;
+		g_fake.posted[g_fake.n_posted].wr = wrs[i];
+		g_fake.n_posted++;
+	}
+	return 0;
+}
+
+static void f_link_destroy(void *ctx, struct conn_link *link)
+{
+	g_fake.destroys++;
+	link->priv = NULL;
+}
+
+static void f_timer_start(void *ctx, struct conn *conn, uint64_t ms)
+{
+	g_fake.timer_starts++;
+	g_fake.timer_ms = ms;
+	g_fake.timer_on = true;
+}
+
+static void f_timer_stop(void *ctx, struct conn *conn)
+{
+	g_fake.timer_stops++;
+	g_fake.timer_on = false;
+}
+
+static void f_kick(void *ctx)
+{
+	g_fake.kicks++;
+}
+
+static void f_release(void *ctx, struct conn *conn)
+{
+	ck_assert_uint_lt(g_fake.n_released, ARRAY_SIZE(g_fake.released));
+	g_fake.released[g_fake.n_released++] = conn;
+}
+
+static int f_probe_start(void *ctx, struct conn_probe *probe, char *why, size_t why_size)
+{
+	g_fake.probes++;
+	g_fake.probe = probe;
+	probe->priv = &g_fake;
+	return 0;
+}
+
+static void f_probe_destroy(void *ctx, struct conn_probe *probe)
+{
+	g_fake.probe_destroys++;
+	ck_assert_ptr_eq(probe->priv, &g_fake);
+	probe->priv = NULL;
+	if (g_fake.probe == probe) {
+		g_fake.probe = NULL;
+	}
+}
+
+static const struct conn_ops g_fake_ops = {
+	.link_start = f_link_start,
+	.link_resolve_route = f_link_resolve_route,
+	.link_connect = f_link_connect,
+	.link_disconnect = f_link_disconnect,
+	.link_post = f_link_post,
+	.link_destroy = f_link_destroy,
+	.timer_start = f_timer_start,
+	.timer_stop = f_timer_stop,
+	.kick = f_kick,
+	.release = f_release,
+	.probe_start = f_probe_start,
+	.probe_destroy = f_probe_destroy,
+};
+
+static struct conn_policy test_policy(void)
+{
+	struct conn_policy p = {
+		.links = 2,
+		.sq_depth = 16,
+		.signal_interval = 4,
+		.inline_threshold = 64,
+		.batch = 4,
+		.max_wr_bytes = 1 << 20,
+		.connect_timeout_ms = 1000,
+		.connect_retries = 2,
+		.retry_backoff_ms = 100,
+		.drain_timeout_ms = 2000,
+		.peer_timeout_ms = 5000,
+		.idle_timeout_s = 10,
+		.max_connections = 8,
+	};
+	return p;
+}
+
+#define PEER_INSTANCE 0x1111222233334444ull
+#define SELF_INSTANCE 0xaaaabbbbccccddddull
+
+static void table_setup(struct conn_table *t, const struct conn_policy *p, const char *key)
+{
+	memset(&g_fake, 0, sizeof(g_fake));
+	log_set_level(LOG_ERR); /* the state machine narrates at info level */
+	ck_assert_int_eq(conn_table_init(t, p, &g_fake_ops, NULL, SELF_INSTANCE,
+					 (const uint8_t *)key, key ? strlen(key) : 0),
+			 0);
+}
+
+static void table_teardown(struct conn_table *t)
+{
+	conn_table_work(t, 0);
+	for (size_t i = 0; i < g_fake.n_released; i++) {
+		conn_free(g_fake.released[i]);
+	}
+	g_fake.n_released = 0;
+	conn_table_fini(t);
+}
+
+static struct conn *the_conn(struct conn_table *t)
+{
+	ck_assert_msg(!list_empty(&t->conns), "no connection");
+	return container_of(t->conns.next, struct conn, link);
+}
+
+/* The accept a peer daemon would send for this link's request. */
+static size_t peer_accept(uint8_t *buf, size_t size, const struct conn_link *link,
+			  const char *peer_key, uint64_t instance)
+{
+	struct conn_table server;
+	struct conn_policy p = test_policy();
+	uint8_t addr[16];
+
+	ck_assert_int_eq(conn_table_init(&server, &p, &g_fake_ops, NULL, instance,
+					 (const uint8_t *)peer_key,
+					 peer_key ? strlen(peer_key) : 0),
+			 0);
+	ck_assert_int_eq(conn_addr_parse(link->conn->peer.addr, addr), 0);
+	int len = conn_pd_accept(buf, size, &server, link->request, addr, link->conn->peer.port);
+	ck_assert_int_gt(len, 0);
+	conn_table_fini(&server);
+	return (size_t)len;
+}
+
+static void event(struct conn_link *link, enum conn_event ev, const uint8_t *pd, size_t len,
+		  int status, uint64_t now)
+{
+	struct conn_event_data data = {.private_data = pd, .private_len = len, .status = status};
+
+	conn_link_event(link, ev, &data, now);
+}
+
+/* Drive one attempt of conn from BACKOFF to ESTABLISHED. */
+static void connect_all(struct conn *conn, const char *peer_key, uint64_t instance, uint64_t now)
+{
+	uint8_t pd[128];
+
+	ck_assert_int_eq(conn->state, CONN_BACKOFF);
+	conn_timer_fired(conn, now);
+	ck_assert_int_eq(conn->state, CONN_CONNECTING);
+	for (uint32_t i = 0; i < conn->n_links; i++) {
+		event(&conn->links[i], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, now);
+		event(&conn->links[i], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, now);
+		ck_assert_int_eq(conn->links[i].state, LINK_CONNECTING);
+	}
+	for (uint32_t i = 0; i < conn->n_links; i++) {
+		size_t len = peer_accept(pd, sizeof(pd), &conn->links[i], peer_key, instance);
+		event(&conn->links[i], CONN_EV_ESTABLISHED, pd, len, 0, now);
+	}
+}
+
+/* Complete every posted WR of a link up to and including seq with status. */
+static void wc(struct conn *conn, uint32_t link, uint64_t seq, int status)
+{
+	conn_link_wc(&conn->links[link], seq, status, 0, 1);
+}
+
+/* The posted WRs of one link, in order. */
+static size_t posted_on(uint32_t link, struct wr_desc *out, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < g_fake.n_posted && n < max; i++) {
+		if (g_fake.posted[i].link == link) {
+			out[n++] = g_fake.posted[i].wr;
+		}
+	}
+	return n;
+}
+
+/* ================================================================ conn */
+
+START_TEST(conn_connect_success)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a, b;
+
+	table_setup(&t, &p, NULL);
+	txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
+	txfer_init(&b, XFER_READ, 100, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
+	/* Nothing happens inside submit: the attempt starts from the timer. */
+	ck_assert_int_eq(g_fake.starts, 0);
+	ck_assert(g_fake.timer_on);
+	ck_assert_uint_eq(g_fake.timer_ms, 0);
+	struct conn *conn = the_conn(&t);
+	ck_assert_uint_eq(conn->n_links, 2);
+
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	ck_assert_int_eq(g_fake.starts, 2);
+	ck_assert_int_eq(g_fake.routes, 2);
+	ck_assert_int_eq(g_fake.connects, 2);
+	ck_assert_int_eq(conn->state, CONN_ESTABLISHED);
+	ck_assert_uint_eq(conn->peer_instance, PEER_INSTANCE);
+	ck_assert(!g_fake.timer_on);
+	ck_assert_int_eq(a.calls + b.calls, 0);
+
+	conn_table_work(&t, 2);
+	/* Round-robin: one xfer on each link, each its own signaled WR. */
+	ck_assert_uint_eq(g_fake.n_posted, 2);
+	ck_assert_uint_ne(g_fake.posted[0].link, g_fake.posted[1].link);
+	for (size_t i = 0; i < 2; i++) {
+		ck_assert(g_fake.posted[i].wr.signaled);
+	}
+	ck_assert_uint_eq(t.outstanding_wrs, 2);
+	for (size_t i = 0; i < 2; i++) {
+		wc(conn, g_fake.posted[i].link, g_fake.posted[i].wr.seq, IBV_WC_SUCCESS);
+	}
+	ck_assert_int_eq(a.calls + b.calls, 0); /* delivered from work, not from the WC */
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(b.calls, 1);
+	ck_assert_int_eq(a.err, 0);
+	ck_assert_int_eq(b.err, 0);
+	ck_assert_uint_eq(a.x.bytes_done, 4096);
+	ck_assert_uint_eq(t.outstanding_wrs, 0);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_reject_app_reason)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a;
+	uint8_t pd[64];
+
+	table_setup(&t, &p, "key-one-0123456789abcdef");
+	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	conn_timer_fired(conn, 0);
+	event(&conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 0);
+	event(&conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 0);
+	/* The request carries a proof because this daemon has a key. */
+	ck_assert_uint_eq(conn->links[0].request[6] & 1, 1);
+	int len = conn_pd_reject(pd, sizeof(pd), CONN_REJ_AUTH_FAILED);
+	ck_assert_int_gt(len, 0);
+	int starts = g_fake.starts;
+	event(&conn->links[0], CONN_EV_REJECTED, pd, (size_t)len, 28, 1);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	ck_assert_int_eq(g_fake.starts, starts); /* an application reject is not retried */
+	ck_assert_int_eq(g_fake.destroys, 2);
+	conn_table_work(&t, 2);
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(a.err, RDMAX_E_PERMISSION_DENIED);
+	ck_assert_msg(strstr(a.msg, "authentication failed"), "message: %s", a.msg);
+	ck_assert_msg(strstr(a.msg, "192.0.2.2:7471"), "message: %s", a.msg);
+	ck_assert_uint_eq(g_fake.n_released, 1);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_unreachable_retries)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a, b;
+
+	p.connect_retries = 2;
+	p.retry_backoff_ms = 100;
+	table_setup(&t, &p, NULL);
+	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	txfer_init(&b, XFER_READ, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+
+	/* Attempt 1: a reject from the peer's kernel (no listener), no private data. */
+	conn_timer_fired(conn, 0);
+	event(&conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 0);
+	event(&conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 0);
+	event(&conn->links[0], CONN_EV_REJECTED, NULL, 0, 28, 0);
+	ck_assert_int_eq(conn->state, CONN_BACKOFF);
+	ck_assert_uint_eq(g_fake.timer_ms, 100);
+	/* Attempt 2: unreachable; the backoff doubles. */
+	conn_timer_fired(conn, 100);
+	event(&conn->links[1], CONN_EV_UNREACHABLE, NULL, 0, -110, 100);
+	ck_assert_int_eq(conn->state, CONN_BACKOFF);
+	ck_assert_uint_eq(g_fake.timer_ms, 200);
+	/* Attempt 3: the connect timer fires. */
+	conn_timer_fired(conn, 300);
+	ck_assert_int_eq(conn->state, CONN_CONNECTING);
+	ck_assert_uint_eq(g_fake.timer_ms, p.connect_timeout_ms);
+	ck_assert_int_eq(a.calls + b.calls, 0);
+	conn_timer_fired(conn, 1300);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	ck_assert_int_eq(g_fake.starts, 6);
+	ck_assert_int_eq(g_fake.destroys, 6);
+	conn_table_work(&t, 1300);
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(b.calls, 1);
+	ck_assert_int_eq(a.err, RDMAX_E_UNREACHABLE);
+	ck_assert_int_eq(b.err, RDMAX_E_UNREACHABLE);
+	ck_assert_msg(strstr(a.msg, "after 3 attempts"), "message: %s", a.msg);
+	conn_table_work(&t, 1301);
+	ck_assert_int_eq(a.calls, 1);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_disconnect_mid_flight)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer x[12];
+	struct wr_desc w0[16], w1[16];
+
+	p.sq_depth = 6; /* 5 credits per link: 10 post, 2 wait */
+	table_setup(&t, &p, NULL);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		txfer_init(&x[i], i % 3 ? XFER_WRITE : XFER_READ, 1000 + i, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 10);
+	ck_assert_uint_eq(conn->n_pending, 2);
+	size_t n0 = posted_on(0, w0, 16), n1 = posted_on(1, w1, 16);
+	ck_assert_uint_eq(n0, 5);
+	ck_assert_uint_eq(n1, 5);
+
+	/* Signaled: the 4th (interval 4) and the last of each list. */
+	ck_assert(!w0[0].signaled && !w0[1].signaled && !w0[2].signaled);
+	ck_assert(w0[3].signaled && w0[4].signaled);
+	/* The 4th completes: its completion retires the three unsignaled ones too. */
+	wc(conn, 0, w0[3].seq, IBV_WC_SUCCESS);
+	conn_table_work(&t, 3);
+	int done = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		done += x[i].calls;
+	}
+	/* Four xfers done, and their credits let the two pending ones go out on link 0. */
+	ck_assert_int_eq(done, 4);
+	ck_assert_uint_eq(conn->n_pending, 0);
+	ck_assert_uint_eq(posted_on(0, w0, 16), 7);
+
+	/* The peer disconnects: QPs in error, markers posted on both links. */
+	int posted_before = (int)g_fake.n_posted;
+	event(&conn->links[1], CONN_EV_DISCONNECTED, NULL, 0, 0, 4);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	ck_assert_int_eq(g_fake.disconnects, 2);
+	ck_assert_int_eq((int)g_fake.n_posted, posted_before + 2);
+	struct wr_desc m0 = g_fake.posted[posted_before].wr;
+	struct wr_desc m1 = g_fake.posted[posted_before + 1].wr;
+	ck_assert_int_eq(m0.kind, WR_MARKER);
+	ck_assert_int_eq(m1.kind, WR_MARKER);
+	ck_assert(m0.signaled && m1.signaled);
+	/* A new submit goes to a new connection, not to the draining one. */
+	struct txfer late;
+	txfer_init(&late, XFER_WRITE, 8, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &late.x, 4), 0);
+	ck_assert_uint_eq(t.n_conns, 2);
+
+	/* Link 0 flushes some WRs with completions (rxe does), link 1 none. */
+	wc(conn, 0, w0[4].seq, IBV_WC_WR_FLUSH_ERR);
+	wc(conn, 0, w0[5].seq, IBV_WC_WR_FLUSH_ERR);
+	conn_table_work(&t, 5);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	wc(conn, 0, m0.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	wc(conn, 1, m1.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	/* Late or repeated completions change nothing. */
+	wc(conn, 0, w0[5].seq, IBV_WC_WR_FLUSH_ERR);
+	wc(conn, 1, w1[0].seq, IBV_WC_SUCCESS);
+	conn_table_work(&t, 6);
+	done = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		ck_assert_msg(x[i].calls == 1, "xfer %zu completed %d times", i, x[i].calls);
+		if (x[i].err != 0) {
+			ck_assert_int_eq(x[i].err, RDMAX_E_TRANSPORT_ERROR);
+			ck_assert_msg(strstr(x[i].msg, "disconnected"), "message: %s", x[i].msg);
+			done++;
+		}
+	}
+	ck_assert_int_eq(done, 8);
+	ck_assert_int_eq(late.calls, 0);
+	ck_assert_uint_eq(g_fake.n_released, 1);
+	ck_assert_uint_eq(t.outstanding_wrs, 0);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 7);
+	ck_assert_int_eq(late.calls, 1);
+	ck_assert_int_eq(late.err, RDMAX_E_CANCELLED);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_wc_error_fails_cause_and_flushes_rest)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer x[4];
+	struct wr_desc w[8];
+
+	p.links = 1;
+	p.signal_interval = 16;
+	table_setup(&t, &p, NULL);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		txfer_init(&x[i], XFER_WRITE, 512, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(posted_on(0, w, 8), 4);
+	/* One post list; only its last WR is signaled (interval 16). */
+	ck_assert(!w[0].signaled && !w[1].signaled && !w[2].signaled && w[3].signaled);
+	/* WR 1 fails: WR 0 completed before it (RC order), 2 and 3 flush. */
+	wc(conn, 0, w[1].seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	wc(conn, 0, w[2].seq, IBV_WC_WR_FLUSH_ERR);
+	wc(conn, 0, w[3].seq, IBV_WC_WR_FLUSH_ERR);
+	struct wr_desc marker = g_fake.posted[g_fake.n_posted - 1].wr;
+	ck_assert_int_eq(marker.kind, WR_MARKER);
+	wc(conn, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 3);
+	/* x1 waits for the owner's verdict, and x2, x3 wait behind it. */
+	ck_assert_int_eq(g_fake.probes, 1);
+	ck_assert_int_eq(x[0].calls, 1);
+	ck_assert_int_eq(x[1].calls + x[2].calls + x[3].calls, 0);
+	conn_probe_answer(g_fake.probe, NULL, 0); /* no answer: the NIC's verdict stands */
+	ck_assert_int_eq(g_fake.probe_destroys, 1);
+	conn_table_work(&t, 4);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		ck_assert_int_eq(x[i].calls, 1);
+	}
+	ck_assert_int_lt(x[1].order, x[2].order);
+	ck_assert_int_eq(x[0].err, 0);
+	ck_assert_int_eq(x[1].err, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_msg(strstr(x[1].msg, "remote access error") && strstr(x[1].msg, "192.0.2.2:7471"),
+		      "message: %s", x[1].msg);
+	ck_assert_int_eq(x[2].err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(x[3].err, RDMAX_E_TRANSPORT_ERROR);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_probe_verdicts)
+{
+	static const struct {
+		int verdict;
+		int err;
+		const char *text;
+	} cases[] = {
+		{RDMAX_E_NOT_FOUND, RDMAX_E_NOT_FOUND, "not registered"},
+		{RDMAX_E_OUT_OF_RANGE, RDMAX_E_OUT_OF_RANGE, "outside region 42"},
+		{RDMAX_E_PERMISSION_DENIED, RDMAX_E_REMOTE_ACCESS, "does not grant remote write"},
+		{0, RDMAX_E_REMOTE_ACCESS, "rkey or address is wrong"},
+	};
+	struct conn_policy p = test_policy();
+
+	p.links = 1;
+	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+		struct conn_table t, owner;
+		struct txfer a, b;
+		struct conn_query q;
+		uint8_t addr[16], pd[16];
+
+		table_setup(&t, &p, NULL);
+		txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
+		a.x.remote_region = 42;
+		a.x.remote_key = 0x1234;
+		a.x.remote_offset = 100;
+		txfer_init(&b, XFER_WRITE, 4096, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+		ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
+		struct conn *conn = the_conn(&t);
+		connect_all(conn, NULL, PEER_INSTANCE, 1);
+		conn_table_work(&t, 2);
+		ck_assert_uint_eq(g_fake.n_posted, 2);
+		wc(conn, 0, g_fake.posted[0].wr.seq, IBV_WC_REM_ACCESS_ERR);
+		ck_assert_ptr_nonnull(g_fake.probe);
+		/* The owner reads the question it was asked. */
+		ck_assert_int_eq(
+			conn_table_init(&owner, &p, &g_fake_ops, NULL, PEER_INSTANCE, NULL, 0), 0);
+		ck_assert_int_eq(conn_addr_parse("192.0.2.2", addr), 0);
+		ck_assert_int_eq(conn_pd_check_query(&owner, g_fake.probe->request, CONN_PD_REQ_LEN,
+						     addr, 7471, &q),
+				 CONN_REJ_NONE);
+		ck_assert_uint_eq(q.region_id, 42);
+		ck_assert_uint_eq(q.region_key, 0x1234);
+		ck_assert_uint_eq(q.offset, 100);
+		ck_assert_uint_eq(q.length, 4096);
+		ck_assert_uint_eq(q.access, RDMAX_ACCESS_REMOTE_WRITE);
+		conn_table_fini(&owner);
+		/* The second xfer was flushed: it waits behind the probed one. */
+		conn_timer_fired(conn, 5000);
+		conn_table_work(&t, 5000);
+		ck_assert_int_eq(a.calls + b.calls, 0);
+		int len = conn_pd_verdict(pd, sizeof(pd), cases[k].verdict);
+		conn_probe_answer(g_fake.probe, pd, (size_t)len);
+		conn_table_work(&t, 5001);
+		ck_assert_int_eq(a.calls, 1);
+		ck_assert_int_eq(b.calls, 1);
+		ck_assert_int_lt(a.order, b.order);
+		ck_assert_msg(a.err == cases[k].err, "verdict %d: got %d", cases[k].verdict, a.err);
+		ck_assert_msg(strstr(a.msg, cases[k].text), "message: %s", a.msg);
+		ck_assert_int_eq(b.err, RDMAX_E_TRANSPORT_ERROR);
+		ck_assert(conn_table_idle(&t));
+		table_teardown(&t);
+	}
+}
+END_TEST
+
+START_TEST(conn_idle_eviction)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a, b;
+
+	p.idle_timeout_s = 10;
+	table_setup(&t, &p, NULL);
+	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1000);
+	conn_table_work(&t, 1000);
+	wc(conn, g_fake.posted[0].link, g_fake.posted[0].wr.seq, IBV_WC_SUCCESS);
+	conn_table_work(&t, 1000);
+	ck_assert_int_eq(a.calls, 1);
+	uint64_t active = conn->last_active_ms;
+
+	conn_table_tick(&t, active + 9999);
+	ck_assert_int_eq(conn->state, CONN_ESTABLISHED);
+	conn_table_tick(&t, active + 10000);
+	/* Nothing in flight: no marker, the links go at once. */
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	ck_assert_int_eq(g_fake.disconnects, 2);
+	ck_assert_int_eq(g_fake.destroys, 2);
+	conn_table_work(&t, active + 10000);
+	ck_assert_uint_eq(g_fake.n_released, 1);
+	ck_assert_uint_eq(t.n_conns, 0);
+	ck_assert_int_eq(a.calls, 1);
+
+	/* The next xfer connects again. */
+	txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &b.x, active + 10001), 0);
+	ck_assert_uint_eq(t.n_conns, 1);
+	ck_assert_int_eq(the_conn(&t)->state, CONN_BACKOFF);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, active + 10002);
+	ck_assert_int_eq(b.calls, 1);
+	ck_assert_int_eq(b.err, RDMAX_E_CANCELLED);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_peer_timeout)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a;
+
+	p.peer_timeout_ms = 500;
+	table_setup(&t, &p, NULL);
+	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 0);
+	conn_table_work(&t, 100);
+	conn_table_tick(&t, 599);
+	ck_assert_int_eq(conn->state, CONN_ESTABLISHED);
+	conn_table_tick(&t, 600);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	/* The drain gives up when no flush ever comes. */
+	conn_timer_fired(conn, 3000);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 3000);
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(a.err, RDMAX_E_TIMEOUT);
+	ck_assert_msg(strstr(a.msg, "stopped answering"), "message: %s", a.msg);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_stale_descriptor)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer early, late, good;
+
+	table_setup(&t, &p, NULL);
+	txfer_init(&early, XFER_WRITE, 64, PEER_INSTANCE + 1);
+	ck_assert_int_eq(conn_submit(&t, &early.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	txfer_init(&late, XFER_READ, 64, PEER_INSTANCE - 1);
+	txfer_init(&good, XFER_READ, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &late.x, 2), 0);
+	ck_assert_int_eq(conn_submit(&t, &good.x, 2), 0);
+	ck_assert_int_eq(late.calls, 0); /* never from inside submit */
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(early.calls, 1);
+	ck_assert_int_eq(late.calls, 1);
+	ck_assert_int_eq(early.err, RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(late.err, RDMAX_E_NOT_FOUND);
+	ck_assert_msg(strstr(late.msg, "stale descriptor"), "message: %s", late.msg);
+	/* Only the good one touched the wire. */
+	ck_assert_uint_eq(g_fake.n_posted, 1);
+	ck_assert_ptr_eq(g_fake.posted[0].wr.xfer, &good.x);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 4);
+	wc(conn, g_fake.posted[0].link, g_fake.posted[0].wr.seq, IBV_WC_WR_FLUSH_ERR);
+	struct wr_desc marker = g_fake.posted[g_fake.n_posted - 1].wr;
+	wc(conn, g_fake.posted[g_fake.n_posted - 1].link, marker.seq, IBV_WC_WR_FLUSH_ERR);
+	conn_table_work(&t, 5);
+	ck_assert_int_eq(good.calls, 1);
+	ck_assert_int_eq(good.err, RDMAX_E_CANCELLED);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_mutual_auth)
+{
+	const char *key = "shared-key-0123456789abcdef";
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a, b;
+
+	/* Right key on both sides: the accept's proof is checked and accepted. */
+	table_setup(&t, &p, key);
+	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	connect_all(the_conn(&t), key, PEER_INSTANCE, 1);
+	ck_assert_int_eq(the_conn(&t)->state, CONN_ESTABLISHED);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 2);
+	ck_assert_int_eq(a.calls, 1);
+	table_teardown(&t);
+
+	/* An accepting daemon that cannot prove the key is refused, without retries. */
+	table_setup(&t, &p, key);
+	txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, "some-other-key-0123456789", PEER_INSTANCE, 1);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 2);
+	ck_assert_int_eq(b.calls, 1);
+	ck_assert_int_eq(b.err, RDMAX_E_PERMISSION_DENIED);
+	ck_assert_msg(strstr(b.msg, "proof"), "message: %s", b.msg);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_private_data_checks)
+{
+	const char *key = "shared-key-0123456789abcdef";
+	struct conn_table server, open;
+	struct conn_policy p = test_policy();
+	struct conn_request req;
+	uint8_t addr[16], other[16], pd[CONN_PD_REQ_LEN];
+	uint64_t now = 1700000000000ull;
+
+	ck_assert_int_eq(conn_addr_parse("192.0.2.2", addr), 0);
+	ck_assert_int_eq(conn_addr_parse("192.0.2.3", other), 0);
+	ck_assert_int_eq(conn_table_init(&server, &p, &g_fake_ops, NULL, PEER_INSTANCE,
+					 (const uint8_t *)key, strlen(key)),
+			 0);
+	ck_assert_int_eq(conn_table_init(&open, &p, &g_fake_ops, NULL, PEER_INSTANCE, NULL, 0), 0);
+
+	/* Good request, then the same bytes again: a replay. */
+	conn_pd_connect(pd, 1, 2, 77, SELF_INSTANCE, now, (const uint8_t *)key, strlen(key), addr,
+			7471);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now + 10, &req),
+			 CONN_REJ_NONE);
+	ck_assert_uint_eq(req.link_index, 1);
+	ck_assert_uint_eq(req.n_links, 2);
+	ck_assert_uint_eq(req.group, 77);
+	ck_assert_uint_eq(req.instance, SELF_INSTANCE);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now + 20, &req),
+			 CONN_REJ_REPLAY);
+	/* Bound to the daemon it was meant for: another address or port fails. */
+	conn_pd_connect(pd, 0, 2, 78, SELF_INSTANCE, now, (const uint8_t *)key, strlen(key), addr,
+			7471);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), other, 7471, now, &req),
+			 CONN_REJ_AUTH_FAILED);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7472, now, &req),
+			 CONN_REJ_AUTH_FAILED);
+	/* Tampering with any field breaks the proof. */
+	pd[8] ^= 1;
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_AUTH_FAILED);
+	/* A different key. */
+	conn_pd_connect(pd, 0, 1, 79, SELF_INSTANCE, now, (const uint8_t *)"another-key-012345", 18,
+			addr, 7471);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_AUTH_FAILED);
+	/* The clock window. */
+	conn_pd_connect(pd, 0, 1, 80, SELF_INSTANCE, now - CONN_AUTH_WINDOW_MS - 1,
+			(const uint8_t *)key, strlen(key), addr, 7471);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_CLOCK);
+	/* No proof for a daemon with a key; a proof for a daemon without one. */
+	conn_pd_connect(pd, 0, 1, 81, SELF_INSTANCE, now, NULL, 0, addr, 7471);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_AUTH_REQUIRED);
+	ck_assert_int_eq(conn_pd_check(&open, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_NONE);
+	conn_pd_connect(pd, 0, 1, 82, SELF_INSTANCE, now, (const uint8_t *)key, strlen(key), addr,
+			7471);
+	ck_assert_int_eq(conn_pd_check(&open, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_AUTH_UNUSED);
+	/* Garbage, short data, a bad link index. */
+	ck_assert_int_eq(conn_pd_check(&open, pd, 20, addr, 7471, now, &req), CONN_REJ_VERSION);
+	ck_assert_int_eq(conn_pd_check(&open, NULL, 0, addr, 7471, now, &req), CONN_REJ_VERSION);
+	conn_pd_connect(pd, 3, 2, 83, SELF_INSTANCE, now, NULL, 0, addr, 7471);
+	ck_assert_int_eq(conn_pd_check(&open, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_VERSION);
+	/* A reject names its reason. */
+	uint8_t rej[64];
+	ck_assert_int_eq(conn_pd_reject(rej, sizeof(rej), CONN_REJ_LIMIT), 56);
+	ck_assert_uint_eq(rej[6], CONN_REJ_LIMIT);
+	ck_assert_ptr_nonnull(strstr((const char *)rej + 8, "limit"));
+	conn_table_fini(&server);
+	conn_table_fini(&open);
+}
+END_TEST
+
+START_TEST(conn_limit)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a, b, c;
+
+	p.max_connections = 2;
+	table_setup(&t, &p, NULL);
+	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	/* An incoming group takes the second slot (its links count once). */
+	ck_assert_int_eq(conn_table_group_add(&t, 5, 9), 0);
+	ck_assert_int_eq(conn_table_group_add(&t, 5, 9), 0);
+	ck_assert_uint_eq(t.n_groups, 1);
+	ck_assert_int_eq(conn_table_group_add(&t, 6, 9), RDMAX_E_RESOURCE_EXHAUSTED);
+	txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
+	snprintf(b.x.peer.addr, sizeof(b.x.peer.addr), "192.0.2.9");
+	ck_assert_int_eq(conn_submit(&t, &b.x, 0), RDMAX_E_RESOURCE_EXHAUSTED);
+	/* The same peer reuses its connection. */
+	txfer_init(&c, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &c.x, 0), 0);
+	ck_assert_uint_eq(t.n_conns, 1);
+	conn_table_group_del(&t, 5, 9);
+	conn_table_group_del(&t, 5, 9);
+	ck_assert_uint_eq(t.n_groups, 0);
+	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
+	ck_assert_uint_eq(t.n_conns, 2);
+	ck_assert_int_eq(a.calls + b.calls + c.calls, 0);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 1);
+	ck_assert_int_eq(a.calls + b.calls + c.calls, 3);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_post_failure_and_lists)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer x[10];
+
+	p.links = 1;
+	p.batch = 4;
+	table_setup(&t, &p, NULL);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		txfer_init(&x[i], XFER_WRITE, 128, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	/* Ten WRs in post lists of at most four. */
+	ck_assert_uint_eq(g_fake.n_posted, 10);
+	ck_assert_int_eq(g_fake.posts, 3);
+	ck_assert_uint_eq(g_fake.max_list, 4);
+	/* Signaled: every 4th (interval) and the last one. */
+	for (size_t i = 0; i < 10; i++) {
+		bool want = (i + 1) % 4 == 0 || i == 9;
+		ck_assert_msg(g_fake.posted[i].wr.signaled == want, "WR %zu signaled %d", i,
+			      g_fake.posted[i].wr.signaled);
+	}
+	/* A later post fails: the conn goes down, everything fails once. */
+	struct txfer y;
+	txfer_init(&y, XFER_WRITE, 128, PEER_INSTANCE);
+	g_fake.fail_post = -ENOMEM;
+	ck_assert_int_eq(conn_submit(&t, &y.x, 3), 0);
+	conn_table_work(&t, 3);
+	/* Not even the drain marker can be posted: nothing will flush, so it closes now. */
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	g_fake.fail_post = 0;
+	conn_table_work(&t, 5000);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		ck_assert_int_eq(x[i].calls, 1);
+		ck_assert_int_eq(x[i].err, RDMAX_E_TRANSPORT_ERROR);
+	}
+	ck_assert_int_eq(y.calls, 1);
+	ck_assert_msg(strstr(y.msg, "fake post failure"), "message: %s", y.msg);
+	table_teardown(&t);
+}
+END_TEST
+
+START_TEST(conn_wc_error_map)
+{
+	static const struct {
+		int status;
+		int err;
+	} map[] = {
+		{IBV_WC_REM_ACCESS_ERR, RDMAX_E_REMOTE_ACCESS},
+		{IBV_WC_RETRY_EXC_ERR, RDMAX_E_UNREACHABLE},
+		{IBV_WC_RNR_RETRY_EXC_ERR, RDMAX_E_TRANSPORT_ERROR},
+		{IBV_WC_LOC_PROT_ERR, RDMAX_E_PERMISSION_DENIED},
+		{IBV_WC_LOC_ACCESS_ERR, RDMAX_E_PERMISSION_DENIED},
+		{IBV_WC_WR_FLUSH_ERR, RDMAX_E_TRANSPORT_ERROR},
+		{IBV_WC_REM_INV_REQ_ERR, RDMAX_E_INVALID_ARGUMENT},
+		{IBV_WC_REM_OP_ERR, RDMAX_E_TRANSPORT_ERROR},
+		{IBV_WC_LOC_LEN_ERR, RDMAX_E_INTERNAL},
+		{IBV_WC_GENERAL_ERR, RDMAX_E_INTERNAL},
+	};
+	char msg[RDMAX_MESSAGE_MAX];
+
+	ck_assert_int_eq(conn_wc_error(IBV_WC_SUCCESS, 0, XFER_WRITE, "x", msg, sizeof(msg)), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(map); i++) {
+		int err = conn_wc_error(map[i].status, 0x42, XFER_READ, "192.0.2.2:7471", msg,
+					sizeof(msg));
+		ck_assert_msg(err == map[i].err, "status %d: got %d", map[i].status, err);
+		ck_assert_msg(strstr(msg, verbs_wc_status_str((enum ibv_wc_status)map[i].status)),
+			      "message lacks the status: %s", msg);
+		ck_assert_msg(strstr(msg, "192.0.2.2:7471") && strstr(msg, "READ"),
+			      "message lacks peer or op: %s", msg);
+	}
+}
+END_TEST
+
+Suite *conn_suite(void)
+{
+	Suite *s = suite_create("conn");
+	TCase *tc = tcase_create("state machine");
+
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, conn_connect_success);
+	tcase_add_test(tc, conn_reject_app_reason);
+	tcase_add_test(tc, conn_unreachable_retries);
+	tcase_add_test(tc, conn_disconnect_mid_flight);
+	tcase_add_test(tc, conn_wc_error_fails_cause_and_flushes_rest);
+	tcase_add_test(tc, conn_probe_verdicts);
+	tcase_add_test(tc, conn_idle_eviction);
+	tcase_add_test(tc, conn_peer_timeout);
+	tcase_add_test(tc, conn_stale_descriptor);
+	tcase_add_test(tc, conn_mutual_auth);
+	tcase_add_test(tc, conn_limit);
+	tcase_add_test(tc, conn_post_failure_and_lists);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("private data and errors");
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, conn_private_data_checks);
+	tcase_add_test(tc, conn_wc_error_map);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* ============================================================== planner */
+
+struct outcome_log {
+	struct xfer *xfer[64];
+	enum sq_outcome outcome[64];
+	size_t n;
+};
+
+static void log_outcome(void *arg, struct xfer *xfer, enum sq_outcome outcome)
+{
+	struct outcome_log *log = arg;
+
+	ck_assert_uint_lt(log->n, 64);
+	log->xfer[log->n] = xfer;
+	log->outcome[log->n] = outcome;
+	log->n++;
+}
+
+static void queue_xfers(struct list_node *q, uint32_t *n, struct txfer *x, size_t count,
+			enum xfer_op op, uint64_t length)
+{
+	for (size_t i = 0; i < count; i++) {
+		txfer_init(&x[i], op, length, 1);
+		list_add_tail(q, &x[i].x.link);
+		(*n)++;
+	}
+}
+
+START_TEST(planner_credits)
+{
+	struct sq_plan plan;
+	struct list_node q;
+	uint32_t queued = 0;
+	struct txfer x[12];
+	struct wr_desc out[16];
+	struct outcome_log log = {0};
+
+	list_init(&q);
+	ck_assert_int_eq(sq_plan_init(&plan, 8, 4, 0, 1 << 20), 0);
+	ck_assert_uint_eq(sq_plan_credits(&plan), 7); /* one slot for the marker */
+	queue_xfers(&q, &queued, x, 12, XFER_WRITE, 100);
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 7);
+	ck_assert_uint_eq(queued, 5);
+	ck_assert_uint_eq(sq_plan_credits(&plan), 0);
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 0);
+	/* Signaled: the 4th (interval) and the last. */
+	ck_assert(out[3].signaled && out[6].signaled);
+	ck_assert(!out[0].signaled && !out[4].signaled);
+	/* Unsignaled WRs give no completion: the 4th completing frees 4 slots at once. */
+	ck_assert_uint_eq(sq_plan_complete(&plan, out[3].seq, true, false, log_outcome, &log), 4);
+	ck_assert_uint_eq(log.n, 4);
+	for (size_t i = 0; i < 4; i++) {
+		ck_assert_ptr_eq(log.xfer[i], &x[i].x);
+		ck_assert_int_eq(log.outcome[i], SQ_OK);
+	}
+	ck_assert_uint_eq(sq_plan_credits(&plan), 4);
+	ck_assert_uint_eq(sq_plan_outstanding(&plan), 3);
+	/* Stale and unknown seqs are ignored. */
+	ck_assert_uint_eq(sq_plan_complete(&plan, out[1].seq, true, false, log_outcome, &log), 0);
+	ck_assert_uint_eq(sq_plan_complete(&plan, 1000, true, false, log_outcome, &log), 0);
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 4);
+	ck_assert_uint_eq(queued, 1);
+	sq_plan_fini(&plan);
+}
+END_TEST
+
+START_TEST(planner_signal_interval)
+{
+	struct sq_plan plan;
+	struct list_node q;
+	uint32_t queued = 0;
+	struct txfer x[12];
+	struct wr_desc out[16];
+
+	list_init(&q);
+	ck_assert_int_eq(sq_plan_init(&plan, 64, 5, 0, 1 << 20), 0);
+	queue_xfers(&q, &queued, x, 12, XFER_READ, 4096);
+	/* Two post lists of 3: each ends signaled, so neither can stall. */
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 3, out), 3);
+	ck_assert(!out[0].signaled && !out[1].signaled && out[2].signaled);
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 3, out), 3);
+	ck_assert(!out[0].signaled && !out[1].signaled && out[2].signaled);
+	/* A longer list: every 5th, then the tail. */
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 6, out), 6);
+	for (size_t i = 0; i < 6; i++) {
+		ck_assert_msg(out[i].signaled == (i == 4 || i == 5), "WR %zu", i);
+		ck_assert_int_eq(out[i].kind, WR_READ);
+		ck_assert(!out[i].inline_data);
+	}
+	sq_plan_fini(&plan);
+}
+END_TEST
+
+START_TEST(planner_inline_and_split)
+{
+	struct sq_plan plan;
+	struct list_node q;
+	uint32_t queued = 0;
+	struct txfer a, b, c, d, e;
+	struct wr_desc out[16];
+
+	list_init(&q);
+	ck_assert_int_eq(sq_plan_init(&plan, 8, 16, 64, 1000), 0);
+	txfer_init(&a, XFER_WRITE, 64, 1);
+	txfer_init(&b, XFER_WRITE, 65, 1);
+	txfer_init(&c, XFER_WRITE, 0, 1);
+	c.x.has_imm = true;
+	c.x.imm = 7;
+	txfer_init(&d, XFER_WRITE, 2500, 1);
+	d.x.has_imm = true;
+	txfer_init(&e, XFER_WRITE, 3000, 1);
+	list_add_tail(&q, &a.x.link);
+	list_add_tail(&q, &b.x.link);
+	list_add_tail(&q, &c.x.link);
+	list_add_tail(&q, &d.x.link);
+	list_add_tail(&q, &e.x.link);
+	queued = 5;
+	/* 1 + 1 + 1 + 3 WRs fit the 7 credits; e needs 3 more and waits whole. */
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 6);
+	ck_assert_uint_eq(queued, 1);
+	ck_assert(out[0].inline_data);  /* 64 bytes: at the threshold */
+	ck_assert(!out[1].inline_data); /* 65: above it */
+	ck_assert(!out[2].inline_data); /* empty imm-only write */
+	ck_assert_int_eq(out[2].kind, WR_WRITE_IMM);
+	ck_assert_uint_eq(out[2].length, 0);
+	/* d is split at max_wr_bytes; only its last WR carries the imm. */
+	ck_assert_int_eq(out[3].kind, WR_WRITE);
+	ck_assert_int_eq(out[4].kind, WR_WRITE);
+	ck_assert_int_eq(out[5].kind, WR_WRITE_IMM);
+	ck_assert_uint_eq(out[3].offset, 0);
+	ck_assert_uint_eq(out[4].offset, 1000);
+	ck_assert_uint_eq(out[5].offset, 2000);
+	ck_assert_uint_eq(out[5].length, 500);
+	ck_assert_uint_eq(sq_plan_wrs_for(&plan, &e.x), 3);
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 0);
+	sq_plan_fini(&plan);
+}
+END_TEST
+
+START_TEST(planner_error_and_drain)
+{
+	struct sq_plan plan;
+	struct list_node q;
+	uint32_t queued = 0;
+	struct txfer x[6];
+	struct wr_desc out[16], marker;
+	struct outcome_log log = {0};
+
+	list_init(&q);
+	ck_assert_int_eq(sq_plan_init(&plan, 16, 16, 0, 1000), 0);
+	queue_xfers(&q, &queued, x, 2, XFER_WRITE, 100);
+	txfer_init(&x[2], XFER_WRITE, 2500, 1); /* 3 WRs */
+	list_add_tail(&q, &x[2].x.link);
+	queued++;
+	queue_xfers(&q, &queued, x + 3, 3, XFER_WRITE, 100);
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 8);
+	/* The middle WR of x[2] fails: x0, x1 completed; x2 is the cause; the rest flush. */
+	ck_assert_uint_eq(sq_plan_complete(&plan, out[3].seq, false, false, log_outcome, &log), 4);
+	ck_assert_uint_eq(log.n, 2);
+	ck_assert_int_eq(log.outcome[0], SQ_OK);
+	ck_assert_int_eq(log.outcome[1], SQ_OK);
+	ck_assert_uint_eq(sq_plan_credits(&plan), 0); /* failed: nothing more is posted */
+	/* x3 flushes with a completion; the others flush silently: the marker ends it. */
+	ck_assert_uint_eq(sq_plan_complete(&plan, out[5].seq, false, true, log_outcome, &log), 2);
+	ck_assert_uint_eq(log.n, 4);
+	ck_assert_ptr_eq(log.xfer[2], &x[2].x);
+	ck_assert_int_eq(log.outcome[2], SQ_FAILED_CAUSE);
+	ck_assert_ptr_eq(log.xfer[3], &x[3].x);
+	ck_assert_int_eq(log.outcome[3], SQ_FAILED_FLUSH);
+	sq_plan_marker(&plan, &marker);
+	ck_assert_int_eq(marker.kind, WR_MARKER);
+	ck_assert(marker.signaled);
+	ck_assert_uint_eq(marker.seq, out[7].seq + 1);
+	ck_assert_uint_eq(sq_plan_complete(&plan, marker.seq, false, true, log_outcome, &log), 3);
+	ck_assert_uint_eq(log.n, 6);
+	ck_assert_int_eq(log.outcome[4], SQ_FAILED_FLUSH);
+	ck_assert_int_eq(log.outcome[5], SQ_FAILED_FLUSH);
+	ck_assert_uint_eq(sq_plan_outstanding(&plan), 0);
+	ck_assert_uint_eq(sq_plan_fail_all(&plan, log_outcome, &log), 0);
+	ck_assert_uint_eq(log.n, 6);
+	sq_plan_fini(&plan);
+}
+END_TEST
+
+START_TEST(planner_drain_keeps_confirmed_successes)
+{
+	struct sq_plan plan;
+	struct list_node q;
+	uint32_t queued = 0;
+	struct txfer x[4];
+	struct wr_desc out[8];
+	struct outcome_log log = {0};
+
+	list_init(&q);
+	ck_assert_int_eq(sq_plan_init(&plan, 16, 2, 0, 1000), 0);
+	queue_xfers(&q, &queued, x, 4, XFER_WRITE, 100);
+	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 8, out), 4);
+	/* Draining starts (peer disconnected); a success still arriving confirms x0, x1. */
+	sq_plan_begin_drain(&plan);
+	ck_assert_uint_eq(sq_plan_complete(&plan, out[1].seq, true, false, log_outcome, &log), 2);
+	ck_assert_int_eq(log.outcome[0], SQ_OK);
+	ck_assert_int_eq(log.outcome[1], SQ_OK);
+	/* What no completion confirmed fails. */
+	ck_assert_uint_eq(sq_plan_fail_all(&plan, log_outcome, &log), 2);
+	ck_assert_int_eq(log.outcome[2], SQ_FAILED_FLUSH);
+	ck_assert_int_eq(log.outcome[3], SQ_FAILED_FLUSH);
+	sq_plan_fini(&plan);
+}
+END_TEST
+
+Suite *planner_suite(void)
+{
+	Suite *s = suite_create("planner");
+	TCase *tc = tcase_create("send queue");
+
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, planner_credits);
+	tcase_add_test(tc, planner_signal_interval);
+	tcase_add_test(tc, planner_inline_and_split);
+	tcase_add_test(tc, planner_error_and_drain);
+	tcase_add_test(tc, planner_drain_keeps_confirmed_successes);
+	suite_add_tcase(s, tc);
+	return s;
+}
