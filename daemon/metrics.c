@@ -1,0 +1,808 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Metrics: counters and histograms of jobs (by op, status, peer), connection
+ * events and imm counters, plus gauges read from the other modules when a
+ * scrape renders them. Recording is a few additions on the loop thread, so
+ * the data path pays nearly nothing; rendering allocates and may be slow.
+ *
+ * Owns the node_exporter textfile writer (temp file + rename). Never blocks
+ * the loop on anything but a local file write, and never touches payload.
+ */
+#include "metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "ipc.h"
+#include "json.h"
+#include "log.h"
+#include "rdmax.h"
+#include "rdmax.pb-c.h"
+#include "rdmaxd.h"
+#include "status.h"
+#include "transport.h"
+
+#define STATUS_SLOTS (RDMAX__V1__STATUS__INTERNAL + 1)
+/* Peers tracked by name; later ones are counted under "other" so labels stay bounded. */
+#define PEERS_MAX     64
+#define PEER_NAME_MAX 64
+#define TEXTFILE_NAME "rdmaxd.prom"
+
+/* Upper bounds of the latency buckets, in seconds (+Inf is implicit). */
+static const double g_latency_bounds[] = {
+	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+	0.05,    0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,
+};
+#define LATENCY_BUCKETS (sizeof(g_latency_bounds) / sizeof(g_latency_bounds[0]))
+
+/* Upper bounds of the job size buckets, in bytes. */
+static const double g_size_bounds[] = {
+	4096, 65536, 1048576, 16777216, 268435456, 4294967296.0,
+};
+#define SIZE_BUCKETS (sizeof(g_size_bounds) / sizeof(g_size_bounds[0]))
+
+struct histogram {
+	uint64_t buckets[32]; /* non-cumulative counts; last used slot is +Inf */
+	uint64_t count;
+	double sum;
+};
+
+struct peer_stats {
+	char name[PEER_NAME_MAX];
+	uint64_t jobs_ok[JOB_KIND_MAX];
+	uint64_t jobs_failed[JOB_KIND_MAX];
+	uint64_t bytes[JOB_KIND_MAX];
+};
+
+struct metrics {
+	struct rdmaxd *daemon;
+	uint64_t jobs[JOB_KIND_MAX][STATUS_SLOTS];
+	uint64_t bytes[JOB_KIND_MAX][STATUS_SLOTS];
+	uint64_t local_jobs; /* jobs between two regions of this daemon */
+	struct histogram latency[JOB_KIND_MAX];
+	struct histogram size[JOB_KIND_MAX];
+	struct peer_stats peers[PEERS_MAX];
+	uint32_t n_peers;
+	struct peer_stats other; /* peers beyond PEERS_MAX */
+	/* conn_events[transport][event]; transports by endpoint kind, unknown ones last */
+	uint64_t conn_events[ENDPOINT_MAX + 1][METRICS_CONN_EVENT_MAX];
+	uint64_t imm_writes; /* jobs carrying an imm that completed OK here */
+	uint64_t imm_fired;  /* ExpectImm claims that reached their count */
+	uint64_t total_jobs;
+	uint64_t total_bytes;
+	/* metrics_rates() state */
+	uint64_t rate_ms;
+	uint64_t rate_jobs;
+	uint64_t rate_bytes;
+	/* textfile */
+	uv_timer_t *timer; /* own allocation, freed in its close callback */
+	char textfile_dir[256];
+};
+
+static const char *const g_conn_event_names[METRICS_CONN_EVENT_MAX] = {
+	[METRICS_CONN_ESTABLISHED] = "established",
+	[METRICS_CONN_FAILED] = "failed",
+	[METRICS_CONN_CLOSED] = "closed",
+};
+
+static const char *const g_transport_names[ENDPOINT_MAX + 1] = {
+	[ENDPOINT_TCP] = "tcp",
+	[ENDPOINT_VERBS] = "verbs",
+	[ENDPOINT_MAX] = "other",
+};
+
+int metrics_create(struct rdmaxd *daemon, struct metrics **ret_metrics)
+{
+	struct metrics *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		return -ENOMEM;
+	}
+	m->daemon = daemon;
+	snprintf(m->other.name, sizeof(m->other.name), "other");
+	m->rate_ms = now_ms();
+	*ret_metrics = m;
+	return 0;
+}
+
+static void timer_closed(uv_handle_t *handle)
+{
+	free(handle);
+}
+
+void metrics_shutdown(struct metrics *metrics)
+{
+	if (!metrics || !metrics->timer) {
+		return;
+	}
+	uv_timer_stop(metrics->timer);
+	uv_close((uv_handle_t *)metrics->timer, timer_closed);
+	metrics->timer = NULL;
+}
+
+void metrics_destroy(struct metrics *metrics)
+{
+	if (!metrics) {
+		return;
+	}
+	metrics_shutdown(metrics);
+	free(metrics);
+}
+
+static void histogram_add(struct histogram *h, const double *bounds, size_t n_bounds, double v)
+{
+	size_t i = 0;
+
+	while (i < n_bounds && v > bounds[i]) {
+		i++;
+	}
+	h->buckets[i]++;
+	h->count++;
+	h->sum += v;
+}
+
+static struct peer_stats *peer_slot(struct metrics *m, const struct endpoint *peer)
+{
+	char name[PEER_NAME_MAX];
+
+	if (strchr(peer->addr, ':')) {
+		snprintf(name, sizeof(name), "[%s]:%u", peer->addr, peer->port);
+	} else {
+		snprintf(name, sizeof(name), "%s:%u", peer->addr, peer->port);
+	}
+	for (uint32_t i = 0; i < m->n_peers; i++) {
+		if (strcmp(m->peers[i].name, name) == 0) {
+			return &m->peers[i];
+		}
+	}
+	if (m->n_peers == PEERS_MAX) {
+		return &m->other;
+	}
+	struct peer_stats *p = &m->peers[m->n_peers++];
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	return p;
+}
+
+void metrics_job_done(struct metrics *metrics, int op, int err, uint64_t bytes, uint64_t latency_ns,
+		      const struct endpoint *peer, bool had_imm)
+{
+	int status = status_from_err(err);
+
+	if (!metrics) {
+		return;
+	}
+	if (op < 0 || op >= JOB_KIND_MAX) {
+		op = JOB_WRITE;
+	}
+	if (status < 0 || status >= (int)STATUS_SLOTS) {
+		status = RDMAX__V1__STATUS__INTERNAL;
+	}
+	metrics->jobs[op][status]++;
+	metrics->bytes[op][status] += bytes;
+	metrics->total_jobs++;
+	metrics->total_bytes += bytes;
+	histogram_add(&metrics->latency[op], g_latency_bounds, LATENCY_BUCKETS,
+		      (double)latency_ns / 1e9);
+	if (err == 0) {
+		histogram_add(&metrics->size[op], g_size_bounds, SIZE_BUCKETS, (double)bytes);
+		if (had_imm) {
+			metrics->imm_writes++;
+		}
+	}
+	if (!peer) {
+		metrics->local_jobs++;
+		return;
+	}
+	struct peer_stats *p = peer_slot(metrics, peer);
+	if (err == 0) {
+		p->jobs_ok[op]++;
+	} else {
+		p->jobs_failed[op]++;
+	}
+	p->bytes[op] += bytes;
+}
+
+void metrics_conn_event(struct metrics *metrics, const char *transport,
+			enum metrics_conn_event event)
+{
+	size_t t = ENDPOINT_MAX;
+
+	if (!metrics || (unsigned)event >= METRICS_CONN_EVENT_MAX) {
+		return;
+	}
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		if (transport && strcmp(transport, g_transport_names[k]) == 0) {
+			t = k;
+		}
+	}
+	metrics->conn_events[t][event]++;
+}
+
+void metrics_imm_fired(struct metrics *metrics)
+{
+	if (metrics) {
+		metrics->imm_fired++;
+	}
+}
+
+void metrics_rates(struct metrics *metrics, double *ret_jobs_per_s, double *ret_bytes_per_s)
+{
+	uint64_t now = now_ms();
+	double secs = (double)(now - metrics->rate_ms) / 1000.0;
+
+	if (secs <= 0) {
+		secs = 1e-3;
+	}
+	*ret_jobs_per_s = (double)(metrics->total_jobs - metrics->rate_jobs) / secs;
+	*ret_bytes_per_s = (double)(metrics->total_bytes - metrics->rate_bytes) / secs;
+	metrics->rate_ms = now;
+	metrics->rate_jobs = metrics->total_jobs;
+	metrics->rate_bytes = metrics->total_bytes;
+}
+
+void metrics_totals(const struct metrics *metrics, uint64_t *ret_jobs, uint64_t *ret_bytes)
+{
+	*ret_jobs = metrics ? metrics->total_jobs : 0;
+	*ret_bytes = metrics ? metrics->total_bytes : 0;
+}
+
+/* ------------------------------------------------------------ rendering */
+
+struct text {
+	char *buf;
+	size_t len;
+	size_t cap;
+	bool failed;
+};
+
+static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void text_printf(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (t->failed) {
+		return;
+	}
+	for (;;) {
+		size_t room = t->cap - t->len;
+		va_start(ap, fmt);
+		n = vsnprintf(t->buf ? t->buf + t->len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			t->failed = true;
+			return;
+		}
+		if ((size_t)n < room) {
+			t->len += (size_t)n;
+			return;
+		}
+		size_t cap = t->cap ? t->cap * 2 : 16384;
+		while (cap < t->len + (size_t)n + 1) {
+			cap *= 2;
+		}
+		char *buf = realloc(t->buf, cap);
+		if (!buf) {
+			t->failed = true;
+			return;
+		}
+		t->buf = buf;
+		t->cap = cap;
+	}
+}
+
+/* A label value: '\\', '"' and newlines escaped, other control and non-ASCII bytes replaced. */
+static const char *label_escape(const char *in, char *out, size_t size)
+{
+	size_t o = 0;
+
+	for (const char *p = in; *p && o + 3 < size; p++) {
+		if (*p == '\\' || *p == '"') {
+			out[o++] = '\\';
+			out[o++] = *p;
+		} else if (*p == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) {
+			out[o++] = '?'; /* client-chosen bytes: keep the text format valid UTF-8 */
+		} else {
+			out[o++] = *p;
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+static void family(struct text *t, const char *name, const char *type, const char *help)
+{
+	text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void status_label(int status, char *buf, size_t size)
+{
+	const char *name = status_name(status);
+	size_t i = 0;
+
+	for (; name[i] && i + 1 < size; i++) {
+		buf[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] - 'A' + 'a' : name[i]);
+	}
+	buf[i] = '\0';
+}
+
+static void render_histogram(struct text *t, const char *name, const struct histogram *h,
+			     const double *bounds, size_t n_bounds, const char *op)
+{
+	uint64_t cum = 0;
+
+	for (size_t i = 0; i < n_bounds; i++) {
+		cum += h->buckets[i];
+		text_printf(t, "%s_bucket{op=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, op, bounds[i],
+			    cum);
+	}
+	cum += h->buckets[n_bounds];
+	text_printf(t, "%s_bucket{op=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, op, cum);
+	text_printf(t, "%s_sum{op=\"%s\"} %.9g\n", name, op, h->sum);
+	text_printf(t, "%s_count{op=\"%s\"} %" PRIu64 "\n", name, op, h->count);
+}
+
+struct conn_count {
+	uint64_t total;
+	uint64_t ready;
+	uint64_t in_flight;
+};
+
+static void count_conn(void *arg, const struct transport_conn_info *info)
+{
+	struct conn_count *c = arg;
+
+	c->total++;
+	if (strcmp(info->state, "ready") == 0) {
+		c->ready++;
+	}
+	c->in_flight += info->in_flight;
+}
+
+static void render_client(void *arg, const struct ipc_client_info *info)
+{
+	struct text *t = arg;
+	char name[160];
+
+	label_escape(info->name, name, sizeof(name));
+	text_printf(t,
+		    "rdmaxd_client_jobs_total{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
+		    "\",result=\"ok\"} %" PRIu64 "\n",
+		    name, info->pid, info->id, info->jobs_ok);
+	text_printf(t,
+		    "rdmaxd_client_jobs_total{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
+		    "\",result=\"error\"} %" PRIu64 "\n",
+		    name, info->pid, info->id, info->jobs_failed);
+}
+
+static void render_client_bytes(void *arg, const struct ipc_client_info *info)
+{
+	struct text *t = arg;
+	char name[160];
+
+	label_escape(info->name, name, sizeof(name));
+	text_printf(t,
+		    "rdmaxd_client_bytes_total{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
+		    "\"} %" PRIu64 "\n",
+		    name, info->pid, info->id, info->bytes);
+}
+
+static void render_client_regions(void *arg, const struct ipc_client_info *info)
+{
+	struct text *t = arg;
+	char name[160];
+
+	label_escape(info->name, name, sizeof(name));
+	text_printf(t,
+		    "rdmaxd_client_registered_bytes{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
+		    "\"} %" PRIu64 "\n",
+		    name, info->pid, info->id, info->registered_bytes);
+}
+
+static void render_client_outstanding(void *arg, const struct ipc_client_info *info)
+{
+	struct text *t = arg;
+	char name[160];
+
+	label_escape(info->name, name, sizeof(name));
+	text_printf(t,
+		    "rdmaxd_client_jobs_outstanding{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
+		    "\"} %u\n",
+		    name, info->pid, info->id, info->outstanding);
+}
+
+static void render_peer(struct text *t, const char *metric, const struct peer_stats *p, int what)
+{
+	char name[PEER_NAME_MAX * 2];
+
+	label_escape(p->name, name, sizeof(name));
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		if (what == 0) {
+			text_printf(t, "%s{peer=\"%s\",op=\"%s\",result=\"ok\"} %" PRIu64 "\n",
+				    metric, name, engine_job_kind_name((int)op), p->jobs_ok[op]);
+			text_printf(t, "%s{peer=\"%s\",op=\"%s\",result=\"error\"} %" PRIu64 "\n",
+				    metric, name, engine_job_kind_name((int)op), p->jobs_failed[op]);
+		} else {
+			text_printf(t, "%s{peer=\"%s\",op=\"%s\"} %" PRIu64 "\n", metric, name,
+				    engine_job_kind_name((int)op), p->bytes[op]);
+		}
+	}
+}
+
+static bool peer_used(const struct peer_stats *p)
+{
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		if (p->jobs_ok[op] || p->jobs_failed[op]) {
+			return true;
+		}
+	}
+	return false;
+}
+
+int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
+{
+	struct rdmaxd *daemon = m->daemon;
+	struct text t = {0};
+	char status[32];
+	char node[160];
+
+	family(&t, "rdmaxd_build_info", "gauge", "Version and node of this daemon (always 1).");
+	text_printf(&t,
+		    "rdmaxd_build_info{version=\"%s\",node=\"%s\",instance_id=\"%016" PRIx64
+		    "\"} 1\n",
+		    RDMAXD_VERSION, label_escape(daemon->node_name, node, sizeof(node)),
+		    daemon->instance_id);
+	family(&t, "rdmaxd_start_time_seconds", "gauge", "When this daemon started (Unix time).");
+	text_printf(&t, "rdmaxd_start_time_seconds %" PRIu64 "\n",
+		    (uint64_t)time(NULL) - (now_ms() - daemon->started_ms) / 1000);
+	family(&t, "rdmaxd_draining", "gauge", "1 while new jobs are refused (rdmaxctl drain).");
+	text_printf(&t, "rdmaxd_draining %d\n", daemon->draining ? 1 : 0);
+	family(&t, "rdmaxd_transport_up", "gauge", "1 for each transport this daemon runs.");
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		text_printf(&t, "rdmaxd_transport_up{transport=\"%s\"} %d\n", g_transport_names[k],
+			    daemon->transports[k] ? 1 : 0);
+	}
+
+	family(&t, "rdmaxd_jobs_total", "counter", "Completed jobs by operation and status.");
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		for (int s = 0; s < (int)STATUS_SLOTS; s++) {
+			status_label(s, status, sizeof(status));
+			text_printf(&t, "rdmaxd_jobs_total{op=\"%s\",status=\"%s\"} %" PRIu64 "\n",
+				    engine_job_kind_name((int)op), status, m->jobs[op][s]);
+		}
+	}
+	family(&t, "rdmaxd_job_bytes_total", "counter",
+	       "Bytes moved by completed jobs, by operation and status.");
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		for (int s = 0; s < (int)STATUS_SLOTS; s++) {
+			status_label(s, status, sizeof(status));
+			text_printf(&t,
+				    "rdmaxd_job_bytes_total{op=\"%s\",status=\"%s\"} %" PRIu64 "\n",
+				    engine_job_kind_name((int)op), status, m->bytes[op][s]);
+		}
+	}
+	family(&t, "rdmaxd_local_jobs_total", "counter",
+	       "Jobs between two regions of this daemon (no transport).");
+	text_printf(&t, "rdmaxd_local_jobs_total %" PRIu64 "\n", m->local_jobs);
+	family(&t, "rdmaxd_jobs_in_flight", "gauge", "Jobs without a completion yet.");
+	text_printf(&t, "rdmaxd_jobs_in_flight %" PRIu64 "\n",
+		    daemon->engine ? engine_outstanding(daemon->engine) : 0);
+	family(&t, "rdmaxd_job_duration_seconds", "histogram",
+	       "Time from submission to completion of a job.");
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		render_histogram(&t, "rdmaxd_job_duration_seconds", &m->latency[op],
+				 g_latency_bounds, LATENCY_BUCKETS, engine_job_kind_name((int)op));
+	}
+	family(&t, "rdmaxd_job_size_bytes", "histogram", "Length of jobs that completed OK.");
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		render_histogram(&t, "rdmaxd_job_size_bytes", &m->size[op], g_size_bounds,
+				 SIZE_BUCKETS, engine_job_kind_name((int)op));
+	}
+
+	family(&t, "rdmaxd_peer_jobs_total", "counter", "Completed jobs by peer daemon.");
+	for (uint32_t i = 0; i < m->n_peers; i++) {
+		render_peer(&t, "rdmaxd_peer_jobs_total", &m->peers[i], 0);
+	}
+	if (peer_used(&m->other)) {
+		render_peer(&t, "rdmaxd_peer_jobs_total", &m->other, 0);
+	}
+	family(&t, "rdmaxd_peer_bytes_total", "counter", "Bytes moved by completed jobs by peer.");
+	for (uint32_t i = 0; i < m->n_peers; i++) {
+		render_peer(&t, "rdmaxd_peer_bytes_total", &m->peers[i], 1);
+	}
+	if (peer_used(&m->other)) {
+		render_peer(&t, "rdmaxd_peer_bytes_total", &m->other, 1);
+	}
+
+	family(&t, "rdmaxd_connection_events_total", "counter",
+	       "Connections to peer daemons established, failed and closed.");
+	for (size_t k = 0; k <= ENDPOINT_MAX; k++) {
+		for (size_t e = 0; e < METRICS_CONN_EVENT_MAX; e++) {
+			if (k == ENDPOINT_MAX && m->conn_events[k][e] == 0) {
+				continue;
+			}
+			text_printf(&t,
+				    "rdmaxd_connection_events_total{transport=\"%s\",event=\"%s\"} "
+				    "%" PRIu64 "\n",
+				    g_transport_names[k], g_conn_event_names[e],
+				    m->conn_events[k][e]);
+		}
+	}
+	struct conn_count counts[ENDPOINT_MAX] = {0};
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		struct transport *tr = daemon->transports[k];
+		if (tr && tr->ops->list_conns) {
+			tr->ops->list_conns(tr, count_conn, &counts[k]);
+		}
+	}
+	family(&t, "rdmaxd_connections", "gauge", "Connections to peer daemons now, by state.");
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		if (!daemon->transports[k]) {
+			continue;
+		}
+		text_printf(&t,
+			    "rdmaxd_connections{transport=\"%s\",state=\"ready\"} %" PRIu64 "\n",
+			    g_transport_names[k], counts[k].ready);
+		text_printf(&t,
+			    "rdmaxd_connections{transport=\"%s\",state=\"other\"} %" PRIu64 "\n",
+			    g_transport_names[k], counts[k].total - counts[k].ready);
+	}
+	family(&t, "rdmaxd_connection_requests_in_flight", "gauge",
+	       "Requests sent to peers whose answer is pending.");
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		if (daemon->transports[k]) {
+			text_printf(
+				&t,
+				"rdmaxd_connection_requests_in_flight{transport=\"%s\"} %" PRIu64
+				"\n",
+				g_transport_names[k], counts[k].in_flight);
+		}
+	}
+
+	family(&t, "rdmaxd_clients", "gauge", "Clients connected to the client socket.");
+	text_printf(&t, "rdmaxd_clients %u\n", ipc_client_count(daemon->ipc));
+	family(&t, "rdmaxd_client_jobs_total", "counter", "Completed jobs by client session.");
+	ipc_for_each_client(daemon->ipc, render_client, &t);
+	family(&t, "rdmaxd_client_bytes_total", "counter", "Bytes moved by client session.");
+	ipc_for_each_client(daemon->ipc, render_client_bytes, &t);
+	family(&t, "rdmaxd_client_registered_bytes", "gauge",
+	       "Bytes registered by client session.");
+	ipc_for_each_client(daemon->ipc, render_client_regions, &t);
+	family(&t, "rdmaxd_client_jobs_outstanding", "gauge", "Jobs in flight by client session.");
+	ipc_for_each_client(daemon->ipc, render_client_outstanding, &t);
+
+	family(&t, "rdmaxd_regions", "gauge", "Registered regions.");
+	text_printf(&t, "rdmaxd_regions %u\n", daemon->regions.count);
+	family(&t, "rdmaxd_registered_bytes", "gauge", "Bytes of all registered regions.");
+	text_printf(&t, "rdmaxd_registered_bytes %" PRIu64 "\n", daemon->regions.total_bytes);
+	family(&t, "rdmaxd_registrations_total", "counter", "Regions registered since start.");
+	text_printf(&t, "rdmaxd_registrations_total %" PRIu64 "\n",
+		    daemon->regions.next_id ? daemon->regions.next_id - 1 : 0);
+
+	family(&t, "rdmaxd_imm_writes_total", "counter",
+	       "Jobs carrying an immediate value that completed OK on this node.");
+	text_printf(&t, "rdmaxd_imm_writes_total %" PRIu64 "\n", m->imm_writes);
+	family(&t, "rdmaxd_imm_fired_total", "counter",
+	       "ExpectImm claims that reached their count.");
+	text_printf(&t, "rdmaxd_imm_fired_total %" PRIu64 "\n", m->imm_fired);
+	family(&t, "rdmaxd_imm_dropped_total", "counter",
+	       "Landings not counted because the imm counter table was full.");
+	text_printf(&t, "rdmaxd_imm_dropped_total %" PRIu64 "\n", daemon->imm.dropped);
+	family(&t, "rdmaxd_imm_counters", "gauge", "Immediate counters tracked now.");
+	text_printf(&t, "rdmaxd_imm_counters %zu\n", daemon->imm.counters.count);
+
+	if (t.failed) {
+		free(t.buf);
+		return -ENOMEM;
+	}
+	*ret_text = t.buf;
+	*ret_len = t.len;
+	return 0;
+}
+
+void metrics_json(struct metrics *m, struct json *j, const char *key)
+{
+	char status[32];
+
+	json_obj_open(j, key);
+	json_u64(j, "jobs_total", m->total_jobs);
+	json_u64(j, "bytes_total", m->total_bytes);
+	json_u64(j, "local_jobs_total", m->local_jobs);
+	json_arr_open(j, "jobs");
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		for (int s = 0; s < (int)STATUS_SLOTS; s++) {
+			if (m->jobs[op][s] == 0) {
+				continue;
+			}
+			status_label(s, status, sizeof(status));
+			json_obj_open(j, NULL);
+			json_str(j, "op", engine_job_kind_name((int)op));
+			json_str(j, "status", status);
+			json_u64(j, "jobs", m->jobs[op][s]);
+			json_u64(j, "bytes", m->bytes[op][s]);
+			json_obj_close(j);
+		}
+	}
+	json_arr_close(j);
+	json_arr_open(j, "latency");
+	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+		const struct histogram *h = &m->latency[op];
+		json_obj_open(j, NULL);
+		json_str(j, "op", engine_job_kind_name((int)op));
+		json_u64(j, "count", h->count);
+		json_double(j, "mean_s", h->count ? h->sum / (double)h->count : 0);
+		json_arr_open(j, "buckets");
+		uint64_t cum = 0;
+		for (size_t i = 0; i <= LATENCY_BUCKETS; i++) {
+			cum += h->buckets[i];
+			json_obj_open(j, NULL);
+			if (i < LATENCY_BUCKETS) {
+				json_double(j, "le", g_latency_bounds[i]);
+			} else {
+				json_str(j, "le", "+Inf");
+			}
+			json_u64(j, "count", cum);
+			json_obj_close(j);
+		}
+		json_arr_close(j);
+		json_obj_close(j);
+	}
+	json_arr_close(j);
+	json_arr_open(j, "peers");
+	for (uint32_t i = 0; i <= m->n_peers; i++) {
+		const struct peer_stats *p = i < m->n_peers ? &m->peers[i] : &m->other;
+		if (i == m->n_peers && !peer_used(p)) {
+			break;
+		}
+		json_obj_open(j, NULL);
+		json_str(j, "peer", p->name);
+		for (size_t op = 0; op < JOB_KIND_MAX; op++) {
+			char k[32];
+			snprintf(k, sizeof(k), "%s_ok", engine_job_kind_name((int)op));
+			json_u64(j, k, p->jobs_ok[op]);
+			snprintf(k, sizeof(k), "%s_failed", engine_job_kind_name((int)op));
+			json_u64(j, k, p->jobs_failed[op]);
+			snprintf(k, sizeof(k), "%s_bytes", engine_job_kind_name((int)op));
+			json_u64(j, k, p->bytes[op]);
+		}
+		json_obj_close(j);
+	}
+	json_arr_close(j);
+	json_arr_open(j, "connection_events");
+	for (size_t k = 0; k <= ENDPOINT_MAX; k++) {
+		for (size_t e = 0; e < METRICS_CONN_EVENT_MAX; e++) {
+			if (m->conn_events[k][e] == 0) {
+				continue;
+			}
+			json_obj_open(j, NULL);
+			json_str(j, "transport", g_transport_names[k]);
+			json_str(j, "event", g_conn_event_names[e]);
+			json_u64(j, "count", m->conn_events[k][e]);
+			json_obj_close(j);
+		}
+	}
+	json_arr_close(j);
+	json_u64(j, "regions", m->daemon->regions.count);
+	json_u64(j, "registered_bytes", m->daemon->regions.total_bytes);
+	json_u64(j, "registrations_total",
+		 m->daemon->regions.next_id ? m->daemon->regions.next_id - 1 : 0);
+	json_u64(j, "imm_writes_total", m->imm_writes);
+	json_u64(j, "imm_fired_total", m->imm_fired);
+	json_u64(j, "imm_dropped_total", m->daemon->imm.dropped);
+	json_u64(j, "imm_counters", m->daemon->imm.counters.count);
+	json_obj_close(j);
+}
+
+/* ------------------------------------------------------------- textfile */
+
+int metrics_textfile_write(struct metrics *metrics)
+{
+	char path[512], tmp[512];
+	char *text;
+	size_t len;
+	int fd, ret;
+
+	if (!metrics || !metrics->textfile_dir[0]) {
+		return 0;
+	}
+	ret = metrics_prometheus(metrics, &text, &len);
+	if (ret < 0) {
+		return ret;
+	}
+	snprintf(path, sizeof(path), "%s/%s", metrics->textfile_dir, TEXTFILE_NAME);
+	/* node_exporter reads only *.prom, so the temp name must not end in .prom. */
+	snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", metrics->textfile_dir, TEXTFILE_NAME,
+		 (int)getpid());
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	for (size_t off = 0; off < len;) {
+		ssize_t n = write(fd, text + off, len - off);
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			ret = -errno;
+			close(fd);
+			goto out_unlink;
+		}
+		off += (size_t)n;
+	}
+	if (close(fd) < 0) {
+		ret = -errno;
+		goto out_unlink;
+	}
+	if (rename(tmp, path) < 0) {
+		ret = -errno;
+		goto out_unlink;
+	}
+	free(text);
+	return 0;
+
+out_unlink:
+	unlink(tmp);
+out_free:
+	free(text);
+	return ret;
+}
+
+static void textfile_tick(uv_timer_t *timer)
+{
+	struct metrics *m = timer->data;
+	static struct log_ratelimit rl;
+	int ret = metrics_textfile_write(m);
+
+	if (ret < 0) {
+		log_ratelimited(&rl, LOG_WARNING, "writing metrics to '%s/%s' failed: %s",
+				m->textfile_dir, TEXTFILE_NAME, strerror(-ret));
+	}
+}
+
+int metrics_textfile_start(struct metrics *metrics, const char *dir, uint32_t interval_s)
+{
+	struct stat st;
+
+	if (!metrics) {
+		return -EINVAL;
+	}
+	metrics_shutdown(metrics);
+	metrics->textfile_dir[0] = '\0';
+	if (!dir || !dir[0]) {
+		return 0;
+	}
+	if (strlen(dir) >= sizeof(metrics->textfile_dir) - sizeof(TEXTFILE_NAME) - 16) {
+		return -ENAMETOOLONG;
+	}
+	if (stat(dir, &st) < 0) {
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		return -ENOTDIR;
+	}
+	snprintf(metrics->textfile_dir, sizeof(metrics->textfile_dir), "%s", dir);
+	metrics->timer = malloc(sizeof(*metrics->timer));
+	if (!metrics->timer) {
+		metrics->textfile_dir[0] = '\0';
+		return -ENOMEM;
+	}
+	uv_timer_init(metrics->daemon->loop, metrics->timer);
+	metrics->timer->data = metrics;
+	uint64_t ms = (uint64_t)(interval_s ? interval_s : 15) * 1000;
+	uv_timer_start(metrics->timer, textfile_tick, 0, ms);
+	return 0;
+}
