@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# guest.sh - the Soft-RoCE half of `make bench`, run by tests/bench/run.sh in
+# ONE two-node guest boot (tests/vm/run-in-guest --two-nodes). Per test and
+# size it alternates perftest (the reference: ib_write_bw, ib_read_bw,
+# ib_write_lat, server on DEV1, client on DEV0 -> IP1) and rdmax-bench
+# between two rdmaxd (--transport verbs, one per device and address), so
+# drift of the emulated machine hits both the same way.
+#
+# Writes into $RDMAX_BENCH_OUT (inside the repository, which the guest shares):
+#   guest-ref-TEST-SIZE-rREP.txt     perftest client output (parsed by report.py)
+#   guest-rdmax-TEST-SIZE-rREP.json  rdmax-bench --json
+#   guest-skip.txt                   why the rdmax side could not run (exit 77)
+# Exit: 0 done (a failed single run is logged and left out), 77 skipped, 1 error.
+# Never uses 124 or 125, which belong to run-in-guest.
+#
+# Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT (build/bench),
+# RDMAX_BENCH_REPS (2), RDMAX_BENCH_QPS (2), RDMAX_BENCH_GUEST_TRANSPORT (verbs; tcp exercises this
+# script while the verbs transport is missing: its numbers are not the
+# verbs ratios). Works on a host with real NICs too, given the RDMAX_GUEST_*
+# variables (see tests/vm/README.md).
+set -u
+
+build=${RDMAX_BUILD:-build}
+out=${RDMAX_BENCH_OUT:-$build/bench}
+reps=${RDMAX_BENCH_REPS:-2}
+transport=${RDMAX_BENCH_GUEST_TRANSPORT:-verbs}
+dev0=${RDMAX_GUEST_DEV0:-rxe0}
+dev1=${RDMAX_GUEST_DEV1:-rxe1}
+ip0=${RDMAX_GUEST_IP0:-192.0.2.1}
+ip1=${RDMAX_GUEST_IP1:-192.0.2.2}
+# Unix sockets cannot live on the 9p share: keep them in guest RAM.
+run=$(mktemp -d /tmp/rdmax-bench.XXXXXX) || exit 1
+perf_port=18600
+pids=()
+
+# Bounded work per run: the guest is emulated (about 1 Gb/s, tens of µs).
+# TEST SIZE ITERS
+plan=(
+	"write_bw 1048576 150"
+	"write_bw 65536 1000"
+	"write_bw 64 10000"
+	"read_bw 1048576 100"
+	"read_bw 65536 1000"
+	"write_lat 64 2000"
+	"paged_bw 1048576 100"
+)
+page_len=16384
+# rdmax-bench settings for bandwidth runs: a deep window and batched submits,
+# as perftest keeps 128 WRs posted.
+bw_opts=(-w 64 -b 16)
+# QPs per peer on both sides: rxe works each QP serially, so under emulation
+# the QP count alone changes bandwidth; perftest's bandwidth runs get the same
+# number (-q) as rdmaxd (verbs.qps_per_peer).
+qps=${RDMAX_BENCH_QPS:-2}
+
+log() { echo "guest: $*"; }
+
+skip() {
+	echo "$*" >"$out/guest-skip.txt"
+
+	cleanup
+	exit 77
+}
+
+cleanup() {
+	if [ -n "${serve_pid:-}" ]; then
+		kill -TERM "$serve_pid" 2>/dev/null
+		wait "$serve_pid" 2>/dev/null
+		serve_pid=
+	fi
+	for p in "${pids[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	pids=()
+	for f in a b serve; do
+		[ -e "$run/$f.log" ] && cp "$run/$f.log" "$out/guest-daemon-$f.log"
+	done
+	rm -rf "$run"
+}
+trap cleanup EXIT
+
+gid_index() { # DEV IPV4: index of the RoCE v2 GID of IPV4
+	local dev=$1 want f idx
+	local -a o
+	IFS=. read -r -a o <<<"$2"
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' \
+		"${o[0]}" "${o[1]}" "${o[2]}" "${o[3]}")
+	for f in "/sys/class/infiniband/$dev/ports/1/gids/"*; do
+		[ "$(cat "$f" 2>/dev/null)" = "$want" ] || continue
+		idx=${f##*/}
+		if [ "$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$idx" 2>/dev/null)" = \
+			"RoCE v2" ]; then
+			echo "$idx"
+			return 0
+		fi
+	done
+}
+
+start_daemon() { # NAME DEV IP PORT
+	local name=$1 dev=$2 ip=$3 port=$4 i
+	local -a args=(--node-name "$name" --socket "$run/$name.sock" --transport "$transport"
+		--listen "$ip" --port "$port" --log-level notice)
+	[ "$transport" = verbs ] && args+=(--set "verbs.devices=$dev" --set "verbs.qps_per_peer=$qps")
+	"$build/rdmaxd" "${args[@]}" 2>"$run/$name.log" &
+	pids+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -S "$run/$name.sock" ] && return 0
+		kill -0 "${pids[-1]}" 2>/dev/null || break
+		sleep 0.05
+	done
+	skip "rdmaxd --transport $transport --listen $ip did not start:" \
+		"$(grep -v '^$' "$run/$name.log" | tail -n 2 | tr '\n' ' ')"
+}
+
+# The figure perftest printed: BW average (bw tests) or t_typical (lat), or
+# nothing when its clock calibration failed under emulation (0, inf, nan).
+perftest_value() { # FILE
+	awk '/#bytes/ { getline; v = ($0 ~ /inf|nan/) ? 0 : (NF >= 9 ? $5 : $4) + 0;
+		if (v > 0) print v; exit }' "$1"
+}
+
+# perftest TEST SIZE ITERS REP: server on dev1, client on dev0 -> ip1, bound by device
+# and GID (without -R, so the traffic crosses the veth pair). A run whose clock
+# calibration failed is repeated, twice at most.
+perftest() {
+	local _
+	for _ in 1 2 3; do
+		perftest_once "$@" || return 1
+		[ -n "$(perftest_value "$out/guest-ref-$1-$2-r$4.txt")" ] && return 0
+		log "perftest printed no usable figure (clock calibration under emulation); again"
+	done
+	mv "$out/guest-ref-$1-$2-r$4.txt" "$out/guest-ref-$1-$2-r$4.failed"
+	return 1
+}
+
+perftest_once() {
+	local test=$1 size=$2 iters=$3 rep=$4 prog spid rc src i
+	local file="$out/guest-ref-$test-$size-r$rep.txt"
+	local -a common
+	prog=ib_${test}
+	if [ "$test" = paged_bw ]; then
+		# A paged write is many page-sized RDMA writes: perftest with that message size.
+		prog=ib_write_bw
+		iters=$((iters * size / page_len))
+		size=$page_len
+	fi
+	common=(-F -s "$size" -n "$iters" -p "$perf_port")
+	[ "$test" != write_lat ] && common+=(--report_gbits -q "$qps")
+	[ -n "$gid0" ] || return 1
+	timeout 60 "$prog" -d "$dev1" -x "$gid1" "${common[@]}" >"$run/perf-server.log" 2>&1 &
+	spid=$!
+	for ((i = 0; i < 300; i++)); do
+		ss -Hltn "sport = :$perf_port" 2>/dev/null | grep -q . && break
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.05
+	done
+	timeout 60 "$prog" -d "$dev0" -x "$gid0" "${common[@]}" "$ip1" >"$file.tmp" 2>&1
+	rc=$?
+	wait "$spid"
+	src=$?
+	perf_port=$((perf_port + 1))
+	if [ "$rc" != 0 ] || [ "$src" != 0 ]; then
+		log "$prog $size B: client exit $rc, server exit $src (left out)"
+		mv "$file.tmp" "$out/guest-ref-$test-$size-r$rep.failed"
+		return 1
+	fi
+	mv "$file.tmp" "$file"
+	log "$prog $size B x $iters: $(grep -A1 '#bytes' "$file" | tail -n 1 | tr -s ' \t' ' ')"
+}
+
+tx_bytes() { cat "/sys/class/net/$1/statistics/tx_bytes" 2>/dev/null || echo 0; }
+
+rdmax() { # TEST SIZE ITERS REP
+	local test=$1 size=$2 iters=$3 rep=$4 rc netdev='' before=0 sent
+	local file="$out/guest-rdmax-$test-$size-r$rep.json"
+	local -a args=(run --socket "$run/a.sock" --desc "$run/b.desc" -s "$size" -n "$iters"
+		--daemon-pid "${pids[0]}" --peer-daemon-pid "${pids[1]}"
+		--label "guest $transport $test" --json="$file.tmp")
+	case $test in
+	write_bw) args+=(-o write "${bw_opts[@]}") ;;
+	read_bw) args+=(-o read "${bw_opts[@]}") ;;
+	write_lat) args+=(-o write --lat) ;;
+	paged_bw) args+=(-o paged --page-len "$page_len" "${bw_opts[@]}") ;;
+	esac
+	# In the guest, the payload must cross the veth pair (writes leave through
+	# NETDEV0, read data through NETDEV1), not loop inside one device.
+	if [ "${RDMAX_GUEST:-}" = 1 ] && [ "$transport" = verbs ]; then
+		netdev=${RDMAX_GUEST_NETDEV0:-}
+		[ "$test" = read_bw ] && netdev=${RDMAX_GUEST_NETDEV1:-}
+		[ -n "$netdev" ] && before=$(tx_bytes "$netdev")
+	fi
+	timeout 120 "$build/rdmax-bench" "${args[@]}" >"$run/bench.out" 2>&1
+	rc=$?
+	if [ "$rc" = 0 ] && [ -n "$netdev" ]; then
+		sent=$(($(tx_bytes "$netdev") - before))
+		if [ "$sent" -lt $((size * iters)) ]; then
+			log "rdmax $test $size B: only $sent bytes left through $netdev (left out: the" \
+				"transfer did not cross the veth pair)"
+			rm -f "$file.tmp"
+			return 1
+		fi
+	fi
+	if [ "$rc" != 0 ]; then
+		log "rdmax-bench $test $size B: exit $rc (left out): $(tail -n 3 "$run/bench.out" | tr '\n' ' ')"
+		rm -f "$file.tmp"
+		return 1
+	fi
+	mv "$file.tmp" "$file"
+	log "rdmax $test $size B x $iters: $(tail -n 1 "$run/bench.out" | tr -s ' ' ' ')"
+}
+
+mkdir -p "$out" || exit 1
+gid0=$(gid_index "$dev0" "$ip0")
+gid1=$(gid_index "$dev1" "$ip1")
+log "$dev0 ($ip0, GID index ${gid0:-?}) and $dev1 ($ip1, GID index ${gid1:-?}), transport $transport, $reps reps"
+if [ -z "$gid0" ] || [ -z "$gid1" ]; then
+	log "no RoCE v2 GID found: perftest runs are left out"
+fi
+
+start_daemon a "$dev0" "$ip0" 17471
+start_daemon b "$dev1" "$ip1" 17472
+serve_pid=
+"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/b.desc" --size 1M \
+	2>"$run/serve.log" &
+serve_pid=$!
+for ((i = 0; i < 100; i++)); do
+	[ -e "$run/b.desc" ] && break
+	kill -0 "$serve_pid" 2>/dev/null || break
+	sleep 0.05
+done
+[ -e "$run/b.desc" ] || skip "rdmax-bench serve did not publish a descriptor: $(tail -n 1 "$run/serve.log")"
+
+for item in "${plan[@]}"; do
+	read -r test size iters <<<"$item"
+	for ((rep = 1; rep <= reps; rep++)); do
+		# Alternate which side goes first, so drift within a pair cancels over reps.
+		if ((rep % 2)); then
+			perftest "$test" "$size" "$iters" "$rep"
+			rdmax "$test" "$size" "$iters" "$rep"
+		else
+			rdmax "$test" "$size" "$iters" "$rep"
+			perftest "$test" "$size" "$iters" "$rep"
+		fi
+	done
+done
+cleanup
+trap - EXIT
+exit 0

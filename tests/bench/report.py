@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Aggregate the runs of `make bench` into one table of ratios.
+
+Reads the files tests/bench/run.sh and guest.sh leave in OUT (build/bench):
+  guest-ref-TEST-SIZE-rN.txt      perftest client output
+  guest-rdmax-TEST-SIZE-rN.json   rdmax-bench --json (verbs, in the guest)
+  host-ref-TEST-SIZE-rN.json      tcp-stream --json
+  host-rdmax-TEST-SIZE-rN.json    rdmax-bench --json (TCP transport / same node)
+takes the median over repetitions of each side, prints the table and the
+summary line, and writes OUT/summary.json. Every ratio is "higher is better":
+rdmax/reference for bandwidth and rate, reference/rdmax for latency.
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+NAME = re.compile(r"^(guest|host)-(ref|rdmax)-([a-z_]+)-(\d+)-r(\d+)\.(txt|json)$")
+
+
+def parse_perftest(path):
+    """Numbers of a perftest client run, or None when it reported none."""
+    lines = open(path, errors="replace").read().splitlines()
+    for i, line in enumerate(lines):
+        if "#bytes" not in line or i + 1 >= len(lines):
+            continue
+        cols = lines[i + 1].split()
+        try:
+            vals = [float(c) for c in cols]
+        except ValueError:
+            return None
+        if "BW average" in line and len(vals) >= 5:
+            # bytes iters peak avg msgrate[Mpps], with --report_gbits
+            return {"Gbps": vals[3], "jobs_per_s": vals[4] * 1e6}
+        if "t_typical" in line and len(vals) >= 9:
+            # bytes iters min max typical avg stdev p99 p99.9
+            return {"p50_us": vals[4], "p99_us": vals[7], "p999_us": vals[8]}
+    return None
+
+
+def parse_json(path):
+    try:
+        doc = json.load(open(path))
+    except (OSError, ValueError):
+        return None
+    if doc.get("status") != "ok" or not doc.get("results"):
+        return None
+    r = doc["results"][0]
+    out = {
+        "Gbps": r.get("Gbps"),
+        "jobs_per_s": r.get("jobs_per_s"),
+        "p50_us": r["lat_us"]["p50"],
+        "p99_us": r["lat_us"]["p99"],
+        "p999_us": r["lat_us"]["p999"],
+        "label": doc.get("label", ""),
+    }
+    if "memcpy_GBps" in r:
+        out["memcpy_Gbps"] = r["memcpy_GBps"] * 8
+    cpu = [r.get(k) for k in ("daemon_cpu_s_per_GB", "peer_cpu_s_per_GB")]
+    cpu = [c for c in cpu if c is not None]
+    if cpu:
+        out["cpu_s_per_GB"] = sum(cpu)
+    elif r.get("cpu_s_per_GB") is not None:
+        out["cpu_s_per_GB"] = r["cpu_s_per_GB"]
+    return out
+
+
+def load(out_dir):
+    """{(part, test, size): {"ref": [runs], "rdmax": [runs]}}"""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(out_dir, "*"))):
+        m = NAME.match(os.path.basename(path))
+        if not m:
+            continue
+        part, side, test, size, rep, ext = m.groups()
+        val = parse_perftest(path) if ext == "txt" else parse_json(path)
+        if val is None:
+            continue
+        val["rep"] = int(rep)
+        key = (part, test, int(size))
+        runs.setdefault(key, {"ref": [], "rdmax": []})[side].append(val)
+    return runs
+
+
+def med(vals, field):
+    xs = [v[field] for v in vals if v.get(field) is not None]
+    if not xs or any(x != x or x in (float("inf"),) for x in xs):
+        return None
+    if any(x <= 0 for x in xs):
+        return None  # perftest under emulation may report 0: no reference then
+    return statistics.median(xs)
+
+
+def size_name(n):
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20}MiB"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n >> 10}KiB"
+    return f"{n}B"
+
+
+# (part, test) -> what is compared, shown as rows
+METRICS = {
+    "write_bw": [("Gbps", "Gb/s", False), ("jobs_per_s", "jobs/s", False)],
+    "read_bw": [("Gbps", "Gb/s", False)],
+    "write_lat": [("p50_us", "p50 us", True), ("p99_us", "p99 us", True)],
+    "paged_bw": [("Gbps", "Gb/s", False)],
+    "tcp_write": [("Gbps", "Gb/s", False)],
+    "tcp_read": [("Gbps", "Gb/s", False)],
+    "tcp_lat": [("p50_us", "p50 us", True), ("p99_us", "p99 us", True)],
+    "tcp_paged": [("Gbps", "Gb/s", False)],
+    "same_node": [("Gbps", "Gb/s", False)],
+}
+REFERENCE = {
+    "write_bw": "ib_write_bw",
+    "read_bw": "ib_read_bw",
+    "write_lat": "ib_write_lat",
+    "paged_bw": "ib_write_bw 16KiB",
+    "tcp_write": "tcp-stream",
+    "tcp_read": "tcp-stream",
+    "tcp_lat": "tcp-stream --lat",
+    "tcp_paged": "tcp-stream",
+    "same_node": "memcpy",
+}
+ORDER = list(METRICS)
+
+
+def build_rows(runs):
+    rows = []
+    keys = sorted(runs, key=lambda k: (k[0] != "guest", ORDER.index(k[1]) if k[1] in ORDER else 99, k[2]))
+    for part, test, size in keys:
+        sides = runs[(part, test, size)]
+        for field, unit, lower_better in METRICS.get(test, []):
+            if test == "write_bw" and field == "jobs_per_s" and size > 4096:
+                continue  # job rate is reported for small writes only
+            ref_field = "memcpy_Gbps" if test == "same_node" else field
+            ref = med(sides["rdmax" if test == "same_node" else "ref"], ref_field)
+            val = med(sides["rdmax"], field)
+            ratio = None
+            if ref and val:
+                ratio = ref / val if lower_better else val / ref
+            # Ratio of each pair run back to back: the spread shows the machine's noise.
+            pairs = []
+            ref_side = sides["rdmax" if test == "same_node" else "ref"]
+            for a in sides["rdmax"]:
+                for b in ref_side:
+                    x, y = a.get(field), b.get(ref_field)
+                    if a["rep"] == b["rep"] and x and y and x > 0 and y > 0:
+                        pairs.append(y / x if lower_better else x / y)
+            labels = {v.get("label", "") for v in sides["rdmax"]}
+            transport = "tcp" if part == "host" else "verbs"
+            for label in labels:
+                words = label.split()
+                if part == "guest" and len(words) >= 2:
+                    transport = words[1]
+            if test == "same_node":
+                transport = "local"
+            rows.append({
+                "part": part,
+                "test": test,
+                "bytes": size,
+                "metric": unit,
+                "reference": REFERENCE.get(test, "?"),
+                "ref_value": ref,
+                "rdmax_value": val,
+                "ratio": ratio,
+                "ratio_min": min(pairs) if pairs else None,
+                "ratio_max": max(pairs) if pairs else None,
+                "transport": transport,
+                "reps": [len(sides["ref"]) if test != "same_node" else len(sides["rdmax"]),
+                         len(sides["rdmax"])],
+                "rdmax_cpu_s_per_GB": med(sides["rdmax"], "cpu_s_per_GB"),
+                "ref_cpu_s_per_GB": med(sides["ref"], "cpu_s_per_GB"),
+            })
+    return rows
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "n/a"
+    if abs(v) >= 1000:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    if abs(v) >= 0.1:
+        return f"{v:.2f}"
+    return f"{v:.4f}"
+
+
+def find(rows, part, test, size, metric, transport=None):
+    for r in rows:
+        if (r["part"], r["test"], r["bytes"], r["metric"]) == (part, test, size, metric):
+            if transport and r["transport"] != transport:
+                return None
+            return r["ratio"]
+    return None
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else "build/bench"
+    runs = load(out_dir)
+    rows = build_rows(runs)
+    header = (f"{'part':6} {'test':10} {'size':>7} {'metric':7} {'reference':>17} {'ref':>9} "
+              f"{'rdmax':>9} {'ratio':>7} {'pairs':>13} {'cpu s/GB rdmax':>15} {'ref':>6}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        name = r["test"] if r["part"] == "host" or r["transport"] == "verbs" else f"{r['test']}*"
+        spread = "n/a"
+        if r["ratio_min"] is not None:
+            spread = f"{fmt(r['ratio_min'])}-{fmt(r['ratio_max'])}"
+        print(f"{r['part']:6} {name:10} {size_name(r['bytes']):>7} {r['metric']:7} "
+              f"{r['reference']:>17} {fmt(r['ref_value']):>9} {fmt(r['rdmax_value']):>9} "
+              f"{fmt(r['ratio']):>7} {spread:>13} {fmt(r['rdmax_cpu_s_per_GB']):>15} "
+              f"{fmt(r['ref_cpu_s_per_GB']):>6}")
+    if any(r["part"] == "guest" and r["transport"] != "verbs" for r in rows):
+        print("* guest rows ran rdmaxd over TCP (RDMAX_BENCH_GUEST_TRANSPORT): not the verbs "
+              "ratios, left out of the summary")
+    skip = os.path.join(out_dir, "guest-skip.txt")
+    if os.path.exists(skip):
+        print("guest part skipped: " + open(skip).read().strip())
+
+    def r(v):
+        return "n/a" if v is None else f"{v:.2f}"
+
+    summary = {
+        "write@1MiB": find(rows, "guest", "write_bw", 1 << 20, "Gb/s", "verbs"),
+        "write@64KiB": find(rows, "guest", "write_bw", 64 << 10, "Gb/s", "verbs"),
+        "read@1MiB": find(rows, "guest", "read_bw", 1 << 20, "Gb/s", "verbs"),
+        "lat_p50": find(rows, "guest", "write_lat", 64, "p50 us", "verbs"),
+        "rate@64B": find(rows, "guest", "write_bw", 64, "jobs/s", "verbs"),
+        "tcp@1MiB": find(rows, "host", "tcp_write", 1 << 20, "Gb/s"),
+        "same_node@1MiB": find(rows, "host", "same_node", 1 << 20, "Gb/s"),
+    }
+    line = "ratios: " + " ".join(f"{k}={r(v)}" for k, v in summary.items())
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump({"rows": rows, "ratios": summary, "line": line}, f, indent=1)
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

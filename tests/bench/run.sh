@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# run.sh - `make bench`: rdmax against its references, as ratios.
+#   (a) guest: one two-node Soft-RoCE boot (tests/bench/guest.sh): perftest
+#       against rdmax-bench between two rdmaxd over the verbs transport;
+#   (b) host: two rdmaxd on loopback over the TCP transport against one raw
+#       TCP stream (tests/bench/tcp-stream), and same-node copies (two clients
+#       of one daemon) against memcpy.
+# Reference and rdmax alternate per size. Then tests/bench/report.py prints
+# one table of ratios and the `ratios:` line; raw results stay in
+# $RDMAX_BUILD/bench (*.json, perftest *.txt, summary.json).
+#
+# Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT ($RDMAX_BUILD/bench),
+# RDMAX_BENCH_REPS (2), RDMAX_BENCH_QPS (2), RDMAX_BENCH_SECONDS (1, per host run),
+# RDMAX_BENCH_SKIP_GUEST=1, RDMAX_BENCH_GUEST_TRANSPORT (verbs),
+# RDMAX_BENCH_GUEST_TIMEOUT (240).
+# A part that cannot run says `SKIP <part>: <reason>` and its ratios are n/a;
+# the exit status is 0 unless the host part itself failed.
+set -u
+
+build=${RDMAX_BUILD:-build}
+out=${RDMAX_BENCH_OUT:-$build/bench}
+reps=${RDMAX_BENCH_REPS:-2}
+secs=${RDMAX_BENCH_SECONDS:-1}
+guest_timeout=${RDMAX_BENCH_GUEST_TIMEOUT:-240}
+host_failed=0
+pids=()
+serve_pid=
+
+mkdir -p "$out" || exit 1
+# Only this script's own results: a stale file would enter the medians.
+rm -f "$out"/guest-* "$out"/host-* "$out"/summary.json
+
+# Ratios are only as good as the machine is quiet: say how busy it was.
+machine() {
+	echo "== machine: $(nproc) CPUs, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)" |
+		tee -a "$out/host-machine.txt"
+}
+machine
+
+# ---- (a) guest: Soft-RoCE, perftest vs rdmax over verbs ----
+echo "== guest part: Soft-RoCE two nodes (rxe0 -> rxe1), perftest vs rdmax-bench"
+t0=$(date +%s)
+if [ "${RDMAX_BENCH_SKIP_GUEST:-0}" = 1 ]; then
+	echo "SKIP guest part: RDMAX_BENCH_SKIP_GUEST=1"
+	echo "RDMAX_BENCH_SKIP_GUEST=1" >"$out/guest-skip.txt"
+elif [ ! -x tests/vm/run-in-guest ]; then
+	echo "SKIP guest part: tests/vm/run-in-guest is missing"
+	echo "tests/vm/run-in-guest is missing" >"$out/guest-skip.txt"
+else
+	tests/vm/run-in-guest --two-nodes --timeout "$guest_timeout" \
+		-e RDMAX_BUILD="$build" -e RDMAX_BENCH_OUT="$out" -e RDMAX_BENCH_REPS="$reps" \
+		-e RDMAX_BENCH_GUEST_TRANSPORT="${RDMAX_BENCH_GUEST_TRANSPORT:-verbs}" \
+		-e RDMAX_BENCH_QPS="${RDMAX_BENCH_QPS:-2}" \
+		-- tests/bench/guest.sh 2>"$out/guest.stderr"
+	rc=$?
+	case $rc in
+	0) ;;
+	77) echo "SKIP guest part: $(cat "$out/guest-skip.txt")" ;;
+	125)
+		why=$(grep -m1 -o 'cannot start guest: .*' "$out/guest.stderr")
+		echo "SKIP guest part: ${why:-cannot start guest (see $out/guest.stderr)}"
+		echo "${why:-cannot start guest}" >"$out/guest-skip.txt"
+		;;
+	124)
+		echo "SKIP guest part: timed out after ${guest_timeout}s (finished runs are kept)"
+		;;
+	*)
+		echo "SKIP guest part: guest.sh failed with exit $rc; tail of $out/guest.stderr:"
+		tail -n 5 "$out/guest.stderr" | sed 's/^/    /'
+		echo "guest.sh failed with exit $rc" >"$out/guest-skip.txt"
+		;;
+	esac
+fi
+echo "== guest part took $(($(date +%s) - t0)) s"
+
+# ---- (b) host: TCP transport vs raw TCP; same-node vs memcpy ----
+echo "== host part: two rdmaxd over TCP on loopback vs one raw TCP stream; same-node vs memcpy"
+t0=$(date +%s)
+run=$(mktemp -d /tmp/rdmax-bench.XXXXXX) || exit 1
+
+cleanup() {
+	if [ -n "$serve_pid" ]; then
+		kill -TERM "$serve_pid" 2>/dev/null
+		wait "$serve_pid" 2>/dev/null
+		serve_pid=
+	fi
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	pids=()
+	for f in a b serve; do
+		[ -e "$run/$f.log" ] && cp "$run/$f.log" "$out/host-daemon-$f.log"
+	done
+	rm -rf "$run"
+}
+trap cleanup EXIT
+
+start_daemon() { # NAME
+	local i
+	# Port 0: the kernel picks free ports, descriptors carry them.
+	"$build/rdmaxd" --node-name "$1" --socket "$run/$1.sock" --transport tcp \
+		--listen 127.0.0.1 --port 0 --log-level notice 2>"$run/$1.log" &
+	pids+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -S "$run/$1.sock" ] && return 0
+		sleep 0.05
+	done
+	echo "SKIP host part: rdmaxd '$1' did not start: $(tail -n 2 "$run/$1.log" | tr '\n' ' ')"
+	return 1
+}
+
+ref() { # TEST SIZE REP
+	local test=$1 size=$2 rep=$3 file="$out/host-ref-$1-$2-r$3.json"
+	local -a args=(-s "$size" --json --label "host $test")
+	case $test in
+	tcp_lat) args+=(--lat -n 5000) ;;
+	*) args+=(-D "$secs") ;;
+	esac
+	if ! timeout 60 "$build/tests/bench/tcp-stream" "${args[@]}" >"$file.tmp" 2>"$run/ref.err"; then
+		echo "host: tcp-stream $test $size B failed: $(cat "$run/ref.err")"
+		rm -f "$file.tmp"
+		host_failed=1
+		return 1
+	fi
+	mv "$file.tmp" "$file"
+}
+
+rdmax() { # TEST SIZE REP
+	local test=$1 size=$2 rep=$3 file="$out/host-rdmax-$1-$2-r$3.json"
+	local -a args=(-s "$size" --daemon-pid "${pids[0]}" --label "host $test"
+		--json="$file.tmp")
+	case $test in
+	tcp_write) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o write -w 64 -b 16
+		-D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
+	tcp_read) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o read -w 64 -b 16
+		-D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
+	tcp_lat) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o write --lat -n 5000
+		--peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
+	tcp_paged) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o paged --page-len 16K
+		-w 64 -b 16 -D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
+	same_node) args=(local --socket "$run/a.sock" -o write -w 64 -b 16 -D "$secs" "${args[@]}") ;;
+	esac
+	if ! timeout 120 "$build/rdmax-bench" "${args[@]}" >"$run/bench.out" 2>&1; then
+		echo "host: rdmax-bench $test $size B failed: $(tail -n 3 "$run/bench.out" | tr '\n' ' ')"
+		rm -f "$file.tmp"
+		host_failed=1
+		return 1
+	fi
+	mv "$file.tmp" "$file"
+}
+
+# TEST SIZE
+plan=(
+	"tcp_write 1048576"
+	"tcp_write 65536"
+	"tcp_write 4096"
+	"tcp_write 8388608"
+	"tcp_read 1048576"
+	"tcp_read 65536"
+	"tcp_lat 64"
+	"tcp_paged 1048576"
+	"same_node 1048576"
+	"same_node 65536"
+)
+
+if start_daemon a && start_daemon b; then
+	"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/b.desc" --size 8M \
+		2>"$run/serve.log" &
+	serve_pid=$!
+	for item in "${plan[@]}"; do
+		read -r test size <<<"$item"
+		for ((rep = 1; rep <= reps; rep++)); do
+			if [ "$test" = same_node ]; then
+				rdmax "$test" "$size" "$rep" # memcpy runs inside, right after
+			elif ((rep % 2)); then
+				ref "$test" "$size" "$rep"
+				rdmax "$test" "$size" "$rep"
+			else
+				rdmax "$test" "$size" "$rep"
+				ref "$test" "$size" "$rep"
+			fi
+		done
+		echo "host: $test $size B done"
+	done
+else
+	host_failed=1
+fi
+cleanup
+trap - EXIT
+echo "== host part took $(($(date +%s) - t0)) s"
+machine
+
+echo "== results (medians of $reps runs; ratio: higher is better; raw data in $out)"
+python3 tests/bench/report.py "$out"
+exit $host_failed

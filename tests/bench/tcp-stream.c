@@ -1,0 +1,452 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tcp-stream: the raw TCP reference for rdmax-bench's TCP transport runs.
+ * One process forks a receiver; the two talk over one TCP connection on
+ * loopback (or --addr), with the same message sizes rdmax-bench uses:
+ *
+ *   stream mode: the sender write()s SIZE-byte messages back to back; the
+ *     receiver recv()s each into one SIZE-byte buffer (as a daemon receives
+ *     into region memory); the clock stops when the receiver has acknowledged
+ *     the last byte, so nothing still queued in the kernel is counted;
+ *   --lat: one SIZE-byte message, one 1-byte answer, per round trip.
+ *
+ * It prints a table, or with --json the same JSON shape as rdmax-bench, so
+ * tests/bench/report.py reads both. It never touches rdmaxd; it only
+ * measures what one plain TCP stream between two processes achieves here.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SIZES     32
+#define DEFAULT_ITERS 1000u
+
+struct opts {
+	uint64_t sizes[MAX_SIZES];
+	uint32_t n_sizes;
+	uint64_t iters;
+	double duration_s;
+	bool lat;
+	bool json;
+	const char *addr;
+	const char *label;
+};
+
+struct result {
+	uint64_t size;
+	uint64_t msgs;
+	double seconds;
+	double lat_us[5]; /* p50, p99, p99.9, max, mean (lat mode) */
+	double cpu_s;     /* sender + receiver */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double rusage_s(int who)
+{
+	struct rusage ru;
+
+	getrusage(who, &ru);
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec / 1e6;
+}
+
+static int write_all(int fd, const uint8_t *buf, uint64_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			return -errno;
+		}
+		buf += n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+/* \return bytes read (short only at end of stream) or a negative errno */
+static int64_t read_full(int fd, uint8_t *buf, uint64_t len)
+{
+	uint64_t got = 0;
+
+	while (got < len) {
+		ssize_t n = recv(fd, buf + got, len - got, MSG_WAITALL);
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			return -errno;
+		}
+		if (n == 0) {
+			break;
+		}
+		got += (uint64_t)n;
+	}
+	return (int64_t)got;
+}
+
+static void set_nodelay(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/*
+ * The receiver: per size, one connection; reads messages until the sender
+ * shuts down its side, then answers one byte. In lat mode it answers every
+ * message. Reports its CPU seconds per size on the connection's last byte.
+ * \return the child's exit status
+ */
+static int receiver(int lfd, const struct opts *o, uint64_t max_size)
+{
+	uint8_t *buf = malloc(max_size);
+
+	if (!buf) {
+		return 1;
+	}
+	memset(buf, 0, max_size);
+	for (uint32_t i = 0; i < o->n_sizes; i++) {
+		uint64_t size = o->sizes[i];
+		int fd = accept(lfd, NULL, NULL);
+		if (fd < 0) {
+			return 1;
+		}
+		set_nodelay(fd);
+		double c0 = rusage_s(RUSAGE_SELF);
+		for (;;) {
+			int64_t n = read_full(fd, buf, size);
+			if (n < 0) {
+				return 1;
+			}
+			if ((uint64_t)n < size) {
+				break;
+			}
+			if (o->lat && write_all(fd, buf, 1) < 0) {
+				return 1;
+			}
+		}
+		/* End of stream: acknowledge with our CPU time, so the sender can add it. */
+		double cpu = rusage_s(RUSAGE_SELF) - c0;
+		if (write_all(fd, (const uint8_t *)&cpu, sizeof(cpu)) < 0) {
+			return 1;
+		}
+		close(fd);
+	}
+	free(buf);
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct_us(const uint64_t *s, uint64_t n, double p)
+{
+	uint64_t idx = (uint64_t)ceil(p * (double)n);
+	idx = idx == 0 ? 0 : idx - 1;
+	return (double)s[idx < n ? idx : n - 1] / 1e3;
+}
+
+static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64_t size,
+		      uint8_t *buf, struct result *r)
+{
+	uint64_t count = o->duration_s > 0 ? UINT64_MAX : o->iters;
+	uint64_t *lat = NULL, lat_cap = 0;
+	uint64_t until, t0, msgs = 0;
+	double peer_cpu = 0, c0;
+	uint8_t ack;
+	int fd, ret = -EIO;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		return -errno;
+	}
+	for (int tries = 0; connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0; tries++) {
+		if (tries > 200) {
+			ret = -errno;
+			goto out_close;
+		}
+		usleep(10000);
+	}
+	set_nodelay(fd);
+	c0 = rusage_s(RUSAGE_SELF);
+	t0 = now_ns();
+	until = t0 + (uint64_t)(o->duration_s * 1e9);
+	while (msgs < count && (o->duration_s <= 0 || now_ns() < until)) {
+		uint64_t ts = now_ns();
+		if (write_all(fd, buf, size) < 0) {
+			goto out_close;
+		}
+		if (o->lat) {
+			if (read_full(fd, &ack, 1) != 1) {
+				goto out_close;
+			}
+			if (msgs == lat_cap) {
+				lat_cap = lat_cap ? lat_cap * 2 : 4096;
+				uint64_t *nl = realloc(lat, lat_cap * sizeof(*lat));
+				if (!nl) {
+					goto out_close;
+				}
+				lat = nl;
+			}
+			lat[msgs] = now_ns() - ts;
+		}
+		msgs++;
+	}
+	shutdown(fd, SHUT_WR);
+	if (read_full(fd, (uint8_t *)&peer_cpu, sizeof(peer_cpu)) != sizeof(peer_cpu)) {
+		goto out_close;
+	}
+	memset(r, 0, sizeof(*r));
+	r->size = size;
+	r->msgs = msgs;
+	r->seconds = (double)(now_ns() - t0) / 1e9;
+	r->cpu_s = rusage_s(RUSAGE_SELF) - c0 + peer_cpu;
+	if (o->lat && msgs > 0) {
+		double sum = 0;
+		qsort(lat, msgs, sizeof(*lat), cmp_u64);
+		for (uint64_t i = 0; i < msgs; i++) {
+			sum += (double)lat[i];
+		}
+		r->lat_us[0] = pct_us(lat, msgs, 0.5);
+		r->lat_us[1] = pct_us(lat, msgs, 0.99);
+		r->lat_us[2] = pct_us(lat, msgs, 0.999);
+		r->lat_us[3] = (double)lat[msgs - 1] / 1e3;
+		r->lat_us[4] = sum / (double)msgs / 1e3;
+	}
+	ret = 0;
+out_close:
+	free(lat);
+	close(fd);
+	return ret;
+}
+
+static void print_results(const struct opts *o, const struct result *rs, uint32_t n)
+{
+	if (o->json) {
+		printf("{\"tool\": \"tcp-stream\", \"mode\": \"%s\", \"label\": \"",
+		       o->lat ? "lat" : "stream");
+		for (const char *p = o->label ? o->label : ""; *p; p++) {
+			if (*p == '"' || *p == '\\') {
+				putchar('\\');
+			}
+			if ((unsigned char)*p >= 0x20) {
+				putchar(*p);
+			}
+		}
+		printf("\", \"op\": \"write\", \"status\": \"ok\", \"params\": {\"iters\": %" PRIu64
+		       ", \"duration_s\": %g, \"lat\": %s}, \"results\": [",
+		       o->iters, o->duration_s, o->lat ? "true" : "false");
+	} else {
+		printf("tcp-stream%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s %9s "
+		       "%9s %9s\n",
+		       o->lat ? " --lat" : "", o->addr, "bytes", "msgs", "seconds", "GB/s", "Gb/s",
+		       "msgs/s", "p50_us", "p99_us", "p99.9_us", "cpu_s/GB");
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const struct result *r = &rs[i];
+		double gbs = r->seconds > 0 ? (double)(r->size * r->msgs) / r->seconds / 1e9 : 0;
+		double rate = r->seconds > 0 ? (double)r->msgs / r->seconds : 0;
+		double gb = (double)(r->size * r->msgs) / 1e9;
+		double cpu_gb = gb > 0 ? r->cpu_s / gb : 0;
+		if (o->json) {
+			printf("%s\n  {\"bytes\": %" PRIu64 ", \"jobs\": %" PRIu64
+			       ", \"seconds\": %.6f, \"GBps\": %.6f, \"Gbps\": %.6f, "
+			       "\"jobs_per_s\": "
+			       "%.1f, \"lat_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f, "
+			       "\"max\": %.3f, \"mean\": %.3f}, \"cpu_s_per_GB\": %.4f}",
+			       i ? "," : "", r->size, r->msgs, r->seconds, gbs, gbs * 8, rate,
+			       r->lat_us[0], r->lat_us[1], r->lat_us[2], r->lat_us[3], r->lat_us[4],
+			       cpu_gb);
+		} else {
+			printf("%9" PRIu64 " %8" PRIu64
+			       " %8.3f %8.3f %8.3f %10.0f %9.1f %9.1f %9.1f "
+			       "%9.3f\n",
+			       r->size, r->msgs, r->seconds, gbs, gbs * 8, rate, r->lat_us[0],
+			       r->lat_us[1], r->lat_us[2], cpu_gb);
+		}
+	}
+	if (o->json) {
+		printf("\n]}\n");
+	}
+}
+
+static int parse_size(const char *s, uint64_t *ret)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 0);
+	uint64_t mult = 1;
+
+	if (errno || end == s) {
+		return -EINVAL;
+	}
+	if (*end == 'K' || *end == 'k') {
+		mult = 1ull << 10;
+		end++;
+	} else if (*end == 'M' || *end == 'm') {
+		mult = 1ull << 20;
+		end++;
+	}
+	if (*end || v == 0 || v > (1ull << 30) / mult) {
+		return -EINVAL;
+	}
+	*ret = v * mult;
+	return 0;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out, "Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
+		     "                  [--addr IPV4] [--label TEXT]\n"
+		     "One TCP stream between two processes; sizes take K/M suffixes.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"sizes", required_argument, NULL, 's'},
+		{"iters", required_argument, NULL, 'n'},
+		{"duration", required_argument, NULL, 'D'},
+		{"lat", no_argument, NULL, 'L'},
+		{"json", no_argument, NULL, 'j'},
+		{"addr", required_argument, NULL, 'A'},
+		{"label", required_argument, NULL, 'l'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct opts o = {
+		.iters = DEFAULT_ITERS, .addr = "127.0.0.1", .n_sizes = 1, .sizes = {1 << 20}};
+	struct result rs[MAX_SIZES];
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sa_len = sizeof(sa);
+	uint64_t max_size = 0;
+	int opt, lfd, status;
+	pid_t child;
+
+	while ((opt = getopt_long(argc, argv, "s:n:D:h", options, NULL)) != -1) {
+		switch (opt) {
+		case 's': {
+			char *dup = strdup(optarg), *save = NULL;
+			o.n_sizes = 0;
+			for (char *t = strtok_r(dup, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save)) {
+				if (o.n_sizes == MAX_SIZES ||
+				    parse_size(t, &o.sizes[o.n_sizes]) < 0) {
+					fprintf(stderr, "tcp-stream: bad size '%s'\n", t);
+					return 2;
+				}
+				o.n_sizes++;
+			}
+			free(dup);
+			break;
+		}
+		case 'n':
+			o.iters = strtoull(optarg, NULL, 0);
+			break;
+		case 'D':
+			o.duration_s = strtod(optarg, NULL);
+			break;
+		case 'L':
+			o.lat = true;
+			break;
+		case 'j':
+			o.json = true;
+			break;
+		case 'A':
+			o.addr = optarg;
+			break;
+		case 'l':
+			o.label = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (o.n_sizes == 0 || (o.iters == 0 && o.duration_s <= 0)) {
+		usage(stderr);
+		return 2;
+	}
+	if (inet_pton(AF_INET, o.addr, &sa.sin_addr) != 1) {
+		fprintf(stderr, "tcp-stream: bad address '%s'\n", o.addr);
+		return 2;
+	}
+	for (uint32_t i = 0; i < o.n_sizes; i++) {
+		max_size = o.sizes[i] > max_size ? o.sizes[i] : max_size;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 4) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&sa, &sa_len) < 0) {
+		fprintf(stderr, "tcp-stream: listen on '%s' failed: %s\n", o.addr, strerror(errno));
+		return 1;
+	}
+	child = fork();
+	if (child < 0) {
+		fprintf(stderr, "tcp-stream: fork() failed: %s\n", strerror(errno));
+		return 1;
+	}
+	if (child == 0) {
+		_exit(receiver(lfd, &o, max_size));
+	}
+	close(lfd);
+	uint8_t *buf = malloc(max_size);
+	if (!buf) {
+		kill(child, SIGKILL);
+		return 1;
+	}
+	for (uint64_t i = 0; i < max_size; i++) {
+		buf[i] = (uint8_t)(i * 131 + 7);
+	}
+	int ret = 0;
+	for (uint32_t i = 0; i < o.n_sizes && ret == 0; i++) {
+		ret = sender_one(&o, &sa, o.sizes[i], buf, &rs[i]);
+		if (ret < 0) {
+			fprintf(stderr, "tcp-stream: %" PRIu64 "-byte messages: %s\n", o.sizes[i],
+				strerror(-ret));
+		}
+	}
+	free(buf);
+	if (ret < 0) {
+		kill(child, SIGKILL);
+	}
+	if (waitpid(child, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "tcp-stream: the receiver failed\n");
+		return 1;
+	}
+	if (ret < 0) {
+		return 1;
+	}
+	print_results(&o, rs, o.n_sizes);
+	return 0;
+}
