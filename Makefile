@@ -9,6 +9,8 @@ INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 SYSCONFDIR ?= /etc
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 DESTDIR ?=
 
 SAN ?= 0
@@ -55,18 +57,21 @@ GEN_H := $(BUILD)/gen/rdmax.pb-c.h
 
 DAEMON_SRCS := $(wildcard daemon/*.c)
 DAEMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(DAEMON_SRCS)) $(BUILD)/gen/rdmax.pb-c.o \
-	$(BUILD)/client-lib/strerror.o
+	$(BUILD)/client-lib/strerror.o $(BUILD)/client-lib/cuda_table.o
 DAEMON_LIB_OBJS := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJS))
 
 CLIENT_SRCS := $(wildcard client-lib/*.c)
 CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb-c.o
 
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
+BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream
+GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 UNIT_SRCS := $(wildcard tests/unit/*.c)
+EXAMPLES := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(wildcard docs/examples/*.c))
 ITEST_SRCS := $(wildcard tests/integration/*.c)
 
 all: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(BUILD)/librdmax.a $(BUILD)/librdmax.pc $(TOOLS) \
-	$(BUILD)/tests/unit-tests $(BUILD)/tests/itest
+	$(BUILD)/tests/unit-tests $(BUILD)/tests/itest $(BENCH_TOOLS) $(GPU_CHECK) $(EXAMPLES)
 
 $(GEN_C) $(GEN_H): $(PROTO_SRC)
 	@mkdir -p $(BUILD)/gen
@@ -102,19 +107,35 @@ $(BUILD)/%: tools/%.c $(BUILD)/$(LIB_SONAME)
 # Unit tests link the daemon's modules and the client library's objects.
 $(BUILD)/tests/unit-tests: $(UNIT_SRCS) $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $(UNIT_SRCS) $(DAEMON_LIB_OBJS) \
-		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(BUILD)/client-lib/strerror.o,$(CLIENT_OBJS)) $(LDFLAGS_ALL) $(LIBS_DAEMON) $(LIBS_CHECK)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ $(UNIT_SRCS) $(DAEMON_LIB_OBJS) \
+		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(BUILD)/client-lib/strerror.o $(BUILD)/client-lib/cuda_table.o,$(CLIENT_OBJS)) $(LDFLAGS_ALL) $(LIBS_DAEMON) $(LIBS_CHECK)
 
-$(BUILD)/tests/itest: $(ITEST_SRCS) $(BUILD)/$(LIB_SONAME)
+# The raw-protocol abuse cases speak protobuf directly: link the generated code.
+$(BUILD)/tests/itest: $(ITEST_SRCS) $(wildcard tests/integration/*.h) $(BUILD)/$(LIB_SONAME) $(BUILD)/gen/rdmax.pb-c.o
 	@mkdir -p $(dir $@)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $(ITEST_SRCS) -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/..' \
-		$(LDFLAGS_ALL) $(LIBS_CHECK) -lm
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $(ITEST_SRCS) $(BUILD)/gen/rdmax.pb-c.o -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/..' \
+		$(LDFLAGS_ALL) $(LIBS_CHECK) $(LIBS_CLIENT) -lm
+
+# The GPU node check's helper: libcuda through dlopen, so it builds without a GPU or CUDA.
+$(GPU_CHECK): tests/gpu/check-gpu.c client-lib/cuda_table.c client-lib/cuda_table.h
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/check-gpu.c client-lib/cuda_table.c \
+		$(LDFLAGS_ALL) $(shell pkg-config --libs libibverbs) -ldl
+
+# Raw reference programs for `make bench`: plain C, no project code.
+$(BUILD)/tests/bench/%: tests/bench/%.c
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< $(LDFLAGS_ALL) -lm
 
 check: all
 	@echo "== unit tests"
 	$(BUILD)/tests/unit-tests
 	@echo "== integration tests (TCP transport, host)"
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
+	@echo "== operations tests (systemd units, socket activation, rdmaxctl, metrics)"
+	RDMAX_BUILD=$(BUILD) tests/ops/run
+	@echo "== examples (docs/examples against three daemons)"
+	RDMAX_BUILD=$(BUILD) docs/examples/run.sh
 	@echo "== integration tests (verbs transport, Soft-RoCE guest)"
 	RDMAX_BUILD=$(BUILD) tests/run-verbs-suite
 
@@ -124,20 +145,54 @@ check-unit: $(BUILD)/tests/unit-tests
 check-tcp: all
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
 
+# Operations: units, socket activation + notify/watchdog, rdmaxctl, metrics, reload, doctor.
+check-ops: $(BUILD)/rdmaxd $(BUILD)/rdmaxctl $(BUILD)/rdmax-demo
+	RDMAX_BUILD=$(BUILD) tests/ops/run
+
+# On a node with an NVIDIA GPU (not part of `make check`; skips cleanly without one).
+check-gpu: $(GPU_CHECK)
+	RDMAX_BUILD=$(BUILD) tests/gpu/check-gpu.sh
+
 check-verbs: all
 	RDMAX_BUILD=$(BUILD) RDMAX_VERBS_REQUIRED=$${RDMAX_VERBS_REQUIRED:-0} tests/run-verbs-suite
 
 demo: all
 	RDMAX_BUILD=$(BUILD) tools/demo.sh
 
+# The examples see the public header only, as an application would.
+$(BUILD)/examples/%: docs/examples/%.c client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -Iclient-lib/include -o $@ $< \
+		-L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+
+examples: $(EXAMPLES)
+
+# Every example against daemons on this machine, the way tools/demo.sh starts them.
+run-examples: examples $(BUILD)/rdmaxd
+	RDMAX_BUILD=$(BUILD) docs/examples/run.sh
+
+# The same demo over the verbs transport between the two Soft-RoCE devices of the
+# test guest, then ib_write_bw between the same devices for comparison.
+demo-verbs: all
+	tests/vm/run-in-guest --two-nodes -e RDMAX_BUILD=$(BUILD) -e RDMAX_DEMO_TRANSPORT=verbs \
+		-e RDMAX_DEMO_ADDR_A=192.0.2.1 -e RDMAX_DEMO_ADDR_B=192.0.2.2 -- \
+		bash -c 'tools/demo.sh && echo "== for comparison, perftest between the same devices" && \
+			tests/run-verbs-suite --write-bw 65536 && \
+			RDMAX_BW_PORT=18517 tests/run-verbs-suite --write-bw 4194304'
+
+# Benchmarks, not tests: rdmax against perftest (Soft-RoCE guest) and raw TCP.
+bench: $(BUILD)/rdmaxd $(BUILD)/rdmax-bench $(BENCH_TOOLS)
+	RDMAX_BUILD=$(BUILD) tests/bench/run.sh
+
 format:
 	clang-format -i daemon/*.[ch] client-lib/*.[ch] client-lib/include/*.h tools/*.c \
-		tests/unit/*.[ch] tests/integration/*.[ch]
+		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c docs/examples/*.c
 
 install: all
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(SYSCONFDIR)/rdmaxd $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(BUILD)/rdmaxd $(DESTDIR)$(SBINDIR)/rdmaxd
+	install -m 0755 $(BUILD)/rdmaxctl $(DESTDIR)$(BINDIR)/rdmaxctl
 	install -m 0755 $(BUILD)/$(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/librdmax.so
 	install -m 0644 $(BUILD)/librdmax.a $(DESTDIR)$(LIBDIR)/librdmax.a
@@ -145,11 +200,20 @@ install: all
 	install -m 0644 client-lib/include/rdmax.h $(DESTDIR)$(INCLUDEDIR)/rdmax.h
 	test -e $(DESTDIR)$(SYSCONFDIR)/rdmaxd/rdmaxd.conf || \
 		install -m 0644 config/rdmaxd.conf $(DESTDIR)$(SYSCONFDIR)/rdmaxd/rdmaxd.conf
-	for m in docs/man/*.8; do [ -e "$$m" ] && install -m 0644 $$m $(DESTDIR)$(MANDIR)/man8/ || true; done
+	for s in 3 5 8; do for m in docs/man/*.$$s; do [ -e "$$m" ] || continue; \
+		install -d $(DESTDIR)$(MANDIR)/man$$s && install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done; done
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
+	sed 's|^ExecStart=/usr/sbin/rdmaxd|ExecStart=$(SBINDIR)/rdmaxd|' systemd/rdmaxd.service \
+		> $(DESTDIR)$(UNITDIR)/rdmaxd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/rdmaxd.service
+	install -m 0644 systemd/rdmaxd.socket systemd/rdmaxd-admin.socket $(DESTDIR)$(UNITDIR)/
+	install -m 0644 systemd/rdmaxd.sysusers $(DESTDIR)$(SYSUSERSDIR)/rdmaxd.conf
+	install -m 0644 systemd/rdmaxd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/rdmaxd.conf
 
 clean:
 	rm -rf build build-san
 
-.PHONY: all check check-unit check-tcp check-verbs demo format install clean
+.PHONY: all check check-unit check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
+	bench format install clean
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

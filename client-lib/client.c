@@ -3,8 +3,10 @@
  * librdmax: one connection to the node's rdmaxd over an AF_UNIX
  * SOCK_SEQPACKET socket, one protobuf message per datagram. Owns the socket,
  * the request/reply matching by seq, the regions this client registered and
- * the local mappings of rdmax_alloc_host(). Events that arrive while a call
- * waits for something else are kept, in order, for rdmax_poll_events().
+ * the local mappings of rdmax_alloc_host(), its peer groups, and the payloads
+ * of mailbox messages until the application is done with them. Events that
+ * arrive while a call waits for something else are kept, in order, for
+ * rdmax_poll_events().
  *
  * Never logs, never keeps global state, never lets SIGPIPE reach the
  * application (every send uses MSG_NOSIGNAL), and never sleeps in poll()
@@ -23,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu.h"
 #include "internal.h"
 #include "rdmax.pb-c.h"
 
@@ -51,6 +54,14 @@ struct rdmax_region {
 	uint8_t desc[RDMAX_DESC_MAX];
 };
 
+struct rdmax_peer_group {
+	struct rdmax_client *client;
+	struct rdmax_peer_group *prev;
+	struct rdmax_peer_group *next;
+	uint64_t handle; /* the daemon's */
+	size_t size;     /* members */
+};
+
 struct rdmax_client {
 	int fd;
 	int err;           /* sticky: DISCONNECTED, PROTOCOL_ERROR, lost event */
@@ -73,6 +84,13 @@ struct rdmax_client {
 	struct client_pending **pending_tail;
 
 	struct rdmax_region *regions;
+	struct rdmax_peer_group *groups;
+	struct client_gpu *gpu; /* GPU registrations and pool mappings (gpu.c); NULL until used */
+
+	/* Payloads of MESSAGE events returned by the last rdmax_poll_events(). */
+	void **handed;
+	size_t n_handed;
+	size_t cap_handed;
 };
 
 static int64_t now_ns(void)
@@ -199,10 +217,21 @@ static int queue_event(struct rdmax_client *c, const Rdmax__V1__DaemonMsg *msg)
 		e->imm = msg->imm_reached->imm;
 		e->count = msg->imm_reached->count;
 	} else {
-		/* No mailbox API yet: say which mailbox and how big, drop the payload. */
+		const Rdmax__V1__MailboxMessage *mm = msg->mailbox_message;
+		void *payload = malloc(mm->payload.len ? mm->payload.len : 1);
+		if (!payload) {
+			/* The event slot stays reserved but unused: take it back. */
+			c->events.len--;
+			return fail(c, -ENOMEM);
+		}
+		if (mm->payload.len) {
+			memcpy(payload, mm->payload.data, mm->payload.len);
+		}
 		e->type = RDMAX_EVENT_MESSAGE;
-		e->bytes = msg->mailbox_message->payload.len;
-		client_copy_text(e->message, sizeof(e->message), msg->mailbox_message->mailbox);
+		e->bytes = mm->payload.len;
+		e->payload = payload;
+		client_copy_text(e->message, sizeof(e->message), mm->mailbox);
+		client_copy_text(e->from_node, sizeof(e->from_node), mm->from_node);
 	}
 	return 0;
 }
@@ -677,6 +706,29 @@ out_free:
 	return r;
 }
 
+static void free_handed(struct rdmax_client *c)
+{
+	for (size_t i = 0; i < c->n_handed; i++) {
+		free(c->handed[i]);
+	}
+	c->n_handed = 0;
+}
+
+static void group_free(struct rdmax_peer_group *group)
+{
+	struct rdmax_client *c = group->client;
+
+	if (group->prev) {
+		group->prev->next = group->next;
+	} else {
+		c->groups = group->next;
+	}
+	if (group->next) {
+		group->next->prev = group->prev;
+	}
+	free(group);
+}
+
 static void region_free(struct rdmax_region *region)
 {
 	struct rdmax_client *c = region->client;
@@ -689,6 +741,7 @@ static void region_free(struct rdmax_region *region)
 	if (region->next) {
 		region->next->prev = region->prev;
 	}
+	client_gpu_region_freed(c, region);
 	if (region->map_len) {
 		munmap(region->addr, region->map_len);
 	}
@@ -705,6 +758,12 @@ RDMAX_EXPORT void rdmax_client_close(struct rdmax_client *client)
 	while (client->regions) {
 		region_free(client->regions);
 	}
+	while (client->groups) {
+		group_free(client->groups);
+	}
+	client_gpu_free(client);
+	free_handed(client);
+	free(client->handed);
 	while (client->pending) {
 		pending_pop(client);
 	}
@@ -763,25 +822,26 @@ static int deregister_id(struct rdmax_client *c, uint64_t region_id)
 	return request_status(c, &msg);
 }
 
-static int register_region(struct rdmax_client *c, int fd, uint64_t offset, uint64_t length,
-			   void *addr, size_t map_len, uint32_t access,
-			   struct rdmax_region **ret_region)
+struct client_gpu **client_gpu_slot(struct rdmax_client *c)
 {
-	Rdmax__V1__RegisterRegion rr = RDMAX__V1__REGISTER_REGION__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	return &c->gpu;
+}
+
+void client_region_set_addr(struct rdmax_region *region, void *addr)
+{
+	region->addr = addr;
+}
+
+/* A RegisterRegion or PoolAlloc request; map_len != 0: addr is ours to munmap. */
+static int region_request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd,
+			  uint64_t length, void *addr, size_t map_len,
+			  struct rdmax_region **ret_region, Rdmax__V1__DaemonMsg **ret_reply)
+{
 	Rdmax__V1__DaemonMsg *reply;
 	struct rdmax_region *region;
 	int r;
 
-	rr.kind = RDMAX__V1__REGION_KIND__REGION_HOST_FD;
-	rr.access = access;
-	rr.offset = offset;
-	rr.length = length;
-	rr.has_fd_index = 1;
-	rr.fd_index = 0;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_REGISTER_REGION;
-	msg.register_region = &rr;
-	r = request(c, &msg, fd, -1, &reply);
+	r = request(c, msg, fd, -1, &reply);
 	if (r < 0) {
 		return r;
 	}
@@ -816,9 +876,38 @@ static int register_region(struct rdmax_client *c, int fd, uint64_t offset, uint
 	}
 	c->regions = region;
 	*ret_region = region;
+	if (ret_reply) {
+		*ret_reply = reply;
+		return 0;
+	}
 out_free_reply:
 	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
 	return r;
+}
+
+int client_region_request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd,
+			  uint64_t length, void *addr, struct rdmax_region **ret_region,
+			  Rdmax__V1__DaemonMsg **ret_reply)
+{
+	return region_request(c, msg, fd, length, addr, 0, ret_region, ret_reply);
+}
+
+static int register_region(struct rdmax_client *c, int fd, uint64_t offset, uint64_t length,
+			   void *addr, size_t map_len, uint32_t access,
+			   struct rdmax_region **ret_region)
+{
+	Rdmax__V1__RegisterRegion rr = RDMAX__V1__REGISTER_REGION__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+
+	rr.kind = RDMAX__V1__REGION_KIND__REGION_HOST_FD;
+	rr.access = access;
+	rr.offset = offset;
+	rr.length = length;
+	rr.has_fd_index = 1;
+	rr.fd_index = 0;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_REGISTER_REGION;
+	msg.register_region = &rr;
+	return region_request(c, &msg, fd, length, addr, map_len, ret_region, NULL);
 }
 
 static int check_access(uint32_t access)
@@ -956,30 +1045,101 @@ RDMAX_EXPORT int rdmax_desc_import(const void *bytes, size_t len, struct rdmax_d
 	return 0;
 }
 
-/* What can be refused without asking the daemon. */
-static int check_job(const struct rdmax_client *c, const struct rdmax_job *j)
+static bool desc_usable(const struct rdmax_desc *d)
 {
-	if (j->op != RDMAX_OP_WRITE && j->op != RDMAX_OP_READ) {
-		if (j->op >= RDMAX_OP_PAGED_WRITE && j->op <= RDMAX_OP_SEND) {
-			/* Known to the protocol, not representable in struct rdmax_job yet. */
-			return RDMAX_E_UNIMPLEMENTED;
-		}
+	return d && d->len > 0 && d->len <= RDMAX_DESC_MAX;
+}
+
+static bool owned_region(const struct rdmax_client *c, const struct rdmax_region *r)
+{
+	return r && r->client == c;
+}
+
+static bool owned_group(const struct rdmax_client *c, const struct rdmax_peer_group *g)
+{
+	return g && g->client == c;
+}
+
+static int check_scatter(const struct rdmax_client *c, const struct rdmax_job *j)
+{
+	if (!owned_region(c, j->local) || (j->u.scatter.count && !j->u.scatter.dests) ||
+	    (j->u.scatter.group && !owned_group(c, j->u.scatter.group))) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
+	for (size_t i = 0; i < j->u.scatter.count; i++) {
+		const struct rdmax_scatter_dest *d = &j->u.scatter.dests[i];
+		if (d->remote ? !desc_usable(d->remote) : !j->u.scatter.group) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+	}
+	return 0;
+}
+
+static int check_barrier(const struct rdmax_client *c, const struct rdmax_job *j)
+{
+	if (j->u.barrier.group) {
+		return owned_group(c, j->u.barrier.group) && j->u.barrier.count == 0
+			       ? 0
+			       : RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (j->u.barrier.count == 0 || !j->u.barrier.remotes) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	for (size_t i = 0; i < j->u.barrier.count; i++) {
+		if (!desc_usable(&j->u.barrier.remotes[i])) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+	}
+	return 0;
+}
+
+/*
+ * What can be refused without asking the daemon: what cannot be encoded.
+ * Ranges, page lists and names are the daemon's to judge: it says why.
+ */
+static int check_job(const struct rdmax_client *c, const struct rdmax_job *j)
+{
+	bool imm_ok = j->op == RDMAX_OP_WRITE || j->op == RDMAX_OP_PAGED_WRITE ||
+		      j->op == RDMAX_OP_SCATTER || j->op == RDMAX_OP_BARRIER;
+
 	if (j->flags & ~RDMAX_JOB_IMM) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	if ((j->flags & RDMAX_JOB_IMM) && j->op != RDMAX_OP_WRITE) {
+	if ((j->flags & RDMAX_JOB_IMM) && !imm_ok) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	if (!j->local || j->local->client != c || !j->remote || j->remote->len == 0 ||
-	    j->remote->len > RDMAX_DESC_MAX) {
+	switch (j->op) {
+	case RDMAX_OP_WRITE:
+	case RDMAX_OP_READ:
+		if (!owned_region(c, j->local) || !desc_usable(j->remote)) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+		if (j->local_offset > j->local->length ||
+		    j->length > j->local->length - j->local_offset) {
+			return RDMAX_E_OUT_OF_RANGE;
+		}
+		return 0;
+	case RDMAX_OP_PAGED_WRITE:
+		if (!owned_region(c, j->local) || !desc_usable(j->remote) ||
+		    (j->u.paged.src.count && !j->u.paged.src.indices) ||
+		    (j->u.paged.dst.count && !j->u.paged.dst.indices)) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+		return 0;
+	case RDMAX_OP_SCATTER:
+		return check_scatter(c, j);
+	case RDMAX_OP_BARRIER:
+		return check_barrier(c, j);
+	case RDMAX_OP_SEND:
+		if (!desc_usable(j->remote) || !j->u.send.mailbox ||
+		    (j->u.send.length && !j->u.send.payload)) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+		return j->u.send.length > RDMAX_MESSAGE_PAYLOAD_MAX ? RDMAX_E_RESOURCE_EXHAUSTED
+								    : 0;
+	default:
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	if (j->local_offset > j->local->length || j->length > j->local->length - j->local_offset) {
-		return RDMAX_E_OUT_OF_RANGE;
-	}
-	return 0;
 }
 
 /* Room for \p count more jobs under the daemon's limit, after reading what has arrived. */
@@ -1001,38 +1161,185 @@ static int check_outstanding(struct rdmax_client *c, size_t count)
 	return RDMAX_E_RESOURCE_EXHAUSTED;
 }
 
-/* Everything a Submit of \p count jobs needs, in one allocation. */
-struct submit_buf {
-	Rdmax__V1__Job **ptrs;
-	Rdmax__V1__Job *jobs;
-	Rdmax__V1__WriteJob *writes;
-	Rdmax__V1__ReadJob *reads;
+/* One job's protobuf structures. */
+struct pb_job {
+	Rdmax__V1__Job job;
+	union {
+		Rdmax__V1__WriteJob write;
+		Rdmax__V1__ReadJob read;
+		Rdmax__V1__PagedWriteJob paged;
+		Rdmax__V1__ScatterJob scatter;
+		Rdmax__V1__BarrierJob barrier;
+		Rdmax__V1__SendJob send;
+	} k;
+	Rdmax__V1__PageList src;
+	Rdmax__V1__PageList dst;
 };
 
-static void *submit_alloc(size_t count, struct submit_buf *ret)
+/* Everything a Submit needs, in one allocation (every member is 8-byte aligned). */
+struct submit_buf {
+	Rdmax__V1__Job **ptrs;
+	struct pb_job *pbs;
+	Rdmax__V1__ScatterDest *dests;
+	Rdmax__V1__ScatterDest **dest_ptrs;
+	ProtobufCBinaryData *descs; /* barrier descriptors */
+	size_t next_dest;
+	size_t next_desc;
+};
+
+static bool add_size(size_t *total, size_t count, size_t each)
 {
-	size_t each = sizeof(Rdmax__V1__Job *) + sizeof(Rdmax__V1__Job) +
-		      sizeof(Rdmax__V1__WriteJob) + sizeof(Rdmax__V1__ReadJob);
+	size_t bytes;
+	return !__builtin_mul_overflow(count, each, &bytes) &&
+	       !__builtin_add_overflow(*total, bytes, total);
+}
+
+static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct submit_buf *ret)
+{
+	size_t n_dests = 0, n_descs = 0, total = 0;
 	char *mem;
 
-	if (count > SIZE_MAX / each) {
+	for (size_t i = 0; i < count; i++) {
+		if (jobs[i].op == RDMAX_OP_SCATTER &&
+		    __builtin_add_overflow(n_dests, jobs[i].u.scatter.count, &n_dests)) {
+			return NULL;
+		}
+		if (jobs[i].op == RDMAX_OP_BARRIER && !jobs[i].u.barrier.group &&
+		    __builtin_add_overflow(n_descs, jobs[i].u.barrier.count, &n_descs)) {
+			return NULL;
+		}
+	}
+	if (!add_size(&total, count, sizeof(struct pb_job)) ||
+	    !add_size(&total, count, sizeof(Rdmax__V1__Job *)) ||
+	    !add_size(&total, n_dests, sizeof(Rdmax__V1__ScatterDest)) ||
+	    !add_size(&total, n_dests, sizeof(Rdmax__V1__ScatterDest *)) ||
+	    !add_size(&total, n_descs, sizeof(ProtobufCBinaryData))) {
 		return NULL;
 	}
-	mem = malloc(count * each);
+	mem = malloc(total ? total : 1);
 	if (!mem) {
 		return NULL;
 	}
 	/* Largest alignment first so each array stays aligned. */
-	ret->jobs = (Rdmax__V1__Job *)mem;
-	ret->writes = (Rdmax__V1__WriteJob *)(ret->jobs + count);
-	ret->reads = (Rdmax__V1__ReadJob *)(ret->writes + count);
-	ret->ptrs = (Rdmax__V1__Job **)(ret->reads + count);
+	ret->pbs = (struct pb_job *)mem;
+	ret->dests = (Rdmax__V1__ScatterDest *)(ret->pbs + count);
+	ret->descs = (ProtobufCBinaryData *)(ret->dests + n_dests);
+	ret->ptrs = (Rdmax__V1__Job **)(ret->descs + n_descs);
+	ret->dest_ptrs = (Rdmax__V1__ScatterDest **)(ret->ptrs + count);
+	ret->next_dest = 0;
+	ret->next_desc = 0;
 	return mem;
+}
+
+static ProtobufCBinaryData desc_bytes(const struct rdmax_desc *d)
+{
+	return (ProtobufCBinaryData){.len = d->len, .data = (uint8_t *)d->bytes};
+}
+
+static void encode_pages(Rdmax__V1__PageList *pl, const struct rdmax_pages *pages)
+{
+	rdmax__v1__page_list__init(pl);
+	pl->has_offset = pages->offset != 0;
+	pl->offset = pages->offset;
+	pl->has_stride = pages->stride != 0;
+	pl->stride = pages->stride;
+	pl->n_indices = pages->count;
+	pl->indices = (uint32_t *)pages->indices;
+}
+
+static void encode_paged(const struct rdmax_job *j, struct pb_job *pb)
+{
+	Rdmax__V1__PagedWriteJob *pw = &pb->k.paged;
+
+	rdmax__v1__paged_write_job__init(pw);
+	pw->local_region = j->local->id;
+	pw->page_len = j->u.paged.page_len;
+	encode_pages(&pb->src, &j->u.paged.src);
+	encode_pages(&pb->dst, &j->u.paged.dst);
+	pw->src = &pb->src;
+	pw->dst = &pb->dst;
+	pw->remote_desc = desc_bytes(j->remote);
+	if (j->flags & RDMAX_JOB_IMM) {
+		pw->has_imm = 1;
+		pw->imm = j->imm;
+	}
+	pb->job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
+	pb->job.paged_write = pw;
+}
+
+static void encode_scatter(const struct rdmax_job *j, struct pb_job *pb, struct submit_buf *b)
+{
+	Rdmax__V1__ScatterJob *sj = &pb->k.scatter;
+
+	rdmax__v1__scatter_job__init(sj);
+	sj->local_region = j->local->id;
+	sj->n_dests = j->u.scatter.count;
+	sj->dests = &b->dest_ptrs[b->next_dest];
+	for (size_t i = 0; i < j->u.scatter.count; i++) {
+		const struct rdmax_scatter_dest *d = &j->u.scatter.dests[i];
+		Rdmax__V1__ScatterDest *x = &b->dests[b->next_dest];
+		rdmax__v1__scatter_dest__init(x);
+		if (d->remote) {
+			x->has_remote_desc = 1;
+			x->remote_desc = desc_bytes(d->remote);
+		} else {
+			x->has_peer_index = 1;
+			x->peer_index = d->peer_index;
+		}
+		x->remote_offset = d->remote_offset;
+		x->local_offset = d->local_offset;
+		x->length = d->length;
+		b->dest_ptrs[b->next_dest++] = x;
+	}
+	if (j->u.scatter.group) {
+		sj->has_peer_group = 1;
+		sj->peer_group = j->u.scatter.group->handle;
+	}
+	if (j->flags & RDMAX_JOB_IMM) {
+		sj->has_imm = 1;
+		sj->imm = j->imm;
+	}
+	pb->job.kind_case = RDMAX__V1__JOB__KIND_SCATTER;
+	pb->job.scatter = sj;
+}
+
+static void encode_barrier(const struct rdmax_job *j, struct pb_job *pb, struct submit_buf *b)
+{
+	Rdmax__V1__BarrierJob *bj = &pb->k.barrier;
+
+	rdmax__v1__barrier_job__init(bj);
+	bj->imm = j->imm;
+	if (j->u.barrier.group) {
+		bj->has_peer_group = 1;
+		bj->peer_group = j->u.barrier.group->handle;
+	} else {
+		bj->n_remote_descs = j->u.barrier.count;
+		bj->remote_descs = &b->descs[b->next_desc];
+		for (size_t i = 0; i < j->u.barrier.count; i++) {
+			b->descs[b->next_desc++] = desc_bytes(&j->u.barrier.remotes[i]);
+		}
+	}
+	pb->job.kind_case = RDMAX__V1__JOB__KIND_BARRIER;
+	pb->job.barrier = bj;
+}
+
+static void encode_send(const struct rdmax_job *j, struct pb_job *pb)
+{
+	Rdmax__V1__SendJob *sj = &pb->k.send;
+
+	rdmax__v1__send_job__init(sj);
+	sj->remote_desc = desc_bytes(j->remote);
+	sj->mailbox = (char *)j->u.send.mailbox;
+	sj->payload.len = j->u.send.length;
+	sj->payload.data = (uint8_t *)j->u.send.payload;
+	pb->job.kind_case = RDMAX__V1__JOB__KIND_SEND;
+	pb->job.send = sj;
 }
 
 static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i)
 {
-	Rdmax__V1__Job *pj = &b->jobs[i];
+	struct pb_job *pb = &b->pbs[i];
+	Rdmax__V1__Job *pj = &pb->job;
 
 	rdmax__v1__job__init(pj);
 	pj->job_id = j->id;
@@ -1040,14 +1347,14 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
 		pj->has_deadline_ms = 1;
 		pj->deadline_ms = j->deadline_ms;
 	}
-	if (j->op == RDMAX_OP_WRITE) {
-		Rdmax__V1__WriteJob *w = &b->writes[i];
+	switch (j->op) {
+	case RDMAX_OP_WRITE: {
+		Rdmax__V1__WriteJob *w = &pb->k.write;
 		rdmax__v1__write_job__init(w);
 		w->local_region = j->local->id;
 		w->local_offset = j->local_offset;
 		w->length = j->length;
-		w->remote_desc.data = (uint8_t *)j->remote->bytes;
-		w->remote_desc.len = j->remote->len;
+		w->remote_desc = desc_bytes(j->remote);
 		w->remote_offset = j->remote_offset;
 		if (j->flags & RDMAX_JOB_IMM) {
 			w->has_imm = 1;
@@ -1055,17 +1362,32 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
 		}
 		pj->kind_case = RDMAX__V1__JOB__KIND_WRITE;
 		pj->write = w;
-	} else {
-		Rdmax__V1__ReadJob *rd = &b->reads[i];
+		break;
+	}
+	case RDMAX_OP_READ: {
+		Rdmax__V1__ReadJob *rd = &pb->k.read;
 		rdmax__v1__read_job__init(rd);
-		rd->remote_desc.data = (uint8_t *)j->remote->bytes;
-		rd->remote_desc.len = j->remote->len;
+		rd->remote_desc = desc_bytes(j->remote);
 		rd->remote_offset = j->remote_offset;
 		rd->length = j->length;
 		rd->local_region = j->local->id;
 		rd->local_offset = j->local_offset;
 		pj->kind_case = RDMAX__V1__JOB__KIND_READ;
 		pj->read = rd;
+		break;
+	}
+	case RDMAX_OP_PAGED_WRITE:
+		encode_paged(j, pb);
+		break;
+	case RDMAX_OP_SCATTER:
+		encode_scatter(j, pb, b);
+		break;
+	case RDMAX_OP_BARRIER:
+		encode_barrier(j, pb, b);
+		break;
+	case RDMAX_OP_SEND:
+		encode_send(j, pb);
+		break;
 	}
 	b->ptrs[i] = pj;
 }
@@ -1102,7 +1424,7 @@ RDMAX_EXPORT int rdmax_submit(struct rdmax_client *client, const struct rdmax_jo
 	if (r < 0) {
 		return r;
 	}
-	mem = submit_alloc(count, &b);
+	mem = submit_alloc(jobs, count, &b);
 	if (!mem) {
 		return -ENOMEM;
 	}
@@ -1172,6 +1494,8 @@ RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_eve
 	if (max > INT_MAX) {
 		max = INT_MAX;
 	}
+	/* The payloads handed out last time are the application's no more. */
+	free_handed(client);
 	/* Errors stick in client->err; events read before one are still handed out. */
 	drain(client);
 	if (client->events.len == 0 && max && timeout_ms != 0) {
@@ -1179,7 +1503,25 @@ RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_eve
 		while (client->events.len == 0 && recv_one(client, deadline) > 0) {
 		}
 	}
+	/* Room to remember every payload handed out, before any event leaves the queue. */
+	size_t take = client->events.len < max ? client->events.len : max, msgs = 0;
+	for (size_t i = 0; i < take; i++) {
+		msgs += client_evq_at(&client->events, i)->payload != NULL;
+	}
+	if (msgs > client->cap_handed) {
+		void **handed = realloc(client->handed, msgs * sizeof(*handed));
+		if (!handed) {
+			return -ENOMEM;
+		}
+		client->handed = handed;
+		client->cap_handed = msgs;
+	}
 	size_t n = client_evq_pop(&client->events, events, max);
+	for (size_t i = 0; i < n; i++) {
+		if (events[i].payload) {
+			client->handed[client->n_handed++] = (void *)events[i].payload;
+		}
+	}
 	if (n == 0 && client->err) {
 		return client->err;
 	}
@@ -1269,4 +1611,207 @@ RDMAX_EXPORT int rdmax_wait_imm(struct rdmax_client *client, uint32_t imm, int t
 	}
 	/* ExpectImm claims are not tracked here: an unknown imm simply times out. */
 	return wait_event(client, match_imm, imm, true, timeout_ms, &e);
+}
+
+RDMAX_EXPORT int rdmax_cancel(struct rdmax_client *client, uint64_t job_id)
+{
+	Rdmax__V1__Cancel cancel = RDMAX__V1__CANCEL__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+
+	if (!client) {
+		return -EINVAL;
+	}
+	cancel.job_id = job_id;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_CANCEL;
+	msg.cancel = &cancel;
+	return request_status(client, &msg);
+}
+
+RDMAX_EXPORT int rdmax_job_status(struct rdmax_client *client, uint64_t job_id, uint64_t *ret_done,
+				  uint64_t *ret_total)
+{
+	Rdmax__V1__JobStatusQuery q = RDMAX__V1__JOB_STATUS_QUERY__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	Rdmax__V1__DaemonMsg *reply;
+	int r;
+
+	if (!client) {
+		return -EINVAL;
+	}
+	q.job_id = job_id;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_JOB_STATUS;
+	msg.job_status = &q;
+	r = request(client, &msg, -1, -1, &reply);
+	if (r < 0) {
+		return r;
+	}
+	if (reply->body_case != RDMAX__V1__DAEMON_MSG__BODY_JOB_STATUS ||
+	    reply->job_status->job_id != job_id) {
+		r = unexpected_reply(client, reply);
+	} else if (!reply->job_status->in_flight) {
+		r = RDMAX_E_NOT_FOUND;
+	} else {
+		if (ret_done) {
+			*ret_done = reply->job_status->bytes_done;
+		}
+		if (ret_total) {
+			*ret_total = reply->job_status->bytes_total;
+		}
+	}
+	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
+	return r;
+}
+
+RDMAX_EXPORT int rdmax_peer_group_create(struct rdmax_client *client,
+					 const struct rdmax_desc *descs, size_t count,
+					 struct rdmax_peer_group **ret_group)
+{
+	Rdmax__V1__PeerGroupCreate pg = RDMAX__V1__PEER_GROUP_CREATE__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	Rdmax__V1__DaemonMsg *reply;
+	struct rdmax_peer_group *group;
+	ProtobufCBinaryData *bins;
+	int r;
+
+	if (!client || !ret_group || (count && !descs)) {
+		return -EINVAL;
+	}
+	if (count == 0 || count > SIZE_MAX / sizeof(*bins)) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (!desc_usable(&descs[i])) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+	}
+	group = calloc(1, sizeof(*group));
+	bins = malloc(count * sizeof(*bins));
+	if (!group || !bins) {
+		r = -ENOMEM;
+		goto out_free;
+	}
+	for (size_t i = 0; i < count; i++) {
+		bins[i] = desc_bytes(&descs[i]);
+	}
+	pg.n_remote_descs = count;
+	pg.remote_descs = bins;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_CREATE;
+	msg.peer_group_create = &pg;
+	r = request(client, &msg, -1, -1, &reply);
+	if (r < 0) {
+		goto out_free;
+	}
+	if (reply->body_case != RDMAX__V1__DAEMON_MSG__BODY_PEER_GROUP) {
+		r = unexpected_reply(client, reply);
+		rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
+		goto out_free;
+	}
+	group->client = client;
+	group->handle = reply->peer_group->peer_group;
+	group->size = count;
+	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
+	group->next = client->groups;
+	if (client->groups) {
+		client->groups->prev = group;
+	}
+	client->groups = group;
+	free(bins);
+	*ret_group = group;
+	return 0;
+
+out_free:
+	free(bins);
+	free(group);
+	return r;
+}
+
+RDMAX_EXPORT int rdmax_peer_group_destroy(struct rdmax_client *client,
+					  struct rdmax_peer_group *group)
+{
+	Rdmax__V1__PeerGroupDestroy d = RDMAX__V1__PEER_GROUP_DESTROY__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	int r;
+
+	if (!group) {
+		return 0;
+	}
+	if (!client || group->client != client) {
+		return -EINVAL;
+	}
+	d.peer_group = group->handle;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_DESTROY;
+	msg.peer_group_destroy = &d;
+	r = request_status(client, &msg);
+	group_free(group);
+	return r;
+}
+
+RDMAX_EXPORT size_t rdmax_peer_group_size(const struct rdmax_peer_group *group)
+{
+	return group ? group->size : 0;
+}
+
+static int mailbox_request(struct rdmax_client *client, const char *name, bool open)
+{
+	Rdmax__V1__MailboxOpen mo = RDMAX__V1__MAILBOX_OPEN__INIT;
+	Rdmax__V1__MailboxClose mc = RDMAX__V1__MAILBOX_CLOSE__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+
+	if (!client) {
+		return -EINVAL;
+	}
+	if (!name || strnlen(name, RDMAX_MAILBOX_NAME_MAX + 1) > RDMAX_MAILBOX_NAME_MAX) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (open) {
+		mo.name = (char *)name;
+		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN;
+		msg.mailbox_open = &mo;
+	} else {
+		mc.name = (char *)name;
+		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE;
+		msg.mailbox_close = &mc;
+	}
+	return request_status(client, &msg);
+}
+
+RDMAX_EXPORT int rdmax_mailbox_open(struct rdmax_client *client, const char *name)
+{
+	return mailbox_request(client, name, true);
+}
+
+RDMAX_EXPORT int rdmax_mailbox_close(struct rdmax_client *client, const char *name)
+{
+	return mailbox_request(client, name, false);
+}
+
+/* key: the mailbox name as a pointer, 0 for any. */
+static bool match_message(const struct rdmax_event *e, uint64_t key)
+{
+	const char *name = (const char *)(uintptr_t)key;
+	return e->type == RDMAX_EVENT_MESSAGE && (!name || strcmp(e->message, name) == 0);
+}
+
+RDMAX_EXPORT int rdmax_mailbox_recv(struct rdmax_client *client, const char *name, void *buf,
+				    size_t size, char *ret_from, int timeout_ms)
+{
+	struct rdmax_event e;
+	int r;
+
+	if (!client || (size && !buf)) {
+		return -EINVAL;
+	}
+	r = wait_event(client, match_message, (uint64_t)(uintptr_t)name, true, timeout_ms, &e);
+	if (r < 0) {
+		return r;
+	}
+	/* The event left the queue: its payload is ours to free. */
+	if (e.payload && size) {
+		memcpy(buf, e.payload, e.bytes < size ? e.bytes : size);
+	}
+	free((void *)e.payload);
+	if (ret_from) {
+		memcpy(ret_from, e.from_node, RDMAX_NODE_NAME_MAX);
+	}
+	return e.bytes > INT_MAX ? INT_MAX : (int)e.bytes;
 }

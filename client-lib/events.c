@@ -19,6 +19,10 @@ void client_evq_free(struct client_evq *q)
 	if (!q) {
 		return;
 	}
+	/* Payloads of messages nobody took are still the queue's. */
+	for (size_t i = 0; i < q->len; i++) {
+		free((void *)q->ev[(q->head + i) & (q->cap - 1)].payload);
+	}
 	free(q->ev);
 	q->ev = NULL;
 	q->cap = 0;

@@ -28,6 +28,26 @@ static const char *const rdmax_errors[] = {
 	[-RDMAX_E_PROTOCOL_ERROR - RDMAX_ERR_BASE] = "protocol error",
 	[-RDMAX_E_ALREADY_EXISTS - RDMAX_ERR_BASE] = "already exists",
 	[-RDMAX_E_INTERNAL - RDMAX_ERR_BASE] = "internal daemon error",
+	[-RDMAX_E_GPU_DRIVER_MISSING - RDMAX_ERR_BASE] =
+		"GPU memory needs the NVIDIA driver: libcuda.so.1 (CUDA 11.7 or later) cannot be "
+		"loaded",
+	[-RDMAX_E_GPU_NOT_DEVICE_MEMORY - RDMAX_ERR_BASE] =
+		"not CUDA device memory of this process (use cudaMalloc/cuMemAlloc memory)",
+	[-RDMAX_E_GPU_NOT_EXPORTABLE - RDMAX_ERR_BASE] =
+		"GPU allocation cannot be exported for RDMA (CUDA VMM memory such as PyTorch "
+		"expandable_segments: allocate with cudaMalloc or turn expandable segments off)",
+	[-RDMAX_E_GPU_NO_DMABUF - RDMAX_ERR_BASE] =
+		"no dma-buf support for GPU memory (needs the NVIDIA open kernel module, "
+		"CUDA 11.7+, Linux 5.12+, rdma-core 34+) and no nvidia_peermem fallback; see "
+		"docs/gpu.md",
+	[-RDMAX_E_GPU_NEEDS_RDMA - RDMAX_ERR_BASE] =
+		"GPU regions need an RDMA device with dma-buf support (GPU memory never moves "
+		"through host memory or the TCP transport)",
+	[-RDMAX_E_GPU_TOO_LARGE - RDMAX_ERR_BASE] =
+		"GPU region larger than the RDMA device's max_mr_size or the GPU's BAR1 space",
+	[-RDMAX_E_GPU_ADDRESS_REUSED - RDMAX_ERR_BASE] =
+		"a registered GPU allocation was freed and its address reused: deregister the old "
+		"region before freeing its memory",
 };
 
 RDMAX_EXPORT const char *rdmax_strerror(int err)

@@ -30,6 +30,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "gpu.h"
 #include "ipc.h"
 #include "json.h"
 #include "log.h"
@@ -247,29 +248,6 @@ static void json_owner(struct json *j, const struct owner_map *m, const void *ow
 	json_null(j, "client");
 }
 
-static bool read_line(const char *path, char *buf, size_t size)
-{
-	FILE *f = fopen(path, "re");
-	bool ok;
-
-	if (!f) {
-		return false;
-	}
-	ok = fgets(buf, (int)size, f) != NULL;
-	fclose(f);
-	if (ok) {
-		buf[strcspn(buf, "\n")] = '\0';
-	}
-	return ok;
-}
-
-static bool peermem_loaded(void)
-{
-	return access("/sys/module/nvidia_peermem/version", F_OK) == 0 ||
-	       access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0 ||
-	       access("/sys/module/nvidia_peermem", F_OK) == 0;
-}
-
 /* ---------------------------------------------------------------- commands */
 
 typedef int (*command_fn)(struct admin *a, struct json *j, int argc, char **argv, char *err,
@@ -377,129 +355,38 @@ static void json_port(void *arg, const struct transport_port_info *p)
 	json_obj_close(j);
 }
 
-#define PCI_PATH_MAX 512
-#define SCAN_MAX     64
-
-struct pci_dev {
-	char name[64]; /* RDMA device name or GPU PCI address */
-	char path[PCI_PATH_MAX];
-};
-
-/* PCI devices under /sys/class/infiniband. */
-static size_t scan_rdma(struct pci_dev *out, size_t max)
+static void json_pool(void *arg, const struct gpu_pool_info *info)
 {
-	DIR *dir = opendir("/sys/class/infiniband");
-	struct dirent *de;
-	size_t n = 0;
+	struct json *j = arg;
 
-	if (!dir) {
-		return 0;
-	}
-	while ((de = readdir(dir)) && n < max) {
-		char link[PATH_MAX];
-		if (de->d_name[0] == '.') {
-			continue;
-		}
-		snprintf(link, sizeof(link), "/sys/class/infiniband/%s/device", de->d_name);
-		snprintf(out[n].name, sizeof(out[n].name), "%.63s", de->d_name);
-		if (!realpath(link, out[n].path)) {
-			out[n].path[0] = '\0'; /* software device (rxe, siw): no PCI function */
-		}
-		n++;
-	}
-	closedir(dir);
-	return n;
-}
-
-/* NVIDIA display / 3D controllers on the PCI bus. */
-static size_t scan_gpus(struct pci_dev *out, size_t max)
-{
-	DIR *dir = opendir("/sys/bus/pci/devices");
-	struct dirent *de;
-	size_t n = 0;
-
-	if (!dir) {
-		return 0;
-	}
-	while ((de = readdir(dir)) && n < max) {
-		char path[PATH_MAX], vendor[16], klass[16];
-		if (de->d_name[0] == '.') {
-			continue;
-		}
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/vendor", de->d_name);
-		if (!read_line(path, vendor, sizeof(vendor)) || strcmp(vendor, "0x10de") != 0) {
-			continue;
-		}
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/class", de->d_name);
-		if (!read_line(path, klass, sizeof(klass)) || strncmp(klass, "0x03", 4) != 0) {
-			continue;
-		}
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s", de->d_name);
-		if (!realpath(path, out[n].path)) {
-			continue;
-		}
-		snprintf(out[n].name, sizeof(out[n].name), "%.63s", de->d_name);
-		n++;
-	}
-	closedir(dir);
-	return n;
-}
-
-/* Path components two sysfs device paths share ("/sys/devices/pci0000:00/..."). */
-static int shared_depth(const char *a, const char *b)
-{
-	int depth = 0;
-	size_t i = 0;
-
-	for (;; i++) {
-		if (a[i] != b[i]) {
-			/* A component counts only when it ended in both strings. */
-			return (a[i] == '\0' || a[i] == '/') && (b[i] == '\0' || b[i] == '/')
-				       ? depth + 1
-				       : depth;
-		}
-		if (a[i] == '\0') {
-			return depth + 1;
-		}
-		if (a[i] == '/' && i > 0) {
-			depth++;
-		}
-	}
-}
-
-/*
- * How close a GPU and a NIC sit, from the sysfs path depth they share:
- * /sys/devices/pciDDDD:BB is depth 3 (same host bridge), one more is the same
- * root port, more than that is behind the same PCIe switch.
- */
-static const char *pci_relation(int depth)
-{
-	if (depth >= 5) {
-		return "same PCIe switch";
-	}
-	if (depth == 4) {
-		return "same root port";
-	}
-	if (depth == 3) {
-		return "same host bridge";
-	}
-	return "across host bridges (CPU interconnect)";
+	json_obj_open(j, NULL);
+	json_u64(j, "id", info->pool_id);
+	json_str(j, "gpu", info->bus_id);
+	json_str(j, "path", info->path);
+	json_u64(j, "bytes", info->bytes);
+	json_u64(j, "leased", info->leased);
+	json_u64(j, "slices", info->slices);
+	json_obj_close(j);
 }
 
 static int cmd_devices(struct admin *a, struct json *j, int argc, char **argv, char *err,
 		       size_t err_size)
 {
 	struct rdmaxd *d = a->daemon;
-	struct pci_dev *nics = calloc(SCAN_MAX, sizeof(*nics));
-	struct pci_dev *gpus = calloc(SCAN_MAX, sizeof(*gpus));
+	/* The topology gpu.c scanned at start-up, the same the transport prefers NICs by. */
+	const struct gpu_topology *topo = gpu_topology(d->gpu);
+	struct gpu_topology *scanned = NULL;
 	bool any_ports = false;
-	size_t n_nics, n_gpus;
+	uint32_t caps = gpu_capabilities(d->gpu);
 
-	if (!nics || !gpus) {
-		free(nics);
-		free(gpus);
-		snprintf(err, err_size, "out of memory");
-		return -ENOMEM;
+	if (!topo) {
+		scanned = malloc(sizeof(*scanned));
+		if (!scanned || gpu_topology_scan(NULL, scanned) < 0) {
+			free(scanned);
+			snprintf(err, err_size, "out of memory");
+			return -ENOMEM;
+		}
+		topo = scanned;
 	}
 	json_arr_open(j, "transports");
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
@@ -522,41 +409,55 @@ static int cmd_devices(struct admin *a, struct json *j, int argc, char **argv, c
 			 "no RDMA transport is running (TCP transport): the daemon uses no RDMA "
 			 "device; run 'rdmaxctl doctor' to inspect the node's devices");
 	}
-	json_bool(j, "peermem", peermem_loaded());
-	n_nics = scan_rdma(nics, SCAN_MAX);
-	n_gpus = scan_gpus(gpus, SCAN_MAX);
+	json_bool(j, "peermem", gpu_peermem_loaded(NULL));
+	json_str(j, "gpu_registration", config_gpu_registration_name(d->cfg.gpu_registration));
+	json_arr_open(j, "gpu_paths"); /* what clients are offered for GPU memory */
+	if (caps & RDMAX_CAP_DMABUF) {
+		json_str(j, NULL, "dmabuf");
+	}
+	if (caps & RDMAX_CAP_PEERMEM) {
+		json_str(j, NULL, "peermem");
+	}
+	json_arr_close(j);
 	json_arr_open(j, "rdma_devices_present");
-	for (size_t i = 0; i < n_nics; i++) {
+	for (uint32_t i = 0; i < topo->n_nics; i++) {
 		json_obj_open(j, NULL);
-		json_str(j, "name", nics[i].name);
-		json_str(j, "pci_path", nics[i].path);
+		json_str(j, "name", topo->nics[i].name);
+		json_str(j, "pci_path", topo->nics[i].pci_path);
 		json_obj_close(j);
 	}
 	json_arr_close(j);
 	json_arr_open(j, "gpus");
-	for (size_t g = 0; g < n_gpus; g++) {
-		int best = -1, best_depth = -1;
-		for (size_t i = 0; i < n_nics; i++) {
-			int depth = nics[i].path[0] ? shared_depth(gpus[g].path, nics[i].path) : -1;
-			if (depth > best_depth) {
-				best = (int)i;
-				best_depth = depth;
-			}
-		}
+	for (uint32_t g = 0; g < topo->n_gpus; g++) {
+		const struct gpu_dev *gd = &topo->gpus[g];
+		bool near = gd->n_nics > 0 && gd->closeness[0] >= 0;
 		json_obj_open(j, NULL);
-		json_str(j, "pci", gpus[g].name);
-		if (best >= 0 && best_depth >= 0) {
-			json_str(j, "nearest_nic", nics[best].name);
-			json_str(j, "relation", pci_relation(best_depth));
+		json_str(j, "pci", gd->bus_id);
+		json_i64(j, "numa_node", gd->numa_node);
+		json_u64(j, "bar1_bytes", gd->bar1_bytes);
+		if (near) {
+			json_str(j, "nearest_nic", topo->nics[gd->nics[0]].name);
+			json_str(j, "relation", gpu_closeness_text(gd->closeness[0]));
 		} else {
 			json_null(j, "nearest_nic");
 			json_null(j, "relation");
 		}
+		/* Every NIC, nearest first: the order GPU regions prefer them in. */
+		json_arr_open(j, "nics");
+		for (uint32_t i = 0; i < gd->n_nics; i++) {
+			json_obj_open(j, NULL);
+			json_str(j, "name", topo->nics[gd->nics[i]].name);
+			json_str(j, "relation", gpu_closeness_text(gd->closeness[i]));
+			json_obj_close(j);
+		}
+		json_arr_close(j);
 		json_obj_close(j);
 	}
 	json_arr_close(j);
-	free(nics);
-	free(gpus);
+	json_arr_open(j, "gpu_pools");
+	gpu_for_each_pool(d->gpu, json_pool, j);
+	json_arr_close(j);
+	free(scanned);
 	return 0;
 }
 

@@ -39,6 +39,7 @@ enum key_type {
 	KEY_MODE,      /* octal permission bits in a uint32_t */
 	KEY_LEVEL,     /* log level name in an int */
 	KEY_TRANSPORT, /* enum config_transport */
+	KEY_GPU_REG,   /* enum config_gpu_registration */
 	KEY_TYPE_MAX,  /* terminator */
 };
 
@@ -78,6 +79,9 @@ static const struct config_section g_sections[] = {
 	{"peers", "Connections to other daemons."},
 	{"engine", "How jobs are turned into transfers."},
 	{"verbs", "RDMA verbs transport."},
+	{"metrics", "Metrics export besides rdmaxctl stats."},
+	{"gpu", "GPU memory: how it is registered with RDMA devices, and GPU pools (see "
+		"docs/gpu.md)."},
 };
 
 static const struct config_key g_keys[] = {
@@ -87,6 +91,9 @@ static const struct config_key g_keys[] = {
 	{"daemon", "admin_socket", KEY_PATH, FIELD(admin_socket_path), 0, 0, 0,
 	 "Absolute path of the admin socket that rdmaxctl connects to; must differ from "
 	 "socket."},
+	{"daemon", "admin_group", KEY_NAME, FIELD(admin_group), 0, 0, 0,
+	 "Group whose members may use the admin socket besides root and the daemon's own "
+	 "user; the admin socket is given this group when it exists."},
 	{"daemon", "socket_mode", KEY_MODE, FIELD(socket_mode), 0, 0777, 0,
 	 "Permission bits of the client socket, in octal. 0666 lets every local user connect; "
 	 "0660 limits it to the daemon's user and group."},
@@ -116,8 +123,8 @@ static const struct config_key g_keys[] = {
 
 	{"limits", "max_clients", KEY_UINT, FIELD(max_clients), 1, 65536, KEY_RELOAD,
 	 "Client connections accepted at the same time, for the whole daemon."},
-	{"limits", "max_message_bytes", KEY_SIZE, FIELD(max_message_bytes), 4 * KiB, 64 * MiB,
-	 KEY_RELOAD, "Largest message a client may send, in bytes."},
+	{"limits", "max_message_bytes", KEY_SIZE, FIELD(max_message_bytes), 4 * KiB, 64 * MiB, 0,
+	 "Largest message a client may send, in bytes."},
 	{"limits", "max_fds_per_message", KEY_UINT, FIELD(max_fds_per_message), 1, 253, KEY_RELOAD,
 	 "File descriptors a client may attach to one message."},
 	{"limits", "max_regions", KEY_UINT, FIELD(max_regions), 1, 1048576, KEY_RELOAD,
@@ -165,6 +172,20 @@ static const struct config_key g_keys[] = {
 	{"verbs", "signal_interval", KEY_UINT, FIELD(signal_interval), 1, 1024, 0,
 	 "One work request in this many asks for a completion; higher values cost fewer "
 	 "completions but hold send queue slots longer."},
+
+	{"metrics", "textfile_dir", KEY_PATH, FIELD(metrics_textfile_dir), 0, 0, KEY_EMPTY,
+	 "Directory of node_exporter's textfile collector; the daemon writes rdmaxd.prom there "
+	 "atomically. Empty turns it off."},
+	{"metrics", "textfile_interval_s", KEY_UINT, FIELD(metrics_textfile_interval_s), 1, 3600, 0,
+	 "Seconds between two writes of the metrics textfile."},
+
+	{"gpu", "registration", KEY_GPU_REG, FIELD(gpu_registration), 0, CONFIG_GPU_REG_MAX - 1, 0,
+	 "How GPU memory is registered with RDMA devices: auto (dma-buf where the kernel, driver "
+	 "and device support it, else a CUDA IPC handle pinned by nvidia_peermem), dmabuf (dma-buf "
+	 "only), or peermem (nvidia_peermem only)."},
+	{"gpu", "pool_bytes", KEY_SIZE, FIELD(gpu_pool_bytes), 0, TiB, 0,
+	 "Bytes of GPU memory allocated on every GPU at start-up and registered once with the RDMA "
+	 "devices; clients lease slices of it without registering. 0 makes no pools."},
 };
 
 /* libinih's line buffer: longer lines would be split into two lines. */
@@ -174,6 +195,12 @@ static const char *const g_transport_names[CONFIG_TRANSPORT_MAX] = {
 	[CONFIG_TRANSPORT_AUTO] = "auto",
 	[CONFIG_TRANSPORT_TCP] = "tcp",
 	[CONFIG_TRANSPORT_VERBS] = "verbs",
+};
+
+static const char *const g_gpu_reg_names[CONFIG_GPU_REG_MAX] = {
+	[CONFIG_GPU_REG_AUTO] = "auto",
+	[CONFIG_GPU_REG_DMABUF] = "dmabuf",
+	[CONFIG_GPU_REG_PEERMEM] = "peermem",
 };
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
@@ -197,6 +224,14 @@ const char *config_transport_name(enum config_transport t)
 		return "unknown";
 	}
 	return g_transport_names[t];
+}
+
+const char *config_gpu_registration_name(enum config_gpu_registration r)
+{
+	if ((unsigned)r >= CONFIG_GPU_REG_MAX) {
+		return "unknown";
+	}
+	return g_gpu_reg_names[r];
 }
 
 static void *field(struct config *cfg, const struct config_key *k)
@@ -595,6 +630,16 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 		}
 		*ret_why = "expected auto, tcp or verbs";
 		return -EINVAL;
+	case KEY_GPU_REG:
+		for (int g = 0; g < CONFIG_GPU_REG_MAX; g++) {
+			if (strcmp(value, g_gpu_reg_names[g]) == 0) {
+				*(enum config_gpu_registration *)field(cfg, k) =
+					(enum config_gpu_registration)g;
+				return 0;
+			}
+		}
+		*ret_why = "expected auto, dmabuf or peermem";
+		return -EINVAL;
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -627,6 +672,11 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 	case KEY_TRANSPORT:
 		snprintf(buf, size, "%s",
 			 config_transport_name(*(const enum config_transport *)cfield(cfg, k)));
+		return;
+	case KEY_GPU_REG:
+		snprintf(buf, size, "%s",
+			 config_gpu_registration_name(
+				 *(const enum config_gpu_registration *)cfield(cfg, k)));
 		return;
 	case KEY_TYPE_MAX:
 		break;
@@ -661,6 +711,7 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 		return;
 	case KEY_LEVEL:
 	case KEY_TRANSPORT:
+	case KEY_GPU_REG:
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -735,6 +786,7 @@ void config_defaults(struct config *cfg)
 	snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", "/run/rdmaxd.sock");
 	snprintf(cfg->admin_socket_path, sizeof(cfg->admin_socket_path), "%s",
 		 "/run/rdmaxd-admin.sock");
+	snprintf(cfg->admin_group, sizeof(cfg->admin_group), "%s", "rdmaxd-admin");
 	cfg->socket_mode = 0666;
 	host_name(cfg->node_name, sizeof(cfg->node_name));
 	cfg->log_level = LOG_INFO;
@@ -769,6 +821,12 @@ void config_defaults(struct config *cfg)
 	cfg->qps_per_peer = 2;
 	cfg->inline_threshold = 64;
 	cfg->signal_interval = 16;
+
+	cfg->metrics_textfile_dir[0] = '\0';
+	cfg->metrics_textfile_interval_s = 15;
+
+	cfg->gpu_registration = CONFIG_GPU_REG_AUTO;
+	cfg->gpu_pool_bytes = 0;
 }
 
 int config_set(struct config *cfg, const char *section, const char *key, const char *value,
@@ -1019,6 +1077,11 @@ int config_validate(const struct config *cfg, char *err, size_t err_size)
 		set_err(err, err_size, "[transport] type %d is unknown", (int)cfg->transport);
 		return -EINVAL;
 	}
+	if ((unsigned)cfg->gpu_registration >= CONFIG_GPU_REG_MAX) {
+		set_err(err, err_size, "[gpu] registration %d is unknown",
+			(int)cfg->gpu_registration);
+		return -EINVAL;
+	}
 	/* A struct filled in by code gets the parser's rules too. */
 	for (size_t i = 0; i < ARRAY_SIZE(g_keys); i++) {
 		const struct config_key *k = &g_keys[i];
@@ -1197,4 +1260,15 @@ int config_restart_keys(const struct config *old_cfg, const struct config *new_c
 		count++;
 	}
 	return count;
+}
+
+void config_apply_reloadable(struct config *cfg, const struct config *next)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(g_keys); i++) {
+		const struct config_key *k = &g_keys[i];
+
+		if (k->flags & KEY_RELOAD) {
+			memcpy((char *)cfg + k->offset, (const char *)next + k->offset, k->size);
+		}
+	}
 }

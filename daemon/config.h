@@ -22,10 +22,19 @@ enum config_transport {
 	CONFIG_TRANSPORT_MAX,   /* terminator */
 };
 
+/* How GPU memory is registered with RDMA devices (docs/gpu.md). */
+enum config_gpu_registration {
+	CONFIG_GPU_REG_AUTO,    /* dma-buf where it works, else nvidia_peermem */
+	CONFIG_GPU_REG_DMABUF,  /* dma-buf only */
+	CONFIG_GPU_REG_PEERMEM, /* CUDA IPC + nvidia_peermem only */
+	CONFIG_GPU_REG_MAX,     /* terminator */
+};
+
 struct config {
 	/* [daemon] */
 	char socket_path[108];       /* client socket (AF_UNIX SOCK_SEQPACKET) */
 	char admin_socket_path[108]; /* admin socket for rdmaxctl */
+	char admin_group[32];         /* group whose members may use the admin socket */
 	uint32_t socket_mode;        /* permission bits of the client socket */
 	char node_name[64];          /* shown in logs and descriptors; default hostname */
 	int log_level;               /* syslog priority, LOG_ERR..LOG_DEBUG */
@@ -66,6 +75,14 @@ struct config {
 	uint32_t qps_per_peer;
 	uint32_t inline_threshold; /* bytes; capped by the QP's max_inline_data */
 	uint32_t signal_interval;  /* signal one WR in this many */
+
+	/* [metrics] */
+	char metrics_textfile_dir[256]; /* node_exporter textfile directory; empty = off */
+	uint32_t metrics_textfile_interval_s;
+
+	/* [gpu] */
+	enum config_gpu_registration gpu_registration;
+	uint64_t gpu_pool_bytes; /* per GPU, allocated and registered at start-up; 0 = no pools */
 };
 
 void config_defaults(struct config *cfg);
@@ -100,9 +117,13 @@ void config_print_example(FILE *out);
  * on restart (a SIGHUP reload applies the others); names them, comma-separated
  * as "[section] key", in buf.
  */
+/* Copy every key marked 'applied on reload' from next into cfg (SIGHUP). */
+void config_apply_reloadable(struct config *cfg, const struct config *next);
+
 int config_restart_keys(const struct config *old_cfg, const struct config *new_cfg, char *buf,
 			size_t buf_size);
 
 const char *config_transport_name(enum config_transport t);
+const char *config_gpu_registration_name(enum config_gpu_registration r);
 
 #endif

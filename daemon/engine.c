@@ -2,11 +2,16 @@
 /*
  * The engine: client jobs in, transfers (xfers) out, one completion back.
  *
- * A job is validated against the client's own regions and the peer's
- * descriptor, split into chunks of at most cfg.chunk_bytes and issued to a
- * transport through a small window of xfers. The job holds its local region
- * until its last xfer returned, even when it completed early (error,
- * deadline, cancel), so memory never goes away under a transfer.
+ * A job is validated against the client's own regions and the peers'
+ * descriptors and planned as runs (planner.c: page lists, scatter
+ * destinations) towards one or more nodes (daemons); runs are cut into
+ * chunks of at most cfg.chunk_bytes and issued to the transports through a
+ * small window of xfers. A job's imm rides on the last xfer to each node
+ * (held until the node's other xfers returned when the transport does not
+ * keep order). Runs towards this daemon itself are copied (or, for SEND,
+ * delivered) in place. The job holds its local region until its last xfer
+ * returned, even when it completed early (error, deadline, cancel), so
+ * memory never goes away under a transfer.
  *
  * Exactly one completion per job: every path goes through complete_job(),
  * which records the job as completed and ignores later attempts.
@@ -21,13 +26,56 @@
 
 #include "engine.h"
 #include "log.h"
+#include "mailbox.h"
+#include "metrics.h"
+#include "peer_group.h"
+#include "planner.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "rdmaxd.h"
 #include "transport.h"
 
-/* Chunks of one job in flight at once. */
+/* Chunks of one job in flight at once; also its byte budget: JOB_WINDOW * chunk_bytes. */
 #define JOB_WINDOW 8
+/* Xfers in flight for jobs of many runs (pages, destinations) while they stay in that budget. */
+#define JOB_WINDOW_RUNS 64
+/*
+ * Planned runs (32 bytes each) one client's jobs may hold at once: bounds the
+ * memory a client can pin with paged writes and scatters.
+ */
+#define RUNS_PER_CLIENT_MAX (4u << 20)
+
+_Static_assert(MAILBOX_NAME_MAX == TRANSPORT_MAILBOX_NAME_MAX, "mailbox name bounds differ");
+_Static_assert(MAILBOX_PAYLOAD_MAX == TRANSPORT_MESSAGE_PAYLOAD_MAX, "message bounds differ");
+
+static const char *const g_kind_names[JOB_KIND_MAX] = {
+	[JOB_WRITE] = "write",     [JOB_READ] = "read",       [JOB_PAGED_WRITE] = "paged_write",
+	[JOB_SCATTER] = "scatter", [JOB_BARRIER] = "barrier", [JOB_SEND] = "send",
+};
+
+const char *engine_job_kind_name(int kind)
+{
+	return kind >= 0 && kind < JOB_KIND_MAX ? g_kind_names[kind] : "unknown";
+}
+
+/* One daemon a job moves bytes to or from: imm counting and ordering are per node. */
+struct job_node {
+	struct transport *transport; /* NULL: this daemon (copies in place, no xfers) */
+	struct endpoint peer;
+	uint64_t instance;
+	uint64_t xfers_left; /* xfers (or local copies) towards this node not yet issued */
+	uint32_t in_flight;
+	bool has_imm; /* the node's last xfer carries the job's imm */
+	bool held;    /* that last xfer waits until in_flight is 0 (unordered transport) */
+	struct plan_run held_run;
+};
+
+/* One remote region a job addresses. */
+struct job_dest {
+	uint32_t node;
+	uint64_t region_id;
+	uint64_t region_key;
+};
 
 struct engine {
 	struct rdmaxd *daemon;
@@ -41,6 +89,7 @@ struct job;
 struct job_xfer {
 	struct xfer xfer;
 	struct job *job;
+	uint32_t node; /* index in job->nodes */
 	bool busy;
 };
 
@@ -59,19 +108,59 @@ struct job {
 	uint64_t length;
 	bool has_imm;
 	uint32_t imm;
-	uint64_t next_offset;    /* next byte (relative) to issue */
-	uint32_t chunks_left;    /* chunks not yet issued */
+	enum job_kind kind;
+	struct job_node *nodes;  /* &node1, or allocated */
+	struct job_dest *dests;  /* &dest1, or allocated */
+	struct plan_run *runs;   /* &run1, or allocated */
+	uint32_t n_nodes;
+	uint32_t n_dests;
+	size_t n_runs;
+	size_t next_run;         /* next run to issue */
+	uint64_t run_offset;     /* bytes of that run already issued */
+	uint32_t nodes_held;     /* nodes whose last xfer is held back */
+	uint64_t runs_counted;   /* charged to the owner's runs until the completion */
+	struct peer_group *group; /* referenced for the job's life */
+	uint8_t *payload;        /* SEND: the message, copied */
+	char mailbox[MAILBOX_NAME_MAX + 1];
+	struct job_node node1;   /* storage of single-node, single-run jobs */
+	struct job_dest dest1;
+	struct plan_run run1;
 	uint32_t in_flight;      /* xfers issued and not returned */
 	uint64_t bytes_done;     /* bytes of returned successful xfers */
 	bool completed;          /* completion delivered (or dropped) */
-	bool issuing;            /* inside issue(): do not free */
+	bool issuing;            /* inside pump(): do not free */
 	uv_timer_t *deadline;    /* NULL when no deadline */
+	uint64_t started_ns;     /* submission, for metrics and the admin socket */
+	uint64_t in_flight_bytes; /* bytes of the xfers in flight */
+	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
+	uint32_t n_slots;
 	struct job_xfer window[JOB_WINDOW];
 };
 
 static void deadline_closed(uv_handle_t *handle)
 {
 	free(handle);
+}
+
+/* The job's own allocations and the job; references are the caller's to drop. */
+static void job_free_memory(struct job *job)
+{
+	if (job->nodes != &job->node1) {
+		free(job->nodes);
+	}
+	if (job->dests != &job->dest1) {
+		free(job->dests);
+	}
+	if (job->runs != &job->run1) {
+		free(job->runs);
+	}
+	if (job->slots != job->window) {
+		free(job->slots);
+	}
+	peer_group_put(job->group);
+	free(job->payload);
+	list_del(&job->link);
+	free(job);
 }
 
 static void job_free_if_done(struct job *job)
@@ -82,8 +171,7 @@ static void job_free_if_done(struct job *job)
 	if (job->local) {
 		region_put(&job->engine->daemon->regions, job->local);
 	}
-	list_del(&job->link);
-	free(job);
+	job_free_memory(job);
 }
 
 static void complete_job(struct job *job, int err, const char *fmt, ...)
@@ -110,96 +198,247 @@ static void complete_job(struct job *job, int err, const char *fmt, ...)
 		va_end(ap);
 	}
 	engine->outstanding--;
+	metrics_job_done(engine->daemon->metrics, job->kind, err, err ? job->bytes_done : job->length,
+			 now_ns() - job->started_ns, job->transport ? &job->peer : NULL,
+			 job->has_imm);
 	if (job->owner) {
 		struct job_owner *owner = job->owner;
 		hmap_del(&owner->jobs, job->id + 1);
 		owner->outstanding--;
+		owner->runs -= job->runs_counted;
 		job->owner = NULL;
 		engine->complete(owner, job->id, err, err ? message : NULL,
 				 err ? job->bytes_done : job->length);
 	}
 }
 
-static int issue_chunk(struct job *job, struct job_xfer *slot);
+static void pump(struct job *job);
+
+/* Local copies need no chunks, and a message is never cut. */
+static uint64_t chunk_of(const struct job *job, const struct job_node *node)
+{
+	if (!node->transport || job->kind == JOB_SEND) {
+		return UINT64_MAX;
+	}
+	return job->engine->daemon->cfg.chunk_bytes;
+}
+
+static struct job_node *node_of_run(struct job *job, const struct plan_run *run)
+{
+	return &job->nodes[job->dests[run->dest].node];
+}
+
+/* Take the next piece of the plan: at most one chunk of the current run. */
+static void next_piece(struct job *job, struct plan_run *ret_piece)
+{
+	const struct plan_run *run = &job->runs[job->next_run];
+	uint64_t len = MIN(chunk_of(job, node_of_run(job, run)), run->length - job->run_offset);
+
+	*ret_piece = *run;
+	ret_piece->local_offset += job->run_offset;
+	ret_piece->remote_offset += job->run_offset;
+	ret_piece->length = len;
+	job->run_offset += len;
+	if (job->run_offset >= run->length) {
+		job->next_run++;
+		job->run_offset = 0;
+	}
+}
+
+static void xfer_done(struct xfer *xfer, int err, const char *message);
+
+static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan_run *piece)
+{
+	const struct job_dest *dest = &job->dests[piece->dest];
+	struct job_node *node = &job->nodes[dest->node];
+	struct xfer *xfer = &slot->xfer;
+	int ret;
+
+	memset(xfer, 0, sizeof(*xfer));
+	xfer->op = job->op;
+	xfer->peer = node->peer;
+	xfer->remote_instance = node->instance;
+	xfer->remote_region = dest->region_id;
+	xfer->remote_key = dest->region_key;
+	xfer->remote_offset = piece->remote_offset;
+	xfer->local = job->local;
+	xfer->local_offset = piece->local_offset;
+	xfer->length = piece->length;
+	xfer->has_imm = node->has_imm && node->xfers_left == 1;
+	xfer->imm = job->imm;
+	xfer->done = xfer_done;
+	xfer->ctx = job;
+	slot->job = job;
+	slot->node = dest->node;
+	slot->busy = true;
+	if (job->kind == JOB_SEND) {
+		xfer->mailbox = job->mailbox;
+		xfer->payload = job->payload;
+		ret = node->transport->ops->send_message(node->transport, xfer);
+	} else {
+		ret = node->transport->ops->submit(node->transport, xfer);
+	}
+	if (ret < 0) {
+		slot->busy = false;
+		return ret;
+	}
+	node->xfers_left--;
+	node->in_flight++;
+	job->in_flight++;
+	job->in_flight_bytes += xfer->length;
+	return 0;
+}
 
 static void xfer_done(struct xfer *xfer, int err, const char *message)
 {
 	struct job_xfer *slot = container_of(xfer, struct job_xfer, xfer);
 	struct job *job = slot->job;
+	struct job_node *node = &job->nodes[slot->node];
 
 	slot->busy = false;
 	job->in_flight--;
+	job->in_flight_bytes -= xfer->length;
+	node->in_flight--;
 	if (err == 0) {
 		job->bytes_done += xfer->length;
 	} else {
 		complete_job(job, err, "%s", message ? message : "transfer failed");
 	}
-	if (!job->completed && job->chunks_left > 0) {
-		/* Held last chunk (unordered transport with imm) goes once the rest returned. */
-		bool last_held = job->chunks_left == 1 && job->has_imm && !job->transport->ordered;
-		if (!last_held || job->in_flight == 0) {
-			int ret = issue_chunk(job, slot);
-			if (ret < 0) {
-				complete_job(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
-			}
+	if (!job->completed && node->held && node->in_flight == 0) {
+		/* Every other xfer to the node returned: the one with the imm may go. */
+		struct plan_run piece = node->held_run;
+		node->held = false;
+		job->nodes_held--;
+		int ret = issue_piece(job, slot, &piece);
+		if (ret < 0) {
+			complete_job(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
 		}
 	}
-	if (!job->completed && job->chunks_left == 0 && job->in_flight == 0) {
-		complete_job(job, 0, NULL);
-	}
-	job_free_if_done(job);
+	pump(job);
 }
 
-static int issue_chunk(struct job *job, struct job_xfer *slot)
+/* A piece towards this daemon: copied (or delivered) now, checked like a remote access. */
+static int run_local_piece(struct job *job, const struct plan_run *piece)
 {
-	uint64_t chunk = job->engine->daemon->cfg.chunk_bytes;
-	struct xfer *xfer = &slot->xfer;
-	uint64_t len = MIN(chunk, job->length - job->next_offset);
+	struct rdmaxd *daemon = job->engine->daemon;
+	const struct job_dest *dest = &job->dests[piece->dest];
+	struct region *target;
 	int ret;
 
-	memset(xfer, 0, sizeof(*xfer));
-	xfer->op = job->op;
-	xfer->peer = job->peer;
-	xfer->remote_instance = job->remote.instance_id;
-	xfer->remote_region = job->remote.region_id;
-	xfer->remote_key = job->remote.region_key;
-	xfer->remote_offset = job->remote_offset + job->next_offset;
-	xfer->local = job->local;
-	xfer->local_offset = job->local_offset + job->next_offset;
-	xfer->length = len;
-	xfer->has_imm = job->has_imm && job->chunks_left == 1;
-	xfer->imm = job->imm;
-	xfer->done = xfer_done;
-	xfer->ctx = job;
-	slot->job = job;
-	slot->busy = true;
-	ret = job->transport->ops->submit(job->transport, xfer);
-	if (ret < 0) {
-		slot->busy = false;
+	if (job->kind == JOB_SEND) {
+		ret = mailbox_deliver(daemon->mailboxes, job->mailbox, job->payload, piece->length,
+				      daemon->node_name);
+		if (ret == RDMAX_E_NOT_FOUND) {
+			complete_job(job, ret, "no mailbox '%s' is open on node '%s'", job->mailbox,
+				     daemon->node_name);
+		} else if (ret < 0) {
+			complete_job(job, ret, "mailbox '%s' refused the message: %s", job->mailbox,
+				     rdmax_strerror(ret));
+		} else {
+			job->bytes_done += piece->length;
+		}
 		return ret;
 	}
-	job->next_offset += len;
-	job->chunks_left--;
-	job->in_flight++;
+	uint32_t need =
+		job->op == XFER_WRITE ? RDMAX_ACCESS_REMOTE_WRITE : RDMAX_ACCESS_REMOTE_READ;
+	ret = region_get_remote(&daemon->regions, daemon->instance_id, dest->region_id,
+				dest->region_key, piece->remote_offset, piece->length, need,
+				&target);
+	if (ret == 0 && job->op == XFER_WRITE && piece->length > 0 && !target->writable) {
+		region_put(&daemon->regions, target);
+		ret = RDMAX_E_PERMISSION_DENIED;
+	}
+	if (ret < 0) {
+		complete_job(job, ret == RDMAX_E_PERMISSION_DENIED ? RDMAX_E_REMOTE_ACCESS : ret,
+			     "local target region %" PRIu64 ": %s", dest->region_id,
+			     ret == RDMAX_E_NOT_FOUND ? "stale or unknown descriptor"
+						      : rdmax_strerror(ret));
+		return ret;
+	}
+	if (piece->length > 0 && (!target->addr || !job->local->addr)) {
+		/* GPU memory has no host mapping here: only a NIC moves it (docs/gpu.md). */
+		region_put(&daemon->regions, target);
+		complete_job(job, RDMAX_E_GPU_NEEDS_RDMA,
+			     "a copy between two regions of node '%s' cannot involve GPU memory: "
+			     "GPU regions move between nodes over RDMA only",
+			     daemon->node_name);
+		return RDMAX_E_GPU_NEEDS_RDMA;
+	}
+	if (piece->length > 0 && job->op == XFER_WRITE) {
+		memmove(target->addr + piece->remote_offset, job->local->addr + piece->local_offset,
+			piece->length);
+	} else if (piece->length > 0) {
+		memmove(job->local->addr + piece->local_offset, target->addr + piece->remote_offset,
+			piece->length);
+	}
+	region_put(&daemon->regions, target);
+	job->bytes_done += piece->length;
 	return 0;
 }
 
-/* Fill the window; stop before a held last chunk. */
-static void issue(struct job *job)
+/* Room in the window: a slot, and bytes in flight under JOB_WINDOW chunks. */
+static struct job_xfer *free_slot(struct job *job)
 {
+	uint64_t budget = (uint64_t)JOB_WINDOW * job->engine->daemon->cfg.chunk_bytes;
+
+	if (job->in_flight >= job->n_slots || job->in_flight_bytes >= budget) {
+		return NULL;
+	}
+	for (size_t i = 0; i < job->n_slots; i++) {
+		if (!job->slots[i].busy) {
+			return &job->slots[i];
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Issue the plan in order as far as the window allows; a node's last xfer
+ * is held back (node->held) while others to it are in flight on a transport
+ * that does not keep order. Completes the job once everything returned and
+ * frees it when done: callers must not touch the job afterwards.
+ */
+static void pump(struct job *job)
+{
+	struct rdmaxd *daemon = job->engine->daemon;
+
 	job->issuing = true;
-	for (size_t i = 0; i < JOB_WINDOW && job->chunks_left > 0 && !job->completed; i++) {
-		bool last_held = job->chunks_left == 1 && job->has_imm && !job->transport->ordered;
-		if (job->window[i].busy || (last_held && job->in_flight > 0)) {
+	while (!job->completed && job->next_run < job->n_runs) {
+		struct job_node *node = node_of_run(job, &job->runs[job->next_run]);
+		struct job_xfer *slot = NULL;
+		struct plan_run piece;
+
+		if (node->transport) {
+			slot = free_slot(job);
+			if (!slot) {
+				break;
+			}
+		}
+		next_piece(job, &piece);
+		if (!node->transport) {
+			if (run_local_piece(job, &piece) < 0) {
+				break;
+			}
+			if (--node->xfers_left == 0 && node->has_imm) {
+				imm_landed(&daemon->imm, job->imm);
+			}
 			continue;
 		}
-		int ret = issue_chunk(job, &job->window[i]);
+		if (node->has_imm && node->xfers_left == 1 && !node->transport->ordered &&
+		    node->in_flight > 0) {
+			node->held = true;
+			node->held_run = piece;
+			job->nodes_held++;
+			continue;
+		}
+		int ret = issue_piece(job, slot, &piece);
 		if (ret < 0) {
 			complete_job(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
 		}
 	}
 	job->issuing = false;
-	if (!job->completed && job->chunks_left == 0 && job->in_flight == 0) {
+	if (!job->completed && job->next_run >= job->n_runs && job->nodes_held == 0 &&
+	    job->in_flight == 0) {
 		complete_job(job, 0, NULL);
 	}
 	job_free_if_done(job);
@@ -214,40 +453,14 @@ static void deadline_fired(uv_timer_t *timer)
 	job_free_if_done(job);
 }
 
-/* Same daemon: copy between two local regions, checked like a remote access. */
-static void run_local(struct job *job)
-{
-	struct rdmaxd *daemon = job->engine->daemon;
-	uint32_t need = job->op == XFER_WRITE ? RDMAX_ACCESS_REMOTE_WRITE : RDMAX_ACCESS_REMOTE_READ;
-	struct region *target;
-	int ret;
-
-	ret = region_get_remote(&daemon->regions, job->remote.instance_id, job->remote.region_id,
-				job->remote.region_key, job->remote_offset, job->length, need, &target);
-	if (ret < 0) {
-		complete_job(job, ret == RDMAX_E_PERMISSION_DENIED ? RDMAX_E_REMOTE_ACCESS : ret,
-			     "local target region %" PRIu64 ": %s", job->remote.region_id,
-			     ret == RDMAX_E_NOT_FOUND ? "stale or unknown descriptor"
-						      : rdmax_strerror(ret));
-		return;
-	}
-	if (job->op == XFER_WRITE) {
-		memmove(target->addr + job->remote_offset, job->local->addr + job->local_offset,
-			job->length);
-	} else {
-		memmove(job->local->addr + job->local_offset, target->addr + job->remote_offset,
-			job->length);
-	}
-	region_put(&daemon->regions, target);
-	job->bytes_done = job->length;
-	if (job->has_imm) {
-		imm_landed(&daemon->imm, job->imm);
-	}
-	complete_job(job, 0, NULL);
-}
-
+/*
+ * First transport (verbs preferred) with an endpoint in the descriptor; with
+ * need_message only transports that carry SEND messages, and *ret_lacking
+ * names a matching transport that cannot.
+ */
 static struct transport *pick_transport(struct rdmaxd *daemon, const struct remote_desc *remote,
-					struct endpoint *ret_peer)
+					bool need_message, struct endpoint *ret_peer,
+					const char **ret_lacking)
 {
 	/* Prefer RDMA when both sides have it. */
 	static const enum endpoint_transport order[] = {ENDPOINT_VERBS, ENDPOINT_TCP};
@@ -258,101 +471,591 @@ static struct transport *pick_transport(struct rdmaxd *daemon, const struct remo
 			continue;
 		}
 		for (uint32_t i = 0; i < remote->n_endpoints; i++) {
-			if (remote->endpoints[i].transport == order[k]) {
-				*ret_peer = remote->endpoints[i];
-				return transport;
+			if (remote->endpoints[i].transport != order[k]) {
+				continue;
 			}
+			if (need_message && !transport->ops->send_message) {
+				if (ret_lacking && !*ret_lacking) {
+					*ret_lacking = transport->ops->name;
+				}
+				break;
+			}
+			*ret_peer = remote->endpoints[i];
+			return transport;
 		}
 	}
 	return NULL;
 }
 
-/* Fill the job from its protobuf; returns 0 or an error with the reason in `why`. */
-static int prepare(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t why_size)
+int engine_resolve_peer(struct rdmaxd *daemon, const struct remote_desc *desc,
+			struct transport **ret_transport, struct endpoint *ret_peer)
+{
+	struct endpoint peer;
+	struct transport *transport = NULL;
+
+	memset(&peer, 0, sizeof(peer));
+	if (desc->instance_id != daemon->instance_id) {
+		transport = pick_transport(daemon, desc, false, &peer, NULL);
+		if (!transport) {
+			return RDMAX_E_UNREACHABLE;
+		}
+	}
+	*ret_transport = transport;
+	*ret_peer = peer;
+	return 0;
+}
+
+/* Like engine_resolve_peer(), with the reason in why; SEND needs send_message. */
+static int resolve(struct job *job, const struct remote_desc *desc,
+		   struct transport **ret_transport, struct endpoint *ret_peer, char *why,
+		   size_t why_size)
 {
 	struct rdmaxd *daemon = job->engine->daemon;
-	uint64_t local_region;
-	ProtobufCBinaryData desc_bytes;
-	int ret;
+	const char *lacking = NULL;
+	struct endpoint peer;
+	struct transport *transport;
 
-	switch (pj->kind_case) {
-	case RDMAX__V1__JOB__KIND_WRITE:
-		job->op = XFER_WRITE;
-		local_region = pj->write->local_region;
-		job->local_offset = pj->write->local_offset;
-		job->length = pj->write->length;
-		job->remote_offset = pj->write->remote_offset;
-		desc_bytes = pj->write->remote_desc;
-		job->has_imm = pj->write->has_imm;
-		job->imm = pj->write->imm;
-		break;
-	case RDMAX__V1__JOB__KIND_READ:
-		job->op = XFER_READ;
-		local_region = pj->read->local_region;
-		job->local_offset = pj->read->local_offset;
-		job->length = pj->read->length;
-		job->remote_offset = pj->read->remote_offset;
-		desc_bytes = pj->read->remote_desc;
-		break;
-	case RDMAX__V1__JOB__KIND_PAGED_WRITE:
-	case RDMAX__V1__JOB__KIND_SCATTER:
-	case RDMAX__V1__JOB__KIND_BARRIER:
-	case RDMAX__V1__JOB__KIND_SEND: {
-		const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(
-			&rdmax__v1__job__descriptor, pj->kind_case);
-		snprintf(why, why_size, "job kind '%s' is not implemented by this daemon",
-			 f ? f->name : "?");
+	if (desc->instance_id == daemon->instance_id) {
+		memset(ret_peer, 0, sizeof(*ret_peer));
+		*ret_transport = NULL;
+		return 0;
+	}
+	transport = pick_transport(daemon, desc, job->kind == JOB_SEND, &peer, &lacking);
+	if (!transport && lacking) {
+		snprintf(
+			why, why_size,
+			"the '%s' transport cannot carry SEND messages yet, and the descriptor has "
+			"no other endpoint this daemon can use",
+			lacking);
 		return RDMAX_E_UNIMPLEMENTED;
 	}
-	default:
-		snprintf(why, why_size, "job has no kind");
-		return RDMAX_E_INVALID_ARGUMENT;
+	if (!transport) {
+		snprintf(why, why_size,
+			 "no endpoint of the descriptor uses a transport of this daemon");
+		return RDMAX_E_UNREACHABLE;
 	}
+	*ret_transport = transport;
+	*ret_peer = peer;
+	return 0;
+}
 
-	job->local = region_find_owned(&daemon->regions, job->owner, local_region);
-	if (!job->local) {
+/* The client's own region, range checked and referenced for the job's life. */
+static int take_local(struct job *job, uint64_t id, uint64_t offset, uint64_t length, bool into,
+		      char *why, size_t why_size)
+{
+	struct rdmaxd *daemon = job->engine->daemon;
+	struct region *region = region_find_owned(&daemon->regions, job->owner, id);
+
+	if (!region) {
 		snprintf(why, why_size, "local region %" PRIu64 " is not registered by this client",
-			 local_region);
+			 id);
 		return RDMAX_E_NOT_FOUND;
 	}
-	if (region_check_range(job->local, job->local_offset, job->length) < 0) {
+	if (region_check_range(region, offset, length) < 0) {
 		snprintf(why, why_size,
 			 "local range [%" PRIu64 ", +%" PRIu64 ") outside region %" PRIu64
 			 " of %" PRIu64 " bytes",
-			 job->local_offset, job->length, local_region, job->local->length);
-		job->local = NULL;
+			 offset, length, id, region->length);
 		return RDMAX_E_OUT_OF_RANGE;
 	}
-	if (job->op == XFER_READ && !job->local->writable) {
-		snprintf(why, why_size, "local region %" PRIu64 " is mapped read-only", local_region);
-		job->local = NULL;
+	if (into && !region->writable) {
+		snprintf(why, why_size, "local region %" PRIu64 " is mapped read-only", id);
 		return RDMAX_E_PERMISSION_DENIED;
 	}
-	region_get(job->local);
+	region_get(region);
+	job->local = region;
+	return 0;
+}
 
+/* The only node of a job: one transport, xfers counted for the imm rule. */
+static void single_node(struct job *job, struct transport *transport, const struct endpoint *peer,
+			uint64_t instance, uint64_t region_id, uint64_t region_key)
+{
+	job->node1 = (struct job_node){.transport = transport,
+				       .peer = *peer,
+				       .instance = instance,
+				       .has_imm = job->has_imm};
+	job->dest1 = (struct job_dest){.node = 0, .region_id = region_id, .region_key = region_key};
+	job->nodes = &job->node1;
+	job->n_nodes = 1;
+	job->dests = &job->dest1;
+	job->n_dests = 1;
+	job->transport = transport;
+	job->peer = *peer;
+	job->length = 0;
+	for (size_t i = 0; i < job->n_runs; i++) {
+		job->node1.xfers_left +=
+			planner_run_xfers(job->runs[i].length, chunk_of(job, &job->node1));
+		job->length += job->runs[i].length;
+	}
+}
+
+/* WRITE and READ: one range on each side. */
+static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinaryData desc_bytes,
+			  char *why, size_t why_size)
+{
+	struct transport *transport;
+	struct endpoint peer;
+	int ret;
+
+	ret = take_local(job, local_region, job->local_offset, job->length, job->op == XFER_READ,
+			 why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
 	ret = desc_decode(desc_bytes.data, desc_bytes.len, &job->remote);
 	if (ret < 0) {
 		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
 	}
-	if (job->remote_offset > job->remote.length ||
-	    job->length > job->remote.length - job->remote_offset) {
+	if (planner_check_range(job->remote_offset, job->length, job->remote.length) < 0) {
 		snprintf(why, why_size,
 			 "remote range [%" PRIu64 ", +%" PRIu64 ") outside region of %" PRIu64
 			 " bytes",
 			 job->remote_offset, job->length, job->remote.length);
 		return RDMAX_E_OUT_OF_RANGE;
 	}
-	if (job->remote.instance_id == daemon->instance_id) {
-		job->transport = NULL;
-		return 0;
+	ret = resolve(job, &job->remote, &transport, &peer, why, why_size);
+	if (ret < 0) {
+		return ret;
 	}
-	job->transport = pick_transport(daemon, &job->remote, &job->peer);
-	if (!job->transport) {
-		snprintf(why, why_size, "no endpoint of the descriptor uses a transport of this daemon");
-		return RDMAX_E_UNREACHABLE;
+	job->run1 = (struct plan_run){.local_offset = job->local_offset,
+				      .remote_offset = job->remote_offset,
+				      .length = job->length};
+	job->runs = &job->run1;
+	job->n_runs = 1;
+	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
+		    job->remote.region_key);
+	return 0;
+}
+
+static struct plan_pages page_list(const Rdmax__V1__PageList *list)
+{
+	return (struct plan_pages){.offset = list->offset,
+				   .stride = list->stride,
+				   .indices = list->indices,
+				   .count = list->n_indices};
+}
+
+static int prepare_paged(struct job *job, const Rdmax__V1__PagedWriteJob *pw, char *why,
+			 size_t why_size)
+{
+	struct rdmaxd *daemon = job->engine->daemon;
+	struct transport *transport;
+	struct endpoint peer;
+	struct plan_run *runs;
+	size_t n;
+	int ret;
+
+	job->has_imm = pw->has_imm;
+	job->imm = pw->imm;
+	if (!pw->src || !pw->dst) {
+		snprintf(why, why_size, "paged_write needs a src and a dst page list");
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	ret = take_local(job, pw->local_region, 0, 0, false, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
+	ret = desc_decode(pw->remote_desc.data, pw->remote_desc.len, &job->remote);
+	if (ret < 0) {
+		snprintf(why, why_size, "remote descriptor is malformed");
+		return ret;
+	}
+	struct plan_pages src = page_list(pw->src), dst = page_list(pw->dst);
+	ret = planner_paged(pw->page_len, &src, job->local->length, &dst, job->remote.length,
+			    daemon->cfg.chunk_bytes, &runs, &n, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
+	if (n > 0) {
+		job->runs = runs;
+		job->n_runs = n;
+	} else if (job->has_imm) {
+		/* No pages: the imm alone still lands, as a zero-byte write. */
+		job->run1 = (struct plan_run){0};
+		job->runs = &job->run1;
+		job->n_runs = 1;
+	} else {
+		job->runs = &job->run1;
+		job->n_runs = 0;
+	}
+	ret = resolve(job, &job->remote, &transport, &peer, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
+	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
+		    job->remote.region_key);
+	return 0;
+}
+
+/*
+ * Daemon instance -> node index while a job is prepared. hmap reserves the
+ * keys 0 and UINT64_MAX, so those two instances get a slot of their own.
+ */
+struct node_map {
+	struct hmap map;
+	uint32_t special[2]; /* node + 1 of instance 0 and UINT64_MAX; 0: none yet */
+};
+
+/* The node of a daemon, added on first sight; its index, or -ENOMEM. */
+static int64_t node_for(struct job *job, struct node_map *m, uint64_t instance,
+			struct transport *transport, const struct endpoint *peer)
+{
+	uint32_t *special = instance == 0            ? &m->special[0]
+			    : instance == UINT64_MAX ? &m->special[1]
+						     : NULL;
+	uintptr_t v = special ? *special : (uintptr_t)hmap_get(&m->map, instance);
+
+	if (v) {
+		return (int64_t)v - 1;
+	}
+	uint32_t n = job->n_nodes;
+	job->nodes[n] = (struct job_node){.transport = transport,
+					  .peer = *peer,
+					  .instance = instance,
+					  .has_imm = job->has_imm};
+	if (special) {
+		*special = n + 1;
+	} else if (hmap_put(&m->map, instance, (void *)(uintptr_t)(n + 1)) < 0) {
+		return -ENOMEM;
+	}
+	job->n_nodes++;
+	if (transport && !job->transport) {
+		/* Metrics and the admin socket show one peer per job: the first remote one. */
+		job->transport = transport;
+		job->peer = *peer;
+	}
+	return n;
+}
+
+/* Room for n nodes, dests and runs. */
+static int alloc_plan(struct job *job, size_t n, char *why, size_t why_size)
+{
+	job->nodes = calloc(n, sizeof(*job->nodes));
+	job->dests = calloc(n, sizeof(*job->dests));
+	job->runs = calloc(n, sizeof(*job->runs));
+	if (!job->nodes || !job->dests || !job->runs) {
+		snprintf(why, why_size, "out of memory for %zu destinations", n);
+		return -ENOMEM;
 	}
 	return 0;
+}
+
+/* A peer or a group member, as a job sees it. */
+struct target {
+	uint64_t instance;
+	uint64_t region_id;
+	uint64_t region_key;
+	uint64_t length;
+	struct transport *transport;
+	struct endpoint peer;
+};
+
+/* Descriptor bytes of entry i, resolved; the reason names the entry. */
+static int target_from_desc(struct job *job, ProtobufCBinaryData bytes, size_t i,
+			    struct target *ret_target, char *why, size_t why_size)
+{
+	struct remote_desc *desc = &job->remote; /* scratch: only WRITE/READ keep it */
+	char reason[RDMAX_MESSAGE_MAX - 32];
+	int ret;
+
+	ret = desc_decode(bytes.data, bytes.len, desc);
+	if (ret < 0) {
+		snprintf(why, why_size, "destination %zu: descriptor is malformed", i);
+		return ret;
+	}
+	ret = resolve(job, desc, &ret_target->transport, &ret_target->peer, reason, sizeof(reason));
+	if (ret < 0) {
+		snprintf(why, why_size, "destination %zu: %s", i, reason);
+		return ret;
+	}
+	ret_target->instance = desc->instance_id;
+	ret_target->region_id = desc->region_id;
+	ret_target->region_key = desc->region_key;
+	ret_target->length = desc->length;
+	return 0;
+}
+
+static void target_from_member(const struct peer_member *m, struct target *ret_target)
+{
+	*ret_target = (struct target){.instance = m->instance_id,
+				      .region_id = m->region_id,
+				      .region_key = m->region_key,
+				      .length = m->length,
+				      .transport = m->transport,
+				      .peer = m->peer};
+}
+
+/* The group a job names, referenced by the job. */
+static int take_group(struct job *job, uint64_t handle, char *why, size_t why_size)
+{
+	struct peer_group *group = peer_group_find(&job->owner->groups, handle);
+
+	if (!group) {
+		snprintf(why, why_size, "peer group %" PRIu64 " does not exist", handle);
+		return RDMAX_E_NOT_FOUND;
+	}
+	peer_group_get(group);
+	job->group = group;
+	return 0;
+}
+
+static void count_node_xfers(struct job *job)
+{
+	job->length = 0;
+	for (size_t i = 0; i < job->n_runs; i++) {
+		struct job_node *node = node_of_run(job, &job->runs[i]);
+		node->xfers_left += planner_run_xfers(job->runs[i].length, chunk_of(job, node));
+		job->length += job->runs[i].length;
+	}
+}
+
+static int prepare_scatter(struct job *job, const Rdmax__V1__ScatterJob *sj, char *why,
+			   size_t why_size)
+{
+	size_t n = sj->n_dests;
+	struct plan_dest *plan = NULL;
+	struct node_map map = {0};
+	int ret;
+
+	job->has_imm = sj->has_imm;
+	job->imm = sj->imm;
+	ret = take_local(job, sj->local_region, 0, 0, false, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
+	if (n == 0) {
+		snprintf(why, why_size, "scatter job has no destinations");
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (sj->has_peer_group) {
+		ret = take_group(job, sj->peer_group, why, why_size);
+		if (ret < 0) {
+			return ret;
+		}
+	}
+	ret = alloc_plan(job, n, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
+	plan = calloc(n, sizeof(*plan));
+	ret = hmap_init(&map.map, 16);
+	if (!plan || ret < 0) {
+		snprintf(why, why_size, "out of memory for %zu destinations", n);
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const Rdmax__V1__ScatterDest *d = sj->dests[i];
+		bool by_desc = d->has_remote_desc && d->remote_desc.len > 0;
+		struct target t;
+		if (by_desc == d->has_peer_index) {
+			snprintf(why, why_size,
+				 "destination %zu must name either a remote_desc or a peer_index",
+				 i);
+			ret = RDMAX_E_INVALID_ARGUMENT;
+			goto out;
+		}
+		if (by_desc) {
+			ret = target_from_desc(job, d->remote_desc, i, &t, why, why_size);
+			if (ret < 0) {
+				goto out;
+			}
+		} else if (!job->group) {
+			snprintf(why, why_size,
+				 "destination %zu names peer_index %" PRIu32
+				 " but the job names no peer_group",
+				 i, d->peer_index);
+			ret = RDMAX_E_INVALID_ARGUMENT;
+			goto out;
+		} else if (d->peer_index >= job->group->n_members) {
+			snprintf(why, why_size,
+				 "destination %zu: peer_index %" PRIu32
+				 " outside peer group %" PRIu64 " of %" PRIu32 " members",
+				 i, d->peer_index, job->group->handle, job->group->n_members);
+			ret = RDMAX_E_OUT_OF_RANGE;
+			goto out;
+		} else {
+			target_from_member(&job->group->members[d->peer_index], &t);
+		}
+		int64_t node = node_for(job, &map, t.instance, t.transport, &t.peer);
+		if (node < 0) {
+			snprintf(why, why_size, "out of memory");
+			ret = (int)node;
+			goto out;
+		}
+		job->dests[i] = (struct job_dest){.node = (uint32_t)node,
+						  .region_id = t.region_id,
+						  .region_key = t.region_key};
+		plan[i] = (struct plan_dest){.local_offset = d->local_offset,
+					     .remote_offset = d->remote_offset,
+					     .length = d->length,
+					     .remote_len = t.length,
+					     .dest = (uint32_t)i};
+	}
+	job->n_dests = (uint32_t)n;
+	ret = planner_scatter(plan, n, job->local->length, job->runs, why, why_size);
+	if (ret < 0) {
+		goto out;
+	}
+	job->n_runs = n;
+	count_node_xfers(job);
+out:
+	hmap_fini(&map.map);
+	free(plan);
+	return ret;
+}
+
+/* One zero-byte write with the imm to each distinct node (first member or desc of it). */
+static int prepare_barrier(struct job *job, const Rdmax__V1__BarrierJob *bj, char *why,
+			   size_t why_size)
+{
+	struct node_map map = {0};
+	size_t n;
+	int ret;
+
+	job->has_imm = true;
+	job->imm = bj->imm;
+	if (bj->has_peer_group && bj->n_remote_descs > 0) {
+		snprintf(why, why_size, "barrier names both a peer_group and remote_descs");
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (bj->has_peer_group) {
+		ret = take_group(job, bj->peer_group, why, why_size);
+		if (ret < 0) {
+			return ret;
+		}
+	}
+	n = job->group ? job->group->n_members : bj->n_remote_descs;
+	if (n == 0) {
+		snprintf(why, why_size, "barrier names no peers (no peer_group, no remote_descs)");
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	ret = alloc_plan(job, n, why, why_size);
+	if (ret == 0) {
+		ret = hmap_init(&map.map, 16);
+		if (ret < 0) {
+			snprintf(why, why_size, "out of memory");
+		}
+	}
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		struct target t;
+		if (job->group) {
+			target_from_member(&job->group->members[i], &t);
+		} else {
+			ret = target_from_desc(job, bj->remote_descs[i], i, &t, why, why_size);
+			if (ret < 0) {
+				break;
+			}
+		}
+		uint32_t before = job->n_nodes;
+		int64_t node = node_for(job, &map, t.instance, t.transport, &t.peer);
+		if (node < 0) {
+			snprintf(why, why_size, "out of memory");
+			ret = (int)node;
+		} else if (job->n_nodes > before) {
+			uint32_t k = job->n_dests++;
+			job->dests[k] = (struct job_dest){.node = (uint32_t)node,
+							  .region_id = t.region_id,
+							  .region_key = t.region_key};
+			job->runs[k] = (struct plan_run){.dest = k};
+		}
+	}
+	hmap_fini(&map.map);
+	if (ret < 0) {
+		return ret;
+	}
+	job->n_runs = job->n_dests;
+	count_node_xfers(job);
+	return 0;
+}
+
+static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why, size_t why_size)
+{
+	size_t name_len = sj->mailbox ? strnlen(sj->mailbox, MAILBOX_NAME_MAX + 1) : 0;
+	struct transport *transport;
+	struct endpoint peer;
+	int ret;
+
+	if (mailbox_name_check(sj->mailbox, name_len) < 0) {
+		snprintf(why, why_size,
+			 "mailbox name must be 1 to %u printable characters without spaces",
+			 MAILBOX_NAME_MAX);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (sj->payload.len > MAILBOX_PAYLOAD_MAX) {
+		snprintf(why, why_size, "payload of %zu bytes exceeds the limit of %u per message",
+			 sj->payload.len, MAILBOX_PAYLOAD_MAX);
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	ret = desc_decode(sj->remote_desc.data, sj->remote_desc.len, &job->remote);
+	if (ret < 0) {
+		snprintf(why, why_size, "remote descriptor is malformed");
+		return ret;
+	}
+	ret = resolve(job, &job->remote, &transport, &peer, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
+	job->payload = malloc(sj->payload.len ? sj->payload.len : 1);
+	if (!job->payload) {
+		snprintf(why, why_size, "out of memory");
+		return -ENOMEM;
+	}
+	if (sj->payload.len) {
+		memcpy(job->payload, sj->payload.data, sj->payload.len);
+	}
+	memcpy(job->mailbox, sj->mailbox, name_len);
+	job->mailbox[name_len] = '\0';
+	job->run1 = (struct plan_run){.length = sj->payload.len};
+	job->runs = &job->run1;
+	job->n_runs = 1;
+	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
+		    job->remote.region_key);
+	/* One message, whatever its size. */
+	job->node1.xfers_left = 1;
+	return 0;
+}
+
+/* Fill the job from its protobuf; returns 0 or an error with the reason in `why`. */
+static int prepare(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t why_size)
+{
+	job->op = XFER_WRITE;
+	switch (pj->kind_case) {
+	case RDMAX__V1__JOB__KIND_WRITE:
+		job->kind = JOB_WRITE;
+		job->local_offset = pj->write->local_offset;
+		job->length = pj->write->length;
+		job->remote_offset = pj->write->remote_offset;
+		job->has_imm = pj->write->has_imm;
+		job->imm = pj->write->imm;
+		return prepare_single(job, pj->write->local_region, pj->write->remote_desc, why,
+				      why_size);
+	case RDMAX__V1__JOB__KIND_READ:
+		job->kind = JOB_READ;
+		job->op = XFER_READ;
+		job->local_offset = pj->read->local_offset;
+		job->length = pj->read->length;
+		job->remote_offset = pj->read->remote_offset;
+		return prepare_single(job, pj->read->local_region, pj->read->remote_desc, why,
+				      why_size);
+	case RDMAX__V1__JOB__KIND_PAGED_WRITE:
+		job->kind = JOB_PAGED_WRITE;
+		return prepare_paged(job, pj->paged_write, why, why_size);
+	case RDMAX__V1__JOB__KIND_SCATTER:
+		job->kind = JOB_SCATTER;
+		return prepare_scatter(job, pj->scatter, why, why_size);
+	case RDMAX__V1__JOB__KIND_BARRIER:
+		job->kind = JOB_BARRIER;
+		return prepare_barrier(job, pj->barrier, why, why_size);
+	case RDMAX__V1__JOB__KIND_SEND:
+		job->kind = JOB_SEND;
+		return prepare_send(job, pj->send, why, why_size);
+	default:
+		snprintf(why, why_size, "job has no kind");
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
 }
 
 void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V1__Job *pj)
@@ -369,6 +1072,7 @@ void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__
 	}
 	job->engine = engine;
 	job->id = pj->job_id;
+	job->started_ns = now_ns();
 	list_add_tail(&engine->jobs, &job->link);
 	engine->outstanding++;
 	owner->outstanding++;
@@ -406,18 +1110,42 @@ void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__
 		job_free_if_done(job);
 		return;
 	}
+	if (daemon->draining) {
+		complete_job(job, RDMAX_E_CANCELLED,
+			     "the daemon is draining (rdmaxctl drain) and accepts no new jobs");
+		job_free_if_done(job);
+		return;
+	}
 	ret = prepare(job, pj, why, sizeof(why));
 	if (ret < 0) {
 		complete_job(job, ret, "%s", why);
 		job_free_if_done(job);
 		return;
 	}
-	if (!job->transport) {
-		run_local(job);
-		job_free_if_done(job);
-		return;
+	if (job->runs != &job->run1) {
+		/* Plans of paged writes and scatters cost memory: bounded per client. */
+		if (owner->runs + job->n_runs > RUNS_PER_CLIENT_MAX) {
+			complete_job(job, RDMAX_E_RESOURCE_EXHAUSTED,
+				     "the client's jobs would hold more than %u planned runs",
+				     RUNS_PER_CLIENT_MAX);
+			job_free_if_done(job);
+			return;
+		}
+		owner->runs += job->n_runs;
+		job->runs_counted = job->n_runs;
 	}
-	if (pj->has_deadline_ms && pj->deadline_ms > 0) {
+	job->slots = job->window;
+	job->n_slots = JOB_WINDOW;
+	if (job->n_runs > JOB_WINDOW && job->transport) {
+		/* Many small runs: more of them in flight, the byte budget unchanged. */
+		struct job_xfer *slots = calloc(JOB_WINDOW_RUNS, sizeof(*slots));
+		if (slots) {
+			job->slots = slots;
+			job->n_slots = JOB_WINDOW_RUNS;
+		}
+	}
+	/* Jobs that stay on this daemon are done before pump() returns: no deadline. */
+	if (job->transport && pj->has_deadline_ms && pj->deadline_ms > 0) {
 		job->deadline = malloc(sizeof(*job->deadline));
 		if (job->deadline) {
 			uv_timer_init(daemon->loop, job->deadline);
@@ -425,9 +1153,7 @@ void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__
 			uv_timer_start(job->deadline, deadline_fired, pj->deadline_ms, 0);
 		}
 	}
-	uint64_t chunk = daemon->cfg.chunk_bytes;
-	job->chunks_left = job->length == 0 ? 1 : (uint32_t)((job->length + chunk - 1) / chunk);
-	issue(job);
+	pump(job);
 }
 
 int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct engine **ret_engine)
@@ -454,18 +1180,27 @@ void engine_destroy(struct engine *engine)
 	/* Jobs whose xfers never returned (transport destroyed first): drop them. */
 	list_for_each_safe(pos, tmp, &engine->jobs)
 	{
-		struct job *job = container_of(pos, struct job, link);
-		list_del(&job->link);
-		free(job);
+		job_free_memory(container_of(pos, struct job, link));
 	}
 	free(engine);
 }
 
 int job_owner_init(struct job_owner *owner)
 {
+	int ret;
+
 	owner->outstanding = 0;
 	owner->gone = false;
-	return hmap_init(&owner->jobs, 64);
+	owner->runs = 0;
+	ret = peer_group_table_init(&owner->groups);
+	if (ret < 0) {
+		return ret;
+	}
+	ret = hmap_init(&owner->jobs, 64);
+	if (ret < 0) {
+		peer_group_table_fini(&owner->groups);
+	}
+	return ret;
 }
 
 void job_owner_leave(struct engine *engine, struct job_owner *owner)
@@ -484,6 +1219,8 @@ void job_owner_leave(struct engine *engine, struct job_owner *owner)
 	owner->gone = true;
 	owner->outstanding = 0;
 	hmap_fini(&owner->jobs);
+	/* Jobs still running keep their groups through their own references. */
+	peer_group_table_fini(&owner->groups);
 }
 
 static struct job *find_job(struct job_owner *owner, uint64_t job_id)
@@ -517,9 +1254,9 @@ int engine_job_progress(struct engine *engine, struct job_owner *owner, uint64_t
 		return RDMAX_E_NOT_FOUND;
 	}
 	done = job->bytes_done;
-	for (size_t i = 0; i < JOB_WINDOW; i++) {
-		if (job->window[i].busy) {
-			done += job->window[i].xfer.bytes_done;
+	for (size_t i = 0; i < job->n_slots; i++) {
+		if (job->slots[i].busy) {
+			done += job->slots[i].xfer.bytes_done;
 		}
 	}
 	*ret_done = done;
@@ -542,4 +1279,35 @@ void engine_cancel_all(struct engine *engine)
 uint64_t engine_outstanding(const struct engine *engine)
 {
 	return engine->outstanding;
+}
+
+void engine_for_each_job(const struct engine *engine, engine_job_cb cb, void *arg)
+{
+	struct list_node *pos, *tmp;
+	uint64_t now = now_ns();
+
+	list_for_each_safe(pos, tmp, (struct list_node *)&engine->jobs)
+	{
+		const struct job *job = container_of(pos, struct job, link);
+		struct engine_job_info info = {
+			.id = job->id,
+			.owner = job->owner,
+			.op = job->op,
+			.kind = g_kind_names[job->kind],
+			.completed = job->completed,
+			.peer = job->transport ? &job->peer : NULL,
+			.length = job->length,
+			.bytes_done = job->bytes_done,
+			.chunks_in_flight = job->in_flight,
+			.age_ms = (now - job->started_ns) / 1000000u,
+			.has_imm = job->has_imm,
+			.imm = job->imm,
+		};
+		for (size_t i = 0; i < job->n_slots; i++) {
+			if (job->slots[i].busy) {
+				info.bytes_done += job->slots[i].xfer.bytes_done;
+			}
+		}
+		cb(arg, &info);
+	}
 }

@@ -22,8 +22,12 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "gpu.h"
 #include "ipc.h"
 #include "log.h"
+#include "mailbox.h"
+#include "metrics.h"
+#include "peer_group.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "rdmaxd.h"
@@ -74,6 +78,11 @@ struct session {
 	size_t completions_bytes; /* estimate of the encoded size */
 	bool dirty;               /* completions waiting for the flush */
 	struct list_node dirty_link;
+	/* For the admin socket and metrics. */
+	uint64_t jobs_ok;
+	uint64_t jobs_failed;
+	uint64_t bytes_moved;
+	uint64_t connected_ms;
 };
 
 struct ipc {
@@ -90,6 +99,8 @@ struct ipc {
 	uint8_t *tx_buf;
 	size_t tx_size;
 	bool listening;
+	bool inherited; /* listen_fd came from the service manager: never unlink it */
+	struct mailbox_table mailboxes; /* the node's mailboxes (daemon->mailboxes) */
 };
 
 static struct session *session_of(void *owner)
@@ -98,6 +109,8 @@ static struct session *session_of(void *owner)
 }
 
 static void session_close(struct session *s, const char *why);
+/* uv_poll_start() replaces the callback too: every restart must name it. */
+static void session_io(uv_poll_t *poll, int status, int events);
 
 /* ------------------------------------------------------------------ sending */
 
@@ -126,7 +139,7 @@ static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 	memcpy(m->data, data, len);
 	list_add_tail(&s->out_queue, &m->link);
 	s->queued_bytes += len;
-	uv_poll_start(&s->poll, UV_READABLE | UV_WRITABLE, NULL);
+	uv_poll_start(&s->poll, UV_READABLE | UV_WRITABLE, session_io);
 	return 0;
 }
 
@@ -238,6 +251,12 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 	if (s->closing) {
 		return;
 	}
+	if (err) {
+		s->jobs_failed++;
+	} else {
+		s->jobs_ok++;
+	}
+	s->bytes_moved += bytes;
 	if (s->n_completions == s->cap_completions) {
 		size_t cap = s->cap_completions ? s->cap_completions * 2 : 64;
 		struct pending_completion *p = realloc(s->completions, cap * sizeof(*p));
@@ -275,6 +294,7 @@ void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
 	if (s->closing) {
 		return;
 	}
+	metrics_imm_fired(s->ipc->daemon->metrics);
 	/* Completions of the writes that led here go first. */
 	flush_completions(s);
 	ev.imm = imm;
@@ -359,7 +379,8 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 	welcome.endpoints = pep_ptrs;
 	welcome.capabilities = (daemon->transports[ENDPOINT_TCP] ? RDMAX_CAP_TCP : 0) |
 			       (daemon->transports[ENDPOINT_VERBS] ? RDMAX_CAP_VERBS : 0) |
-			       (daemon->auth_key_len ? RDMAX_CAP_AUTH : 0);
+			       (daemon->auth_key_len ? RDMAX_CAP_AUTH : 0) |
+			       gpu_capabilities(daemon->gpu);
 	welcome.limits = &limits;
 	msg.has_seq = 1;
 	msg.seq = seq;
@@ -368,21 +389,111 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 	send_daemon_msg(s, &msg);
 }
 
+/* The client's region limits; false when one would be broken (answered). */
+static bool region_limits_ok(struct session *s, uint64_t seq, uint64_t length)
+{
+	const struct config *cfg = &s->ipc->daemon->cfg;
+
+	if (s->region_count >= cfg->max_regions) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "client already has %u regions (limit)", s->region_count);
+		return false;
+	}
+	if (length > cfg->max_registered_bytes - s->registered_bytes) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "registering %" PRIu64
+			     " bytes would exceed the client's limit of %" PRIu64 " bytes (%" PRIu64
+			     " registered)",
+			     length, cfg->max_registered_bytes, s->registered_bytes);
+		return false;
+	}
+	return true;
+}
+
+static void reply_region(struct session *s, uint64_t seq, struct region *region,
+			 const struct gpu_lease *lease);
+
+/* REGION_GPU_DMABUF and REGION_GPU_CUDA_IPC (docs/gpu.md). */
+static void handle_register_gpu(struct session *s, uint64_t seq,
+				const Rdmax__V1__RegisterRegion *rr, const int *fds, size_t n_fds)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	struct gpu_reg_req req = {
+		.kind = (enum region_kind)rr->kind,
+		.fd = -1,
+		.offset = rr->offset,
+		.length = rr->length,
+		.access = rr->access,
+		.bus_id = rr->gpu_bus_id,
+		.buffer_id = rr->has_gpu_buffer_id ? rr->gpu_buffer_id : 0,
+		.ipc_handle = rr->has_cuda_ipc_handle ? rr->cuda_ipc_handle.data : NULL,
+		.ipc_handle_len = rr->has_cuda_ipc_handle ? rr->cuda_ipc_handle.len : 0,
+	};
+	struct region *region;
+	char why[320];
+	int ret;
+
+	if (rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF) {
+		uint32_t idx = rr->has_fd_index ? rr->fd_index : 0;
+		if (idx >= n_fds) {
+			reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
+				     "RegisterRegion names fd %u but the message carried %zu fds",
+				     idx, n_fds);
+			return;
+		}
+		req.fd = fds[idx]; /* closed with the message's other fds once this returns */
+	}
+	if (!region_limits_ok(s, seq, rr->length)) {
+		return;
+	}
+	ret = gpu_register(daemon->gpu, &daemon->regions, &s->owner, &req, why, sizeof(why),
+			   &region);
+	if (ret < 0) {
+		log_debug("client %" PRIu64 ": GPU region refused: %s", s->id, why);
+		reply_status(s, seq, ret, "cannot register GPU region: %s", why);
+		return;
+	}
+	reply_region(s, seq, region, NULL);
+}
+
+static void handle_pool_alloc(struct session *s, uint64_t seq, const Rdmax__V1__PoolAlloc *pa)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	struct gpu_lease lease;
+	struct region *region;
+	char why[320];
+	int ret;
+
+	if (!region_limits_ok(s, seq, pa->length)) {
+		return;
+	}
+	ret = gpu_pool_alloc(daemon->gpu, &daemon->regions, &s->owner, pa->pool_id, pa->gpu_bus_id,
+			     pa->length, pa->access, &lease, why, sizeof(why), &region);
+	if (ret < 0) {
+		reply_status(s, seq, ret, "cannot lease from a GPU pool: %s", why);
+		return;
+	}
+	reply_region(s, seq, region, &lease);
+}
+
 static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__RegisterRegion *rr,
 			    const int *fds, size_t n_fds)
 {
 	struct rdmaxd *daemon = s->ipc->daemon;
-	const struct config *cfg = &daemon->cfg;
-	uint8_t desc[DESC_MAX_BYTES];
-	struct endpoint eps[DESC_MAX_ENDPOINTS];
 	struct region *region;
 	int ret;
 
+	if (rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF ||
+	    rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_CUDA_IPC) {
+		handle_register_gpu(s, seq, rr, fds, n_fds);
+		return;
+	}
 	if (rr->kind != RDMAX__V1__REGION_KIND__REGION_HOST_FD) {
 		const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
 			&rdmax__v1__region_kind__descriptor, rr->kind);
-		reply_status(s, seq, RDMAX_E_UNIMPLEMENTED,
-			     "region kind %s is not supported by this daemon", v ? v->name : "?");
+		reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
+			     "region kind %s cannot be registered (slices come from PoolAlloc)",
+			     v ? v->name : "?");
 		return;
 	}
 	uint32_t idx = rr->has_fd_index ? rr->fd_index : 0;
@@ -391,16 +502,7 @@ static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__Re
 			     "RegisterRegion names fd %u but the message carried %zu fds", idx, n_fds);
 		return;
 	}
-	if (s->region_count >= cfg->max_regions) {
-		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
-			     "client already has %u regions (limit)", s->region_count);
-		return;
-	}
-	if (rr->length > cfg->max_registered_bytes - s->registered_bytes) {
-		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
-			     "registering %" PRIu64 " bytes would exceed the client's limit of %" PRIu64
-			     " bytes (%" PRIu64 " registered)",
-			     rr->length, cfg->max_registered_bytes, s->registered_bytes);
+	if (!region_limits_ok(s, seq, rr->length)) {
 		return;
 	}
 	ret = region_register_host_fd(&daemon->regions, &s->owner, fds[idx], rr->offset, rr->length,
@@ -418,6 +520,17 @@ static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__Re
 		reply_status(s, seq, ret, "cannot register region: %s", why);
 		return;
 	}
+	reply_region(s, seq, region, NULL);
+}
+
+/* A new region of this client: account for it and answer with its descriptor. */
+static void reply_region(struct session *s, uint64_t seq, struct region *region,
+			 const struct gpu_lease *lease)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	uint8_t desc[DESC_MAX_BYTES];
+	struct endpoint eps[DESC_MAX_ENDPOINTS];
+
 	list_add_tail(&s->regions, &region->owner_link);
 	s->region_count++;
 	s->registered_bytes += region->length;
@@ -439,6 +552,16 @@ static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__Re
 	reply.desc.len = (size_t)len;
 	reply.has_length = 1;
 	reply.length = region->length;
+	if (lease) {
+		reply.has_cuda_ipc_handle = 1;
+		reply.cuda_ipc_handle.data = (uint8_t *)lease->ipc_handle;
+		reply.cuda_ipc_handle.len = sizeof(lease->ipc_handle);
+		reply.has_pool_offset = 1;
+		reply.pool_offset = lease->offset;
+		reply.has_pool_id = 1;
+		reply.pool_id = lease->pool_id;
+		reply.gpu_bus_id = (char *)lease->bus_id;
+	}
 	msg.has_seq = 1;
 	msg.seq = seq;
 	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_REGION;
@@ -500,6 +623,91 @@ static void handle_submit(struct session *s, uint64_t seq, const Rdmax__V1__Subm
 	for (size_t i = 0; i < submit->n_jobs && !s->closing; i++) {
 		engine_submit(daemon->engine, &s->owner, submit->jobs[i]);
 	}
+}
+
+static void handle_peer_group_create(struct session *s, uint64_t seq,
+				     const Rdmax__V1__PeerGroupCreate *req)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__PeerGroupReply reply = RDMAX__V1__PEER_GROUP_REPLY__INIT;
+	char why[RDMAX_MESSAGE_MAX];
+	uint64_t handle;
+
+	int ret = peer_group_create(s->ipc->daemon, &s->owner.groups, req->remote_descs,
+				    req->n_remote_descs, &handle, why, sizeof(why));
+	if (ret < 0) {
+		reply_status(s, seq, ret, "cannot create the peer group: %s", why);
+		return;
+	}
+	log_debug("client %" PRIu64 " created peer group %" PRIu64 " of %zu members", s->id, handle,
+		  req->n_remote_descs);
+	reply.peer_group = handle;
+	msg.has_seq = 1;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_PEER_GROUP;
+	msg.peer_group = &reply;
+	send_daemon_msg(s, &msg);
+}
+
+static void handle_mailbox_open(struct session *s, uint64_t seq, const char *name)
+{
+	int ret = mailbox_open(&s->ipc->mailboxes, &s->owner, name);
+
+	switch (ret) {
+	case 0:
+		log_debug("client %" PRIu64 " opened mailbox '%s'", s->id, name);
+		reply_status(s, seq, 0, NULL);
+		break;
+	case RDMAX_E_INVALID_ARGUMENT:
+		reply_status(s, seq, ret,
+			     "mailbox name '%.64s' is not valid: 1 to %u printable characters "
+			     "without spaces",
+			     name ? name : "", MAILBOX_NAME_MAX);
+		break;
+	case RDMAX_E_ALREADY_EXISTS:
+		reply_status(s, seq, ret, "mailbox '%s' is already open on this node", name);
+		break;
+	case RDMAX_E_RESOURCE_EXHAUSTED:
+		reply_status(s, seq, ret,
+			     "too many mailboxes open (limits: %u per client, %u per node)",
+			     MAILBOX_MAX_PER_CLIENT, MAILBOX_MAX_PER_NODE);
+		break;
+	default:
+		reply_status(s, seq, ret, "cannot open mailbox: %s", rdmax_strerror(ret));
+		break;
+	}
+}
+
+/*
+ * Mailbox delivery (mailbox_deliver_cb): one MailboxMessage event to the
+ * owner. Refused, so the sender hears of it, rather than risk the owner's
+ * session: when it does not read its events or the event would not fit its
+ * message limit.
+ */
+static int deliver_message(void *owner, const char *name, const uint8_t *payload, size_t len,
+			   const char *from_node)
+{
+	struct session *s = session_of(owner);
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__MailboxMessage ev = RDMAX__V1__MAILBOX_MESSAGE__INIT;
+
+	if (s->closing) {
+		return RDMAX_E_NOT_FOUND;
+	}
+	if (s->queued_bytes + len > SESSION_MAX_QUEUED_BYTES / 2) {
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	ev.mailbox = (char *)name;
+	ev.payload.data = (uint8_t *)payload;
+	ev.payload.len = len;
+	ev.from_node = (char *)(from_node ? from_node : "");
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_MAILBOX_MESSAGE;
+	msg.mailbox_message = &ev;
+	if (rdmax__v1__daemon_msg__get_packed_size(&msg) > s->ipc->tx_size) {
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	int ret = send_daemon_msg(s, &msg);
+	return ret < 0 ? RDMAX_E_RESOURCE_EXHAUSTED : 0;
 }
 
 static void handle_job_status(struct session *s, uint64_t seq, const Rdmax__V1__JobStatusQuery *q)
@@ -568,16 +776,24 @@ static void dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int
 		handle_job_status(s, seq, m->job_status);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_CREATE:
-	case RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_DESTROY:
-	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN:
-	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE:
-	case RDMAX__V1__CLIENT_MSG__BODY_POOL_ALLOC: {
-		const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(
-			&rdmax__v1__client_msg__descriptor, m->body_case);
-		reply_status(s, seq, RDMAX_E_UNIMPLEMENTED,
-			     "request '%s' is not implemented by this daemon", f ? f->name : "?");
+		handle_peer_group_create(s, seq, m->peer_group_create);
 		break;
-	}
+	case RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_DESTROY:
+		ret = peer_group_destroy(&s->owner.groups, m->peer_group_destroy->peer_group);
+		reply_status(s, seq, ret, ret ? "peer group %" PRIu64 " does not exist" : NULL,
+			     m->peer_group_destroy->peer_group);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN:
+		handle_mailbox_open(s, seq, m->mailbox_open->name);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE:
+		ret = mailbox_close(&s->ipc->mailboxes, &s->owner, m->mailbox_close->name);
+		reply_status(s, seq, ret, ret ? "this client has no mailbox '%.64s' open" : NULL,
+			     m->mailbox_close->name);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_POOL_ALLOC:
+		handle_pool_alloc(s, seq, m->pool_alloc);
+		break;
 	default:
 		reply_status(s, seq, RDMAX_E_PROTOCOL_ERROR, "message has no body");
 		break;
@@ -625,7 +841,7 @@ static int read_one(struct session *s)
 			}
 		}
 	}
-	if (mh.msg_flags & MSG_TRUNC) {
+	if ((mh.msg_flags & MSG_TRUNC) || (size_t)n > cfg->max_message_bytes) {
 		close_fds(fds, n_fds);
 		reply_status(s, 0, RDMAX_E_RESOURCE_EXHAUSTED,
 			     "message larger than the limit of %u bytes; closing the connection",
@@ -675,7 +891,7 @@ static void flush_out_queue(struct session *s)
 		free(m);
 	}
 	if (!s->closing) {
-		uv_poll_start(&s->poll, UV_READABLE, NULL);
+		uv_poll_start(&s->poll, UV_READABLE, session_io);
 	}
 }
 
@@ -739,9 +955,12 @@ static void session_close(struct session *s, const char *why)
 	}
 	job_owner_leave(daemon->engine, &s->owner);
 	imm_release_owner(&daemon->imm, &s->owner);
+	mailbox_release_owner(&ipc->mailboxes, &s->owner);
 	list_for_each_safe(pos, tmp, &s->regions)
 	{
 		struct region *region = container_of(pos, struct region, owner_link);
+		/* Jobs may hold the region past the session's life: unlink it from the session. */
+		list_del(&region->owner_link);
 		if (region->deregistering) {
 			/* A pending DeregisterRegion must not reply to a freed session. */
 			struct dereg_wait *wait = region->released_arg;
@@ -830,6 +1049,7 @@ static void accept_clients(uv_poll_t *poll, int status, int events)
 		s->ipc = ipc;
 		s->fd = fd;
 		s->id = ++ipc->next_session_id;
+		s->connected_ms = now_ms();
 		snprintf(s->name, sizeof(s->name), "pid-%d", (int)s->pid);
 		list_init(&s->regions);
 		list_init(&s->out_queue);
@@ -891,6 +1111,16 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 		ret = -ENOMEM;
 		goto out_free;
 	}
+	ret = mailbox_table_init(&ipc->mailboxes, deliver_message);
+	if (ret < 0) {
+		goto out_free;
+	}
+	if (daemon->client_listen_fd > 0) {
+		/* Socket activation: already bound and listening; the socket unit owns it. */
+		ipc->listen_fd = daemon->client_listen_fd;
+		ipc->inherited = true;
+		goto out_listening;
+	}
 	ret = prepare_socket_path(cfg->socket_path);
 	if (ret < 0) {
 		log_err("cannot use socket path '%s': %s", cfg->socket_path,
@@ -919,6 +1149,7 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 		log_err("listen() on '%s' failed: %s", cfg->socket_path, strerror(errno));
 		goto out_unlink;
 	}
+out_listening:
 	uv_poll_init(daemon->loop, &ipc->listen_poll, ipc->listen_fd);
 	ipc->listen_poll.data = ipc;
 	uv_poll_start(&ipc->listen_poll, UV_READABLE, accept_clients);
@@ -926,6 +1157,7 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 	ipc->flush_check.data = ipc;
 	uv_check_start(&ipc->flush_check, flush_dirty);
 	ipc->listening = true;
+	daemon->mailboxes = &ipc->mailboxes;
 	*ret_ipc = ipc;
 	return 0;
 
@@ -934,6 +1166,7 @@ out_unlink:
 out_close:
 	close(ipc->listen_fd);
 out_free:
+	mailbox_table_fini(&ipc->mailboxes);
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
 	free(ipc);
@@ -953,7 +1186,9 @@ void ipc_shutdown(struct ipc *ipc)
 	uv_check_stop(&ipc->flush_check);
 	uv_close((uv_handle_t *)&ipc->flush_check, NULL);
 	close(ipc->listen_fd);
-	unlink(ipc->daemon->cfg.socket_path);
+	if (!ipc->inherited) {
+		unlink(ipc->daemon->cfg.socket_path);
+	}
 	list_for_each_safe(pos, tmp, &ipc->sessions)
 	{
 		struct session *s = container_of(pos, struct session, link);
@@ -969,6 +1204,10 @@ void ipc_destroy(struct ipc *ipc)
 	if (!ipc) {
 		return;
 	}
+	if (ipc->daemon->mailboxes == &ipc->mailboxes) {
+		ipc->daemon->mailboxes = NULL;
+	}
+	mailbox_table_fini(&ipc->mailboxes);
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
 	free(ipc);
@@ -977,4 +1216,35 @@ void ipc_destroy(struct ipc *ipc)
 uint32_t ipc_client_count(const struct ipc *ipc)
 {
 	return ipc ? ipc->n_sessions : 0;
+}
+
+void ipc_for_each_client(const struct ipc *ipc, ipc_client_cb cb, void *arg)
+{
+	struct list_node *pos, *tmp;
+	uint64_t now = now_ms();
+
+	if (!ipc) {
+		return;
+	}
+	list_for_each_safe(pos, tmp, (struct list_node *)&ipc->sessions)
+	{
+		const struct session *s = container_of(pos, struct session, link);
+		struct ipc_client_info info = {
+			.id = s->id,
+			.pid = (int)s->pid,
+			.uid = (uint32_t)s->uid,
+			.gid = (uint32_t)s->gid,
+			.name = s->name,
+			.owner = &s->owner,
+			.regions = s->region_count,
+			.registered_bytes = s->registered_bytes,
+			.outstanding = s->owner.outstanding,
+			.jobs_ok = s->jobs_ok,
+			.jobs_failed = s->jobs_failed,
+			.bytes = s->bytes_moved,
+			.queued_bytes = s->queued_bytes,
+			.connected_ms = now - s->connected_ms,
+		};
+		cb(arg, &info);
+	}
 }

@@ -25,4 +25,26 @@ void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg);
 
 uint32_t ipc_client_count(const struct ipc *ipc);
 
+/* One connected client, as the admin socket and metrics show it. */
+struct ipc_client_info {
+	uint64_t id; /* session number, unique within this daemon start */
+	int pid;
+	uint32_t uid;
+	uint32_t gid;
+	const char *name;  /* from Hello, or "pid-N" */
+	const void *owner; /* the session's job owner: matches jobs and regions */
+	uint32_t regions;
+	uint64_t registered_bytes;
+	uint32_t outstanding;  /* jobs without a completion */
+	uint64_t jobs_ok;      /* completions with status OK */
+	uint64_t jobs_failed;  /* completions with an error */
+	uint64_t bytes;        /* bytes moved by completed jobs */
+	uint64_t queued_bytes; /* replies waiting for the client to read */
+	uint64_t connected_ms; /* time since connect */
+};
+typedef void (*ipc_client_cb)(void *arg, const struct ipc_client_info *info);
+
+/* Report every client (after Hello or not) to cb, synchronously. */
+void ipc_for_each_client(const struct ipc *ipc, ipc_client_cb cb, void *arg);
+
 #endif

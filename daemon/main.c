@@ -16,10 +16,12 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "gpu.h"
 #include "ipc.h"
 #include "log.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
+#include "sd.h"
 #include "transport.h"
 
 #define AUTH_KEY_MIN 16
@@ -35,6 +37,9 @@ struct signals {
 
 static struct rdmaxd g_daemon;
 static struct signals g_signals;
+/* The command line, re-parsed on SIGHUP so its overrides keep applying. */
+static int g_argc;
+static char **g_argv;
 
 int rdmaxd_load_auth_key(struct rdmaxd *daemon, char *err, size_t err_size)
 {
@@ -90,6 +95,7 @@ static void usage(FILE *out)
 		"  -L, --log-level LEVEL    err | warning | notice | info | debug\n"
 		"  -o, --set SECTION.KEY=VALUE  set any configuration key\n"
 		"      --check-config       check the configuration, print it, and exit\n"
+		"      --print-example-config  print a commented file of every key at its default\n"
 		"  -V, --version            print the version and exit\n"
 		"  -h, --help               this text\n",
 		CONFIG_DEFAULT_PATH);
@@ -121,6 +127,7 @@ static int parse_args(int argc, char **argv, struct config *cfg, bool *ret_check
 		{"log-level", required_argument, NULL, 'L'},
 		{"set", required_argument, NULL, 'o'},
 		{"check-config", no_argument, NULL, 'C'},
+		{"print-example-config", no_argument, NULL, 'E'},
 		{"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -137,6 +144,9 @@ static int parse_args(int argc, char **argv, struct config *cfg, bool *ret_check
 			break;
 		case 'V':
 			printf("rdmaxd %s (protocol %d)\n", RDMAXD_VERSION, RDMAX_PROTOCOL_VERSION);
+			exit(EXIT_SUCCESS);
+		case 'E':
+			config_print_example(stdout);
 			exit(EXIT_SUCCESS);
 		case 'h':
 			usage(stdout);
@@ -184,22 +194,12 @@ static int parse_args(int argc, char **argv, struct config *cfg, bool *ret_check
 		case 'L':
 			ret = apply_override(cfg, "daemon", "log_level", optarg);
 			break;
-		case 'o': {
-			char *dup = strdup(optarg);
-			char *dot = dup ? strchr(dup, '.') : NULL;
-			char *eq = dot ? strchr(dot, '=') : NULL;
-			if (!dot || !eq) {
-				fprintf(stderr, "rdmaxd: --set expects SECTION.KEY=VALUE, got '%s'\n",
-					optarg);
-				free(dup);
+		case 'o':
+			if (config_set_option(cfg, optarg, err, sizeof(err)) < 0) {
+				fprintf(stderr, "rdmaxd: --set '%s': %s\n", optarg, err);
 				return -EINVAL;
 			}
-			*dot = '\0';
-			*eq = '\0';
-			ret = apply_override(cfg, dup, dot + 1, eq + 1);
-			free(dup);
 			break;
-		}
 		case 'C':
 			*ret_check = true;
 			break;
@@ -227,7 +227,7 @@ static void stop_daemon(struct rdmaxd *daemon, const char *why)
 		return;
 	}
 	daemon->stopping = true;
-	sd_notify(0, "STOPPING=1");
+	svc_stopping(daemon);
 	log_notice("shutting down (%s): %" PRIu64 " jobs outstanding", why,
 		   daemon->engine ? engine_outstanding(daemon->engine) : 0);
 	/* Order: fail jobs, tell clients, drop connections, then let the loop drain. */
@@ -247,13 +247,27 @@ static void stop_daemon(struct rdmaxd *daemon, const char *why)
 	uv_close((uv_handle_t *)&g_signals.busy_idle, handle_close_noop);
 }
 
+/* SIGHUP: the configuration file and the start-up command line, parsed again. */
+static void reload_config(struct rdmaxd *daemon)
+{
+	struct config next;
+	bool check_only = false;
+
+	config_defaults(&next);
+	optind = 0; /* glibc: restart getopt from scratch */
+	if (parse_args(g_argc, g_argv, &next, &check_only) < 0) {
+		svc_reload_failed(daemon, "the configuration is invalid (see the message above)");
+		return;
+	}
+	svc_reload(daemon, &next, rdmaxd_load_auth_key);
+}
+
 static void on_signal(uv_signal_t *handle, int signum)
 {
 	struct rdmaxd *daemon = handle->data;
 
 	if (signum == SIGHUP) {
-		log_notice("SIGHUP: configuration reload is not supported yet; restart to apply "
-			   "changes");
+		reload_config(daemon);
 		return;
 	}
 	stop_daemon(daemon, signum == SIGINT ? "SIGINT" : "SIGTERM");
@@ -286,18 +300,36 @@ static void busy_check_cb(uv_prepare_t *prepare)
 
 static int start_transports(struct rdmaxd *daemon)
 {
+	enum config_transport want = daemon->cfg.transport;
+	const char *configured = config_transport_name(want);
 	int ret;
 
-	if (daemon->cfg.transport == CONFIG_TRANSPORT_VERBS) {
-		log_err("transport 'verbs' requested but this build has no verbs transport");
-		return -ENODEV;
+	if (want != CONFIG_TRANSPORT_TCP) {
+		ret = transport_verbs_create(daemon, &daemon->transports[ENDPOINT_VERBS]);
+		if (ret < 0 && want == CONFIG_TRANSPORT_VERBS) {
+			log_err("transport 'verbs' requested but no usable RDMA device has the "
+				"listen address '%s': %s",
+				daemon->cfg.listen_addr, rdmax_strerror(ret));
+			return ret;
+		}
 	}
-	ret = transport_tcp_create(daemon, &daemon->transports[ENDPOINT_TCP]);
-	if (ret < 0) {
-		log_err("cannot start the TCP transport: %s", rdmax_strerror(ret));
-		return ret;
+	/* Under auto TCP stays up beside verbs, so peers without RDMA still reach us. */
+	if (want != CONFIG_TRANSPORT_VERBS) {
+		ret = transport_tcp_create(daemon, &daemon->transports[ENDPOINT_TCP]);
+		if (ret < 0) {
+			log_err("cannot start the TCP transport: %s", rdmax_strerror(ret));
+			return ret;
+		}
 	}
-	log_notice("transport: tcp (configured: %s)", config_transport_name(daemon->cfg.transport));
+	if (daemon->transports[ENDPOINT_VERBS] && daemon->transports[ENDPOINT_TCP]) {
+		log_notice("transport: verbs, and tcp for peers without RDMA (configured: %s)",
+			   configured);
+	} else if (daemon->transports[ENDPOINT_VERBS]) {
+		log_notice("transport: verbs (configured: %s)", configured);
+	} else {
+		log_notice("transport: tcp (configured: %s%s)", configured,
+			   want == CONFIG_TRANSPORT_AUTO ? "; no usable RDMA device" : "");
+	}
 	return 0;
 }
 
@@ -308,6 +340,8 @@ int main(int argc, char **argv)
 	char err[CONFIG_ERR_MAX];
 	int ret;
 
+	g_argc = argc;
+	g_argv = argv;
 	config_defaults(&daemon->cfg);
 	if (parse_args(argc, argv, &daemon->cfg, &check_only) < 0) {
 		return 2;
@@ -326,6 +360,11 @@ int main(int argc, char **argv)
 	daemon->instance_id = random_u64();
 	daemon->loop = uv_default_loop();
 	signal(SIGPIPE, SIG_IGN);
+	daemon->started_ms = now_ms();
+	ret = svc_listen_fds(daemon);
+	if (ret < 0) {
+		goto out;
+	}
 
 	ret = region_table_init(&daemon->regions, daemon->instance_id);
 	if (ret < 0) {
@@ -343,8 +382,18 @@ int main(int argc, char **argv)
 	if (ret < 0) {
 		goto out_engine;
 	}
+	/* After the transports: GPU pools are registered through their region hooks. */
+	ret = gpu_start(daemon, &daemon->gpu);
+	if (ret < 0) {
+		goto out_transports;
+	}
 	ret = ipc_create(daemon, &daemon->ipc);
 	if (ret < 0) {
+		goto out_transports;
+	}
+	ret = svc_start(daemon);
+	if (ret < 0) {
+		ipc_shutdown(daemon->ipc);
 		goto out_transports;
 	}
 	uv_signal_init(daemon->loop, &g_signals.sigint);
@@ -361,11 +410,13 @@ int main(int argc, char **argv)
 
 	log_notice("rdmaxd %s ready: node '%s', socket '%s', instance %016" PRIx64, RDMAXD_VERSION,
 		   daemon->node_name, daemon->cfg.socket_path, daemon->instance_id);
-	sd_notify(0, "READY=1");
+	svc_ready(daemon);
 	uv_run(daemon->loop, UV_RUN_DEFAULT);
 	ret = 0;
 
 out_transports:
+	/* Pools nobody leases are deregistered while the devices are still there. */
+	gpu_stop(daemon->gpu, &daemon->regions);
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		if (daemon->transports[k]) {
 			if (!daemon->stopping) {
@@ -377,6 +428,10 @@ out_transports:
 			daemon->transports[k] = NULL;
 		}
 	}
+	/* No MR references GPU memory any more: free it, before the region table goes. */
+	gpu_destroy(daemon->gpu);
+	daemon->gpu = NULL;
+	svc_fini(daemon);
 	ipc_destroy(daemon->ipc);
 out_engine:
 	engine_destroy(daemon->engine);

@@ -15,8 +15,12 @@
 #define RDMAXD_VERSION "0.1.0"
 #define RDMAXD_AUTH_KEY_MAX 256
 
+struct admin;
 struct engine;
+struct gpu;
 struct ipc;
+struct mailbox_table;
+struct metrics;
 struct transport;
 
 struct rdmaxd {
@@ -28,10 +32,19 @@ struct rdmaxd {
 	struct imm_table imm;
 	struct engine *engine;
 	struct ipc *ipc;
+	struct mailbox_table *mailboxes; /* SEND targets of this node, owned by ipc; may be NULL */
 	struct transport *transports[ENDPOINT_MAX]; /* by endpoint kind; NULL when absent */
+	struct gpu *gpu;        /* GPU regions, pools and topology (gpu.c); NULL before start-up */
 	uint8_t auth_key[RDMAXD_AUTH_KEY_MAX];
 	size_t auth_key_len;    /* 0: authentication off */
 	bool stopping;
+	/* Operations (sd.c, admin.c, metrics.c). */
+	struct metrics *metrics;
+	struct admin *admin;
+	bool draining;          /* rdmaxctl drain: new jobs are refused */
+	int client_listen_fd;   /* listening socket inherited from systemd (>= 3); 0: bind */
+	int admin_listen_fd;    /* likewise for the admin socket */
+	uint64_t started_ms;    /* now_ms() at start-up */
 };
 
 /* Read cfg.auth_key_file (must not be group/world readable). */

@@ -118,42 +118,53 @@ int region_register_host_fd(struct region_table *table, void *owner, int fd, uin
 		goto out_unmap;
 	}
 	region->addr = (uint8_t *)region->map_base + delta;
-	region->id = table->next_id++;
-	region->key = random_u64();
 	region->kind = REGION_HOST_FD;
 	region->access = access;
 	region->length = length;
 	region->owner = owner;
+	ret = region_insert(table, region);
+	if (ret < 0) {
+		goto out_unmap;
+	}
+	*ret_region = region;
+	return 0;
+
+out_unmap:
+	munmap(region->map_base, region->map_length);
+out_free:
+	free(region);
+	return ret;
+}
+
+int region_insert(struct region_table *table, struct region *region)
+{
+	int ret;
+
+	region->id = table->next_id++;
+	if (!region->key) {
+		region->key = random_u64();
+	}
 	region->refs = 1;
 	list_init(&region->owner_link);
-
 	for (uint32_t i = 0; i < table->n_hooks; i++) {
 		ret = table->hooks[i].added(table->hooks[i].ctx, region);
 		if (ret < 0) {
 			while (i-- > 0) {
 				table->hooks[i].removed(table->hooks[i].ctx, region);
 			}
-			goto out_unmap;
+			return ret;
 		}
 	}
 	ret = hmap_put(&table->by_id, region->id, region);
 	if (ret < 0) {
-		goto out_hooks;
+		for (uint32_t i = table->n_hooks; i-- > 0;) {
+			table->hooks[i].removed(table->hooks[i].ctx, region);
+		}
+		return ret;
 	}
 	table->count++;
-	table->total_bytes += length;
-	*ret_region = region;
+	table->total_bytes += region->length;
 	return 0;
-
-out_hooks:
-	for (uint32_t i = table->n_hooks; i-- > 0;) {
-		table->hooks[i].removed(table->hooks[i].ctx, region);
-	}
-out_unmap:
-	munmap(region->map_base, region->map_length);
-out_free:
-	free(region);
-	return ret;
 }
 
 struct region *region_find_owned(struct region_table *table, void *owner, uint64_t id)
@@ -217,6 +228,9 @@ void region_put(struct region_table *table, struct region *region)
 	table->total_bytes -= region->length;
 	if (region->map_base) {
 		munmap(region->map_base, region->map_length);
+	}
+	if (region->fini) {
+		region->fini(region);
 	}
 	list_del(&region->owner_link);
 	if (region->released_cb) {

@@ -47,6 +47,15 @@ struct region {
 	region_released_cb released_cb; /* called once freed (deregistration reply) */
 	void *released_arg;
 	void *transport_data[REGION_MAX_DEVICES]; /* per-device MRs of the verbs transport */
+	/*
+	 * Kinds without a host mapping (addr NULL: GPU memory, GPU pool slices):
+	 * the address whose low bits the region's iova takes in place of addr's,
+	 * so that the iova shares the page offset of the memory (the dma-buf
+	 * offset, or the daemon's device pointer for peermem).
+	 */
+	uint64_t gpu_addr;
+	void *gpu;                           /* struct gpu_region (gpu.c); NULL for host kinds */
+	void (*fini)(struct region *region); /* after the hooks' removal, before the free */
 };
 
 /* Hooks a transport installs to learn about regions (verbs: ibv_reg_mr / dereg). */
@@ -79,6 +88,16 @@ int region_table_add_hooks(struct region_table *table, const struct region_hooks
  */
 int region_register_host_fd(struct region_table *table, void *owner, int fd, uint64_t offset,
 			    uint64_t length, uint32_t access, struct region **ret_region);
+
+/*
+ * Register a region another module prepared (GPU memory, pool slices): the
+ * caller allocated it with calloc and set kind, access, length, owner and
+ * its own fields; a non-zero key is kept (pool slices share the high bits
+ * of their pool's key), otherwise one is drawn. Assigns the id and runs the
+ * hooks (the verbs transport registers it with its devices). On failure the
+ * region is not in the table and still the caller's to free.
+ */
+int region_insert(struct region_table *table, struct region *region);
 
 /* The owner's region with this id, or NULL (unknown, other owner, or deregistering). */
 struct region *region_find_owned(struct region_table *table, void *owner, uint64_t id);

@@ -4,17 +4,26 @@
  * and the protocol's Status enum. The only place that knows both.
  */
 #include <errno.h>
+#include <stdbool.h>
 
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "status.h"
+
+/* RDMAX_E_* codes mirror every value of the Status enum, GPU_* included. */
+static bool is_status(int status)
+{
+	return status > 0 && status < 100 &&
+	       protobuf_c_enum_descriptor_get_value(&rdmax__v1__status__descriptor, status) != NULL;
+}
 
 int status_from_err(int err)
 {
 	if (err == 0) {
 		return RDMAX__V1__STATUS__OK;
 	}
-	if (err <= -(RDMAX_ERR_BASE + 1) && err >= -(RDMAX_ERR_BASE + RDMAX__V1__STATUS__INTERNAL)) {
+	if (err <= -(RDMAX_ERR_BASE + 1) && err > -(RDMAX_ERR_BASE + 100) &&
+	    is_status(-err - RDMAX_ERR_BASE)) {
 		return -err - RDMAX_ERR_BASE;
 	}
 	switch (-err) {
@@ -67,7 +76,7 @@ int status_from_err(int err)
 
 int err_from_status(int status)
 {
-	if (status <= 0 || status > RDMAX__V1__STATUS__INTERNAL) {
+	if (!is_status(status)) {
 		return status == 0 ? 0 : RDMAX_E_INTERNAL;
 	}
 	return -(RDMAX_ERR_BASE + status);

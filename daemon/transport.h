@@ -48,11 +48,59 @@ struct xfer {
 	xfer_done_cb done;         /* err: 0 or RDMAX_E_*; message names the cause */
 	void *ctx;                 /* caller's */
 	uint64_t bytes_done;       /* progress, updated by the transport */
+	/*
+	 * send_message() only (SEND jobs): `length` bytes at `payload` for the
+	 * mailbox named `mailbox` (1..TRANSPORT_MAILBOX_NAME_MAX printable bytes,
+	 * NUL-terminated) of the daemon `remote_instance`; both stay valid until
+	 * done. Region, offsets, local and imm are unused.
+	 */
+	const char *mailbox;
+	const uint8_t *payload;
 	/* transport-private */
 	struct list_node link;
 	uint64_t wire_id;
 	uint64_t started_ms;
 };
+
+/* Bounds of a SEND message (equal to mailbox.h's; the wire format depends on them). */
+#define TRANSPORT_MAILBOX_NAME_MAX    64
+#define TRANSPORT_MESSAGE_PAYLOAD_MAX (64u * 1024)
+
+/* One connection to a peer daemon, as the admin socket shows it. */
+struct transport_conn_info {
+	const char *peer;      /* "addr:port" */
+	const char *node_name; /* the peer's node name, "" before the handshake */
+	const char *state;     /* "connecting", "handshake", "ready", "backoff", ... */
+	bool outgoing;         /* this daemon connected (requester side) */
+	uint32_t in_flight;    /* requests sent whose answer is pending */
+	uint32_t queued;       /* requests waiting to be sent */
+	uint64_t bytes_sent;   /* payload and framing */
+	uint64_t bytes_received;
+	uint64_t idle_ms;      /* since the last byte moved */
+};
+typedef void (*transport_conn_cb)(void *arg, const struct transport_conn_info *info);
+
+#define TRANSPORT_PORT_GIDS_MAX 8
+
+/* One port of an RDMA device in use, as the admin socket shows it. */
+struct transport_port_info {
+	const char *device;     /* "mlx5_0" */
+	uint32_t port;          /* 1-based */
+	const char *state;      /* "ACTIVE", "DOWN", ... */
+	const char *link_layer; /* "InfiniBand" or "Ethernet" */
+	uint32_t active_mtu;    /* bytes */
+	uint32_t max_mtu;       /* bytes */
+	const char *netdev;     /* "" when none */
+	bool dmabuf;            /* ibv_reg_dmabuf_mr works on this device */
+	bool peermem;           /* nvidia_peermem is loaded */
+	uint32_t n_gids;
+	struct {
+		uint32_t index;
+		char gid[46];     /* as text */
+		const char *type; /* "IB", "RoCE v1", "RoCE v2" */
+	} gids[TRANSPORT_PORT_GIDS_MAX];
+};
+typedef void (*transport_port_cb)(void *arg, const struct transport_port_info *info);
 
 struct transport_ops {
 	const char *name;
@@ -64,6 +112,26 @@ struct transport_ops {
 	void (*shutdown)(struct transport *transport);
 	/* Free; only after shutdown and once the loop has closed its handles. */
 	void (*destroy)(struct transport *transport);
+
+	/* Optional, for the admin socket (NULL when a transport has none). */
+	/* Report every connection to cb, synchronously. */
+	void (*list_conns)(struct transport *transport, transport_conn_cb cb, void *arg);
+	/*
+	 * Close every connection to peer ("addr:port" or the peer's node name); their
+	 * xfers fail with RDMAX_E_TRANSPORT_ERROR. Returns how many were closed.
+	 */
+	int (*reset_peer)(struct transport *transport, const char *peer);
+	/* Report every port of every device in use to cb, synchronously. */
+	void (*list_ports)(struct transport *transport, transport_port_cb cb, void *arg);
+
+	/*
+	 * Optional: carry a small message (xfer->mailbox, payload, length) to a
+	 * mailbox of the peer daemon and bring back its status (0, or e.g.
+	 * RDMAX_E_NOT_FOUND for a mailbox that is not open there). Same contract as
+	 * submit(). NULL: the engine completes SEND jobs over this transport with
+	 * RDMAX_E_UNIMPLEMENTED.
+	 */
+	int (*send_message)(struct transport *transport, struct xfer *xfer);
 };
 
 struct transport {
@@ -80,5 +148,12 @@ struct transport {
 
 /* TCP transport: listens on cfg listen_addr:listen_port. */
 int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport);
+
+/*
+ * Verbs transport: rdma_cm listeners on the RDMA devices that carry the listen
+ * address (every device with an IP for the wildcard address). -ENODEV when no
+ * usable device has it (logged at error level under transport = verbs).
+ */
+int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transport);
 
 #endif

@@ -822,7 +822,7 @@ static int get_target(struct tcp_conn *conn, uint32_t access, struct region **re
 	if (h->offset > region->length || h->length > region->length - h->offset) {
 		err = RDMAX_E_OUT_OF_RANGE;
 	} else if (!region->addr && h->length > 0) {
-		err = RDMAX_E_UNIMPLEMENTED; /* no host mapping (GPU memory) */
+		err = RDMAX_E_GPU_NEEDS_RDMA; /* no host mapping (GPU memory) */
 	} else if (access == RDMAX_ACCESS_REMOTE_WRITE && !region->writable) {
 		err = RDMAX_E_PERMISSION_DENIED;
 	}
@@ -1331,7 +1331,7 @@ static int check_xfer(const struct xfer *xfer)
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if (!xfer->local->addr) {
-		return RDMAX_E_UNIMPLEMENTED; /* GPU memory without a host mapping */
+		return RDMAX_E_GPU_NEEDS_RDMA; /* GPU memory without a host mapping */
 	}
 	if (xfer->op == XFER_READ && !xfer->local->writable) {
 		return RDMAX_E_PERMISSION_DENIED;

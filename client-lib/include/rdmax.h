@@ -6,7 +6,11 @@
  * An application connects to the node's rdmaxd over a Unix socket, hands it
  * memory once (rdmax_alloc_host() or rdmax_region_register_fd()), exports
  * region descriptors to its peers however it likes, then submits transfer
- * jobs. Every submitted job gets exactly one completion event.
+ * jobs: WRITE, READ, PAGED_WRITE (KV-cache block tables), SCATTER (one
+ * region to many peers), BARRIER (an imm to every peer of a group) and SEND
+ * (a small message to a named mailbox), alone or mixed in one batch. Every
+ * submitted job gets exactly one completion event; rdmax_cancel() and
+ * rdmax_job_status() act on jobs in flight.
  *
  * Error convention: every int-returning function returns 0 (or a count) on
  * success and a negative value on failure: a negative errno, or one of the
@@ -54,6 +58,20 @@ extern "C" {
 #define RDMAX_E_PROTOCOL_ERROR (-1012)     /**< undecodable message or protocol breach */
 #define RDMAX_E_ALREADY_EXISTS (-1013)     /**< e.g. imm value claimed by another client */
 #define RDMAX_E_INTERNAL (-1014)           /**< unexpected daemon-side failure */
+/** libcuda.so.1 cannot be loaded: no NVIDIA driver (or one older than CUDA 11.7) */
+#define RDMAX_E_GPU_DRIVER_MISSING (-1015)
+/** the pointer is not CUDA device memory (cudaMalloc/cuMemAlloc) of this process */
+#define RDMAX_E_GPU_NOT_DEVICE_MEMORY (-1016)
+/** the allocation cannot be exported for RDMA: CUDA VMM, e.g. PyTorch expandable_segments */
+#define RDMAX_E_GPU_NOT_EXPORTABLE (-1017)
+/** no dma-buf support (driver, GPU, kernel or NIC) and no usable nvidia_peermem fallback */
+#define RDMAX_E_GPU_NO_DMABUF (-1018)
+/** no RDMA device can register GPU memory: the daemon runs the TCP transport only */
+#define RDMAX_E_GPU_NEEDS_RDMA (-1019)
+/** larger than the NIC's max_mr_size or the GPU's BAR1 space */
+#define RDMAX_E_GPU_TOO_LARGE (-1020)
+/** a registered GPU allocation was freed and a new one now lives at its address */
+#define RDMAX_E_GPU_ADDRESS_REUSED (-1021)
 #define RDMAX_E_DISCONNECTED (-1100)       /**< the daemon closed the connection */
 /** @} */
 
@@ -69,11 +87,26 @@ extern "C" {
 /** Bytes of the message text carried by an event. */
 #define RDMAX_MESSAGE_MAX 160
 
+/** Longest mailbox name in bytes (printable ASCII, no spaces). */
+#define RDMAX_MAILBOX_NAME_MAX 64
+
+/** Largest SEND payload in bytes. */
+#define RDMAX_MESSAGE_PAYLOAD_MAX (64u * 1024)
+
+/** Bytes of a node name, including the terminating NUL. */
+#define RDMAX_NODE_NAME_MAX 64
+
 /** Connection to the node's rdmaxd. Opaque. */
 struct rdmax_client;
 
 /** A region registered with the daemon by this client. Opaque. */
 struct rdmax_region;
+
+/**
+ * A peer group: remote region descriptors the daemon decoded and resolved
+ * once, for repeated SCATTER and BARRIER jobs. Opaque.
+ */
+struct rdmax_peer_group;
 
 /** An encoded region descriptor, as produced by rdmax_region_desc(). */
 struct rdmax_desc {
@@ -91,32 +124,110 @@ enum rdmax_op {
 	RDMAX_OP_SEND = 6,        /**< small message to a named mailbox */
 };
 
-/** Job flags. */
-#define RDMAX_JOB_IMM 0x1u /**< the job carries \c imm (WRITE, PAGED_WRITE, SCATTER) */
+/**
+ * Job flags. RDMAX_JOB_IMM: the job carries \c imm (WRITE, PAGED_WRITE,
+ * SCATTER; a BARRIER always carries it). The receiving node counts it once
+ * per job when all of the job's bytes for that node have landed, however
+ * the job was split (for SCATTER: once per destination node).
+ */
+#define RDMAX_JOB_IMM 0x1u
 
 /**
- * One transfer job. Fill the fields of the chosen op; unused fields must be
- * zero. The descriptors and regions must stay valid until rdmax_submit()
- * returns (the library encodes them immediately).
+ * A page list of one side of a PAGED_WRITE: page \c i starts at byte
+ * <tt>offset + indices[i] * stride</tt> of its region and is \c page_len
+ * bytes long (a KV-cache block table).
+ */
+struct rdmax_pages {
+	uint64_t offset;         /**< byte offset of page 0 in the region */
+	uint64_t stride;         /**< bytes from one page to the next; 0 means page_len */
+	const uint32_t *indices; /**< page numbers, in transfer order */
+	size_t count;            /**< entries in \c indices */
+};
+
+/** One destination of a SCATTER. */
+struct rdmax_scatter_dest {
+	/** destination region; NULL to use member \c peer_index of the job's group */
+	const struct rdmax_desc *remote;
+	uint32_t peer_index;    /**< member of the job's peer group when \c remote is NULL */
+	uint64_t remote_offset; /**< offset in the destination region */
+	uint64_t local_offset;  /**< offset in the job's local region */
+	uint64_t length;        /**< bytes */
+};
+
+/**
+ * One job. Set \c id, \c op, the common fields and the fields of the
+ * chosen op; everything else must be zero. Descriptors, regions, page lists,
+ * destination arrays and payloads only need to stay valid until
+ * rdmax_submit() returns (the library encodes them immediately).
+ *
+ * - WRITE: \c length bytes at \c local_offset of \c local to
+ *   \c remote_offset of \c remote.
+ * - READ: the reverse; \c local receives.
+ * - PAGED_WRITE: \c u.paged.src pages of \c local to \c u.paged.dst pages
+ *   of \c remote, pairwise in list order, each \c u.paged.page_len bytes.
+ *   The lists have the same length (any number of pages; the daemon's
+ *   message limit bounds it: 10 000 pages take about 40 KB); destination
+ *   pages must not repeat; every page must lie inside its region. Pages
+ *   contiguous on both sides move as one transfer. No pages with
+ *   RDMAX_JOB_IMM: the imm alone is sent.
+ * - SCATTER: from \c local to each of \c u.scatter.dests (descriptors, or
+ *   members of \c u.scatter.group); with RDMAX_JOB_IMM each destination
+ *   node counts the imm once for the job.
+ * - BARRIER: a zero-byte write carrying \c imm to each distinct node of
+ *   \c u.barrier.group or \c u.barrier.remotes (their regions need remote
+ *   write access). Completes once every node acknowledged. A receiver that
+ *   expects N senders calls rdmax_expect_imm(imm, N).
+ * - SEND: \c u.send.length bytes to mailbox \c u.send.mailbox on the node
+ *   of \c remote (any descriptor of that node). Completes once the message
+ *   was handed to the mailbox's owner; RDMAX_E_NOT_FOUND when no such
+ *   mailbox is open there.
  */
 struct rdmax_job {
 	uint64_t id;          /**< chosen by the caller, echoed in the completion */
 	enum rdmax_op op;     /**< job kind */
 	uint32_t flags;       /**< RDMAX_JOB_* */
-	uint32_t imm;         /**< immediate value when RDMAX_JOB_IMM is set */
+	uint32_t imm;         /**< immediate value (RDMAX_JOB_IMM; always for BARRIER) */
 	uint32_t deadline_ms; /**< 0: none; else the job fails with RDMAX_E_TIMEOUT after it */
-	struct rdmax_region *local;     /**< WRITE/READ: local region */
+	struct rdmax_region *local;     /**< WRITE, READ, PAGED_WRITE, SCATTER: local region */
 	uint64_t local_offset;          /**< WRITE/READ: offset in \c local */
 	uint64_t length;                /**< WRITE/READ: bytes */
-	const struct rdmax_desc *remote; /**< WRITE/READ: remote region descriptor */
+	const struct rdmax_desc *remote; /**< WRITE, READ, PAGED_WRITE: remote region; SEND: any
+					      descriptor of the destination node */
 	uint64_t remote_offset;         /**< WRITE/READ: offset in the remote region */
+	/** Fields of the other ops. */
+	union {
+		/** PAGED_WRITE */
+		struct {
+			uint64_t page_len;      /**< bytes per page, > 0 */
+			struct rdmax_pages src; /**< pages of \c local */
+			struct rdmax_pages dst; /**< pages of \c remote */
+		} paged;
+		/** SCATTER */
+		struct {
+			const struct rdmax_scatter_dest *dests; /**< destinations */
+			size_t count;                           /**< entries in \c dests, > 0 */
+			struct rdmax_peer_group *group; /**< for peer_index destinations, or NULL */
+		} scatter;
+		/** BARRIER: either a group or a list of descriptors */
+		struct {
+			struct rdmax_peer_group *group;   /**< the peers, or NULL */
+			const struct rdmax_desc *remotes; /**< or this array of descriptors */
+			size_t count;                     /**< entries in \c remotes */
+		} barrier;
+		/** SEND */
+		struct {
+			const char *mailbox; /**< mailbox name on the destination node */
+			const void *payload; /**< message bytes */
+			size_t length;       /**< at most RDMAX_MESSAGE_PAYLOAD_MAX */
+		} send;
+	} u;
 };
 
 /** Event kinds returned by rdmax_poll_events(). */
 enum rdmax_event_type {
 	RDMAX_EVENT_COMPLETION = 1,  /**< a job finished: job_id, status, bytes */
 	RDMAX_EVENT_IMM_REACHED = 2, /**< an ExpectImm fired: imm, count */
-	RDMAX_EVENT_MESSAGE = 3,     /**< a mailbox message arrived */
+	RDMAX_EVENT_MESSAGE = 3,     /**< a message for one of this client's mailboxes */
 };
 
 /** One event. */
@@ -128,6 +239,12 @@ struct rdmax_event {
 	uint32_t imm;               /**< IMM_REACHED: the imm value */
 	uint64_t count;             /**< IMM_REACHED: the count that was reached */
 	char message[RDMAX_MESSAGE_MAX]; /**< COMPLETION: reason when status != 0; MESSAGE: mailbox */
+	/**
+	 * MESSAGE: the payload (\c bytes long), owned by the library and valid
+	 * until the next rdmax_poll_events() or rdmax_client_close() call.
+	 */
+	const void *payload;
+	char from_node[RDMAX_NODE_NAME_MAX]; /**< MESSAGE: node name of the sender's daemon */
 };
 
 /** Information returned by the daemon on connect. */
@@ -219,6 +336,53 @@ int rdmax_region_register_fd(struct rdmax_client *client, int fd, uint64_t offse
 			     struct rdmax_region **ret_region);
 
 /**
+ * Register CUDA device memory of this process (docs/gpu.md). The library
+ * finds the whole allocation that holds \p dev_ptr and hands it to the
+ * daemon as a dma-buf (the daemon registers it with every RDMA device; no
+ * copy through host memory), or, when the daemon or the driver offers no
+ * dma-buf path, as a CUDA IPC handle for the nvidia_peermem fallback. Any
+ * interior range of an allocation may be registered, the same allocation
+ * more than once. Deregister the region before freeing the memory: a new
+ * allocation at the address of a registered one is refused with
+ * RDMAX_E_GPU_ADDRESS_REUSED. libcuda is loaded at the first call; the
+ * memory's GPU needs no current context in the calling thread.
+ * GPU regions move over RDMA only: the daemon never copies them through
+ * host memory, so jobs that would need that (the TCP transport, a copy
+ * between two regions of this node) fail.
+ * \param client an open connection
+ * \param dev_ptr start of the range (device pointer)
+ * \param length bytes
+ * \param access RDMAX_ACCESS_* bits
+ * \param ret_region receives the region; rdmax_region_addr() returns \p dev_ptr
+ * \return 0 or a negative error: RDMAX_E_GPU_DRIVER_MISSING,
+ *         RDMAX_E_GPU_NOT_DEVICE_MEMORY, RDMAX_E_GPU_NOT_EXPORTABLE,
+ *         RDMAX_E_GPU_NO_DMABUF, RDMAX_E_GPU_NEEDS_RDMA, RDMAX_E_GPU_TOO_LARGE,
+ *         RDMAX_E_GPU_ADDRESS_REUSED, RDMAX_E_OUT_OF_RANGE (range past the
+ *         end of the allocation), or another error
+ */
+int rdmax_region_register_gpu(struct rdmax_client *client, void *dev_ptr, uint64_t length,
+			      uint32_t access, struct rdmax_region **ret_region);
+
+/**
+ * Lease GPU memory from the daemon's pool on a GPU ([gpu] pool_bytes, see
+ * docs/gpu.md): the pool was registered with the RDMA devices when the
+ * daemon started, so a lease costs no registration. The library maps the
+ * pool into this process (CUDA IPC) and rdmax_region_addr() returns the
+ * slice's device pointer. rdmax_region_deregister() gives the slice back,
+ * as does closing the connection.
+ * \param client an open connection
+ * \param cuda_device CUDA device ordinal in this process
+ * \param length bytes (rounded up to the pool's granularity)
+ * \param access RDMAX_ACCESS_* bits
+ * \param ret_region receives the region
+ * \return 0 or a negative error: RDMAX_E_NOT_FOUND (no pool on that GPU),
+ *         RDMAX_E_RESOURCE_EXHAUSTED (pool full), RDMAX_E_GPU_DRIVER_MISSING,
+ *         or another error
+ */
+int rdmax_alloc_gpu(struct rdmax_client *client, int cuda_device, uint64_t length,
+		    uint32_t access, struct rdmax_region **ret_region);
+
+/**
  * Deregister a region. Waits until the daemon has finished the jobs that
  * use it, then frees the handle (and unmaps memory from rdmax_alloc_host()).
  * \param client an open connection
@@ -254,9 +418,15 @@ int rdmax_region_desc(const struct rdmax_region *region, struct rdmax_desc *ret_
 int rdmax_desc_import(const void *bytes, size_t len, struct rdmax_desc *ret_desc);
 
 /**
- * Submit jobs in one message. Either all jobs are accepted for processing
- * (each then gets exactly one completion event, which may be an error) or
- * the call fails and none was submitted. The call does not wait for the
+ * Submit jobs in one message; kinds may be mixed freely (WRITE, READ,
+ * PAGED_WRITE, SCATTER, BARRIER, SEND in one batch). The daemon starts them
+ * in array order; they run concurrently. Either all jobs are accepted for
+ * processing (each then gets exactly one completion event, which may be an
+ * error) or the call fails and none was submitted: RDMAX_E_INVALID_ARGUMENT
+ * for a job whose fields cannot be encoded (unknown op or flags, missing
+ * region, descriptor, page indices or mailbox), RDMAX_E_RESOURCE_EXHAUSTED
+ * when the batch exceeds the daemon's message or job limits. The daemon
+ * judges ranges, page lists and names and reports them in the completion. The call does not wait for the
  * daemon: should the daemon refuse the whole message later, each of its
  * jobs gets a completion event carrying the refusal's status.
  * \param client an open connection
@@ -277,7 +447,9 @@ int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count);
 /**
  * Return up to \p max events, waiting up to \p timeout_ms for the first
  * (0: do not wait; -1: wait forever). Events received before the
- * connection failed are returned before the error.
+ * connection failed are returned before the error. The payloads of
+ * RDMAX_EVENT_MESSAGE events returned by one call stay valid until the
+ * next call (or rdmax_client_close()); copy what must live longer.
  * \return number of events (0 on timeout) or a negative error
  *         (RDMAX_E_DISCONNECTED once the daemon has hung up)
  */
@@ -298,6 +470,89 @@ int rdmax_wait_job(struct rdmax_client *client, uint64_t job_id, int timeout_ms)
  * \return 0, RDMAX_E_TIMEOUT, or a negative error
  */
 int rdmax_wait_imm(struct rdmax_client *client, uint32_t imm, int timeout_ms);
+
+/**
+ * Cancel a job in flight. The daemon completes it with RDMAX_E_CANCELLED at
+ * once (the completion event follows); transfers already handed to the
+ * network may still land, the rest are not sent.
+ * \param client an open connection
+ * \param job_id the job
+ * \return 0, RDMAX_E_NOT_FOUND when the job is not in flight (its
+ *         completion is then already on its way), or a negative error
+ */
+int rdmax_cancel(struct rdmax_client *client, uint64_t job_id);
+
+/**
+ * Progress of a job in flight.
+ * \param client an open connection
+ * \param job_id the job
+ * \param ret_done receives the bytes moved so far (may be NULL)
+ * \param ret_total receives the job's total bytes (may be NULL)
+ * \return 0, RDMAX_E_NOT_FOUND when the job is not in flight, or a
+ *         negative error
+ */
+int rdmax_job_status(struct rdmax_client *client, uint64_t job_id, uint64_t *ret_done,
+		     uint64_t *ret_total);
+
+/**
+ * Create a peer group from remote region descriptors: the daemon decodes
+ * and resolves them once, and SCATTER and BARRIER jobs name the group.
+ * Members on the same node count as one node for imm and barriers.
+ * \param client an open connection
+ * \param descs the members (at most 1024)
+ * \param count entries in \p descs
+ * \param ret_group receives the group
+ * \return 0 or a negative error (RDMAX_E_RESOURCE_EXHAUSTED past 64 groups
+ *         per client or 1024 members, RDMAX_E_UNREACHABLE when a member has
+ *         no endpoint the daemon can use)
+ */
+int rdmax_peer_group_create(struct rdmax_client *client, const struct rdmax_desc *descs,
+			    size_t count, struct rdmax_peer_group **ret_group);
+
+/**
+ * Destroy a peer group. Jobs already submitted with it run on.
+ * \param client an open connection
+ * \param group the group; freed even when an error is returned. Accepts NULL.
+ * \return 0 or a negative error
+ */
+int rdmax_peer_group_destroy(struct rdmax_client *client, struct rdmax_peer_group *group);
+
+/** \return the number of members of a group (0 for NULL) */
+size_t rdmax_peer_group_size(const struct rdmax_peer_group *group);
+
+/**
+ * Open a mailbox on this client's node: SEND jobs of any peer addressed to
+ * (this node, \p name) arrive as RDMAX_EVENT_MESSAGE events. Names are
+ * unique per node; a client holds at most 64 mailboxes.
+ * \param client an open connection
+ * \param name 1 to RDMAX_MAILBOX_NAME_MAX printable characters, no spaces
+ * \return 0 or a negative error (RDMAX_E_ALREADY_EXISTS,
+ *         RDMAX_E_INVALID_ARGUMENT, RDMAX_E_RESOURCE_EXHAUSTED)
+ */
+int rdmax_mailbox_open(struct rdmax_client *client, const char *name);
+
+/**
+ * Close one of this client's mailboxes; later SENDs to it fail with
+ * RDMAX_E_NOT_FOUND. Messages already queued for this client stay queued.
+ * \return 0, RDMAX_E_NOT_FOUND, or a negative error
+ */
+int rdmax_mailbox_close(struct rdmax_client *client, const char *name);
+
+/**
+ * Wait for the next message for mailbox \p name (NULL: any of this
+ * client's mailboxes) and copy its payload into \p buf; other events are
+ * kept for rdmax_poll_events().
+ * \param client an open connection
+ * \param name the mailbox, or NULL
+ * \param buf receives up to \p size payload bytes
+ * \param size bytes of \p buf
+ * \param ret_from receives the sender's node name (RDMAX_NODE_NAME_MAX bytes), or NULL
+ * \param timeout_ms 0: do not wait; -1: wait forever
+ * \return the payload's length (more than \p size when it was cut),
+ *         RDMAX_E_TIMEOUT, or a negative error
+ */
+int rdmax_mailbox_recv(struct rdmax_client *client, const char *name, void *buf, size_t size,
+		       char *ret_from, int timeout_ms);
 
 /**
  * Name an error code (negative errno or RDMAX_E_*).

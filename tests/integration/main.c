@@ -17,7 +17,7 @@ int main(void)
 		itest_tcase_transfer,   itest_tcase_concurrency, itest_tcase_imm,
 		itest_tcase_errors,     itest_tcase_raw,         itest_tcase_client_kill,
 		itest_tcase_peer_kill,  itest_tcase_shutdown,    itest_tcase_same_node,
-		itest_tcase_dereg_wait, itest_tcase_jobs,
+		itest_tcase_dereg_wait, itest_tcase_jobs,        itest_tcase_verbs,
 	};
 	char binary[512];
 

@@ -391,10 +391,10 @@ static struct rdmax_job send_job(uint64_t id, const struct rdmax_desc *node, con
 	return job;
 }
 
-/* SEND between nodes needs a transport with send_message (TCP in this version). */
+/* SEND between nodes needs a transport with send_message (TCP and verbs). */
 static bool remote_send_works(const char *func)
 {
-	if (strcmp(itest_transport(), "tcp") == 0) {
+	if (strcmp(itest_transport(), "tcp") == 0 || strcmp(itest_transport(), "verbs") == 0) {
 		return true;
 	}
 	fprintf(stderr, "itest: SKIP %s (SEND between nodes): transport '%s' carries no messages\n",

@@ -1054,10 +1054,21 @@ START_TEST(test_submit_refused_locally)
 	struct rdmax_job j = ok;
 	j.op = (enum rdmax_op)99;
 	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
+	/* Other kinds whose fields cannot be encoded: a page list without indices, no mailbox. */
 	j.op = RDMAX_OP_PAGED_WRITE;
-	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_UNIMPLEMENTED);
+	j.u.paged.page_len = 4096;
+	j.u.paged.src.count = j.u.paged.dst.count = 1;
+	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
+	j = ok;
 	j.op = RDMAX_OP_SEND;
-	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_UNIMPLEMENTED);
+	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
+	j.u.send.mailbox = "box";
+	j.u.send.length = RDMAX_MESSAGE_PAYLOAD_MAX + 1;
+	j.u.send.payload = &j;
+	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_RESOURCE_EXHAUSTED);
+	j = ok;
+	j.op = RDMAX_OP_BARRIER;
+	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
 	j = ok;
 	j.op = RDMAX_OP_READ;
 	j.flags = RDMAX_JOB_IMM;

@@ -136,6 +136,7 @@ static const char g_every_key[] = "; all keys\n"
 				  "[daemon]\n"
 				  "socket = /tmp/rdmaxd-test.sock\n"
 				  "admin_socket = /tmp/rdmaxd-test-admin.sock\n"
+				  "admin_group = ops\n"
 				  "socket_mode = 0660\n"
 				  "node_name = node-7.rack_2\n"
 				  "log_level = debug\n"
@@ -169,7 +170,13 @@ static const char g_every_key[] = "; all keys\n"
 				  "devices = mlx5_0,mlx5_1\n"
 				  "qps_per_peer = 64\n"
 				  "inline_threshold = 0\n"
-				  "signal_interval = 1\n";
+				  "signal_interval = 1\n"
+				  "[metrics]\n"
+				  "textfile_dir = /var/lib/node-exporter\n"
+				  "textfile_interval_s = 60\n"
+				  "[gpu]\n"
+				  "registration = peermem\n"
+				  "pool_bytes = 2G\n";
 
 START_TEST(every_key_is_parsed)
 {
@@ -211,6 +218,8 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.qps_per_peer, 64);
 	ck_assert_uint_eq(cfg.inline_threshold, 0);
 	ck_assert_uint_eq(cfg.signal_interval, 1);
+	ck_assert_int_eq(cfg.gpu_registration, CONFIG_GPU_REG_PEERMEM);
+	ck_assert_uint_eq(cfg.gpu_pool_bytes, 2ull << 30);
 
 	/* The file above must change every key config_print knows, so none is left untested. */
 	config_defaults(&def);
@@ -226,7 +235,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 30);
+	ck_assert_int_eq(keys, 35);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -356,6 +365,10 @@ START_TEST(load_errors_name_the_line)
 		 false},
 		{"[transport]\ntype = rdma\n",
 		 "F:2: invalid value 'rdma' for [transport] type: expected auto, tcp or verbs",
+		 false},
+		{"[gpu]\nregistration = gdr\n",
+		 "F:2: invalid value 'gdr' for [gpu] registration: expected auto, dmabuf or "
+		 "peermem",
 		 false},
 		{"[daemon]\nlog_level = verbose\n",
 		 "F:2: invalid value 'verbose' for [daemon] "
@@ -662,15 +675,18 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 17);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 23);
 	ck_assert_str_eq(names,
-			 "[daemon] socket, [daemon] admin_socket, [daemon] socket_mode, "
+			 "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
+			 "[daemon] socket_mode, "
 			 "[daemon] node_name, [transport] type, [transport] listen, "
-			 "[transport] port, [transport] advertise, [peers] connect_timeout_ms, "
+			 "[transport] port, [transport] advertise, [limits] max_message_bytes, "
+			 "[peers] connect_timeout_ms, "
 			 "[peers] connect_retries, [peers] retry_backoff_ms, "
 			 "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, "
 			 "[verbs] qps_per_peer, [verbs] inline_threshold, "
-			 "[verbs] signal_interval");
+			 "[verbs] signal_interval, [metrics] textfile_dir, "
+			 "[metrics] textfile_interval_s, [gpu] registration, [gpu] pool_bytes");
 }
 END_TEST
 
@@ -817,7 +833,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 30);
+	ck_assert_int_eq(keys, 35);
 	free(printed);
 	free(man);
 }
