@@ -20,7 +20,12 @@
 	X(validate)                                                                                \
 	X(wire)                                                                                    \
 	X(auth)                                                                                    \
-	X(client)
+	X(client)                                                                                  \
+	X(conn)                                                                                    \
+	X(planner)                                                                                 \
+	X(planner_jobs)                                                                            \
+	X(ops)                                                                                     \
+	X(gpu)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)
