@@ -104,16 +104,23 @@ uint16_t itest_free_port(const char *addr);
  * completes one-sided WRITE and READ without its process.
  */
 bool itest_stopped_peer_stalls(void);
-/* First statement of a test that needs a stalled peer: skips it, with the reason printed. */
-#define ITEST_REQUIRE_STALLING_PEER()                                                              \
+/*
+ * Register a test only where it can mean something; otherwise print why it
+ * does not run. A test left out this way is neither run nor counted as passed.
+ */
+#define ITEST_ADD_TEST_IF(tc, test, cond, why)                                                     \
 	do {                                                                                       \
-		if (!itest_stopped_peer_stalls()) {                                                \
-			fprintf(stderr,                                                            \
-				"itest: SKIP %s: a stopped peer does not stall transport '%s'\n",  \
-				__func__, itest_transport());                                      \
-			return;                                                                    \
+		if (cond) {                                                                        \
+			tcase_add_test(tc, test);                                                  \
+		} else {                                                                           \
+			fprintf(stderr, "itest: SKIP %s over transport '%s': %s (not run, not "    \
+					"counted)\n",                                               \
+				#test, itest_transport(), why);                                    \
 		}                                                                                  \
 	} while (0)
+#define ITEST_ADD_STALLING_TEST(tc, test)                                                          \
+	ITEST_ADD_TEST_IF(tc, test, itest_stopped_peer_stalls(),                                   \
+			  "it needs a stopped peer to stall transfers, which the NIC does not")
 
 /* ----------------------------------------------------------------- clients */
 

@@ -314,7 +314,6 @@ END_TEST
 
 START_TEST(job_limits)
 {
-	ITEST_REQUIRE_STALLING_PEER();
 	const int max_outstanding = 16, max_per_submit = 8;
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
@@ -435,7 +434,6 @@ END_TEST
 
 START_TEST(deadline)
 {
-	ITEST_REQUIRE_STALLING_PEER();
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
 
@@ -629,10 +627,6 @@ static bool in_set(int status, const int *set, size_t n)
  */
 START_TEST(hostile_peers)
 {
-	if (strcmp(itest_transport(), "tcp") != 0) {
-		fprintf(stderr, "itest: SKIP %s: fake peers speak TCP only\n", __func__);
-		return;
-	}
 	static const int silent_ok[] = {RDMAX_E_UNREACHABLE, RDMAX_E_TIMEOUT};
 	static const int garbage_ok[] = {RDMAX_E_UNREACHABLE, RDMAX_E_TRANSPORT_ERROR};
 	const uint64_t bound_ms = 6000;
@@ -715,10 +709,11 @@ TCase *itest_tcase_errors(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, job_errors);
 	tcase_add_test(tc, peer_unreachable);
-	tcase_add_test(tc, job_limits);
+	ITEST_ADD_STALLING_TEST(tc, job_limits);
 	tcase_add_test(tc, region_limits);
-	tcase_add_test(tc, deadline);
+	ITEST_ADD_STALLING_TEST(tc, deadline);
 	tcase_add_test(tc, auth_keys);
-	tcase_add_test(tc, hostile_peers);
+	ITEST_ADD_TEST_IF(tc, hostile_peers, strcmp(itest_transport(), "tcp") == 0,
+			  "the fake peers speak the TCP wire format only");
 	return tc;
 }

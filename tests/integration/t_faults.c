@@ -186,7 +186,6 @@ END_TEST
  */
 START_TEST(client_closes_with_jobs_outstanding)
 {
-	ITEST_REQUIRE_STALLING_PEER();
 	const size_t k = 8;
 	struct rdmax_job jobs[8];
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
@@ -236,7 +235,7 @@ TCase *itest_tcase_client_kill(void)
 
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, client_killed_mid_transfer);
-	tcase_add_test(tc, client_closes_with_jobs_outstanding);
+	ITEST_ADD_STALLING_TEST(tc, client_closes_with_jobs_outstanding);
 	return tc;
 }
 
@@ -344,7 +343,6 @@ static bool cancelled(int status)
 
 START_TEST(sigterm_cancels_outstanding)
 {
-	ITEST_REQUIRE_STALLING_PEER();
 	const size_t k = 10;
 	struct rdmax_job jobs[10];
 	struct rdmax_event evs[10];
@@ -420,7 +418,7 @@ TCase *itest_tcase_shutdown(void)
 	TCase *tc = tcase_create("shutdown");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, sigterm_cancels_outstanding);
+	ITEST_ADD_STALLING_TEST(tc, sigterm_cancels_outstanding);
 	tcase_add_test(tc, sigterm_idle);
 	return tc;
 }

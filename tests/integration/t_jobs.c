@@ -500,7 +500,6 @@ END_TEST
 
 START_TEST(jobs_deadline_cancel_progress)
 {
-	ITEST_REQUIRE_STALLING_PEER();
 	const uint64_t len = 256 * KiB;
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
@@ -675,7 +674,7 @@ TCase *itest_tcase_jobs(void)
 	tcase_add_test(tc, jobs_scatter_three_nodes);
 	tcase_add_test(tc, jobs_barrier_three_nodes);
 	tcase_add_test(tc, jobs_mailbox_round_trip);
-	tcase_add_test(tc, jobs_deadline_cancel_progress);
+	ITEST_ADD_STALLING_TEST(tc, jobs_deadline_cancel_progress);
 	tcase_add_test(tc, jobs_mixed_batch);
 	return tc;
 }

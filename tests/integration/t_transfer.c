@@ -304,7 +304,6 @@ TCase *itest_tcase_same_node(void)
 
 START_TEST(dereg_waits_for_job)
 {
-	ITEST_REQUIRE_STALLING_PEER();
 	const uint64_t len = itest_scaled(64 * MiB, 8 * MiB);
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
@@ -441,7 +440,7 @@ TCase *itest_tcase_dereg_wait(void)
 	TCase *tc = tcase_create("dereg_wait");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, dereg_waits_for_job);
+	ITEST_ADD_STALLING_TEST(tc, dereg_waits_for_job);
 	tcase_add_test(tc, dereg_target_during_write);
 	return tc;
 }
