@@ -61,6 +61,12 @@ static uint64_t get_u64(const uint8_t *p)
 	return v;
 }
 
+/* A message rides in an xfer with a non-zero wire id (conn_submit() clears it). */
+static struct conn_msg *as_msg(struct xfer *xfer)
+{
+	return xfer->wire_id ? container_of(xfer, struct conn_msg, xfer) : NULL;
+}
+
 /* Constant time: a proof must not leak how many of its bytes were right. */
 static bool same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
 {
@@ -116,6 +122,9 @@ uint32_t sq_plan_credits(const struct sq_plan *plan)
 
 uint64_t sq_plan_wrs_for(const struct sq_plan *plan, const struct xfer *xfer)
 {
+	if (xfer->wire_id) {
+		return conn_msg_frames(xfer->length);
+	}
 	if (xfer->length == 0) {
 		return 1;
 	}
@@ -158,6 +167,13 @@ size_t sq_plan_build(struct sq_plan *plan, struct list_node *queue, uint32_t *qu
 		list_del(&xfer->link);
 		(*queued)--;
 		for (uint64_t i = 0; i < wrs; i++) {
+			if (xfer->wire_id) {
+				/* Frame i of a message, from its staging. */
+				plan_wr(plan, &out[n++], xfer, WR_SEND, i * CONN_FRAME_MAX,
+					conn_msg_frame_len(xfer->length, (uint32_t)i),
+					i + 1 == wrs);
+				continue;
+			}
 			uint64_t off = i * plan->max_wr_bytes;
 			uint64_t len = MIN(plan->max_wr_bytes, xfer->length - off);
 			bool last = i + 1 == wrs;
@@ -303,8 +319,13 @@ static const char *op_name(enum xfer_op op)
 	return op == XFER_READ ? "RDMA READ from" : "RDMA WRITE to";
 }
 
-int conn_wc_error(int wc_status, uint32_t vendor_err, enum xfer_op op, const char *peer,
-		  char *message, size_t message_size)
+/*
+ * Out of line on purpose: inlined where every operand is a literal or a fixed
+ * array, GCC proves that the longest message would be cut, which is intended
+ * (the start names the operation, the peer and the cause).
+ */
+static int __attribute__((noinline)) wc_error(int wc_status, uint32_t vendor_err, const char *op,
+					      const char *peer, char *message, size_t message_size)
 {
 	const char *what;
 	int err;
@@ -353,9 +374,15 @@ int conn_wc_error(int wc_status, uint32_t vendor_err, enum xfer_op op, const cha
 		what = "local device error";
 		break;
 	}
-	snprintf(message, message_size, "%s %s failed: %s (%s, vendor error %#x)", op_name(op),
-		 peer, what, verbs_wc_status_str((enum ibv_wc_status)wc_status), vendor_err);
+	snprintf(message, message_size, "%s %s failed: %s (%s, vendor error %#x)", op, peer, what,
+		 verbs_wc_status_str((enum ibv_wc_status)wc_status), vendor_err);
 	return err;
+}
+
+int conn_wc_error(int wc_status, uint32_t vendor_err, enum xfer_op op, const char *peer,
+		  char *message, size_t message_size)
+{
+	return wc_error(wc_status, vendor_err, op_name(op), peer, message, message_size);
 }
 
 /* ============================================================ results */
@@ -363,11 +390,31 @@ int conn_wc_error(int wc_status, uint32_t vendor_err, enum xfer_op op, const cha
 static void finish(struct conn_table *t, struct xfer *xfer, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/* A message leaves the books: no answer can finish it any more. */
+static void msg_detach(struct conn_table *t, struct xfer *xfer)
+{
+	struct conn_msg *msg = as_msg(xfer);
+
+	if (!msg) {
+		return;
+	}
+	if (msg->registered) {
+		hmap_del(&t->msgs, xfer->wire_id);
+		msg->registered = false;
+	}
+	if (msg->awaiting) {
+		list_del(&msg->node);
+		msg->awaiting = false;
+		msg->link->n_awaiting--;
+	}
+}
+
 /* Record an xfer's outcome; its done runs from conn_table_deliver(). */
 static void finish(struct conn_table *t, struct xfer *xfer, int err, const char *fmt, ...)
 {
 	struct conn_result *r;
 
+	msg_detach(t, xfer);
 	if (t->n_results == t->cap_results) {
 		size_t cap = t->cap_results ? t->cap_results * 2 : 64;
 		struct conn_result *grown = realloc(t->results, cap * sizeof(*grown));
@@ -467,6 +514,7 @@ static void collateral(struct conn *conn, struct xfer *xfer)
 	int err = conn->down_err ? conn->down_err : RDMAX_E_TRANSPORT_ERROR;
 	const char *msg = conn->down_msg[0] ? conn->down_msg : "connection failed";
 
+	msg_detach(conn->table, xfer);
 	if (conn->probe) {
 		if (list_empty(&conn->probe->followers)) {
 			conn->probe->follower_err = err;
@@ -479,11 +527,46 @@ static void collateral(struct conn *conn, struct xfer *xfer)
 	finish(conn->table, xfer, err, "%s", msg);
 }
 
+/* Every frame of a message retired: it waits for its answer unless that came first. */
+static void msg_retired(struct conn_link *link, struct conn_msg *msg, enum sq_outcome outcome)
+{
+	struct conn *conn = link->conn;
+
+	if (outcome == SQ_OK) {
+		conn->bytes_sent += msg->xfer.length;
+	}
+	if (msg->answered) {
+		/* The peer delivered it, whatever our completion says. */
+		finish(conn->table, &msg->xfer, msg->status, "%s", msg->text);
+		return;
+	}
+	switch (outcome) {
+	case SQ_OK:
+		msg->sent = true;
+		msg->link = link;
+		msg->awaiting = true;
+		list_add_tail(&link->awaiting, &msg->node);
+		link->n_awaiting++;
+		break;
+	case SQ_FAILED_CAUSE:
+		finish(conn->table, &msg->xfer, link->cause_err, "%s", link->cause_msg);
+		break;
+	default:
+		collateral(conn, &msg->xfer);
+		break;
+	}
+}
+
 static void on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 {
 	struct conn_link *link = arg;
 	struct conn *conn = link->conn;
+	struct conn_msg *msg = as_msg(xfer);
 
+	if (msg) {
+		msg_retired(link, msg, outcome);
+		return;
+	}
 	switch (outcome) {
 	case SQ_OK:
 		if (xfer->op == XFER_READ) {
@@ -523,22 +606,33 @@ uint32_t conn_outstanding(const struct conn *conn)
 		if (conn->links[i].sq.ring) {
 			out += sq_plan_outstanding(&conn->links[i].sq);
 		}
+		out += conn->links[i].n_awaiting;
 	}
 	return out;
 }
 
-static void fail_pending(struct conn *conn, int err, const char *message)
+static void fail_queue(struct conn *conn, struct list_node *queue, uint32_t *count, int err,
+		       const char *message)
 {
-	while (!list_empty(&conn->pending)) {
-		struct xfer *xfer = container_of(conn->pending.next, struct xfer, link);
+	while (!list_empty(queue)) {
+		struct xfer *xfer = container_of(queue->next, struct xfer, link);
 		list_del(&xfer->link);
 		conn->n_pending--;
+		if (count) {
+			(*count)--;
+		}
 		if (conn->probe) {
 			collateral(conn, xfer);
 		} else {
 			finish(conn->table, xfer, err, "%s", message);
 		}
 	}
+}
+
+static void fail_pending(struct conn *conn, int err, const char *message)
+{
+	fail_queue(conn, &conn->pending, NULL, err, message);
+	fail_queue(conn, &conn->msg_pending, &conn->n_msg_pending, err, message);
 }
 
 static void set_down(struct conn *conn, int err, const char *fmt, ...)
@@ -569,6 +663,11 @@ static void destroy_links(struct conn *conn)
 			retired(conn, sq_plan_fail_all(&link->sq, on_retire, link));
 			t->ops->link_destroy(t->ctx, link);
 			link->state = LINK_IDLE;
+		}
+		/* Answers already polled were applied during the drain; no other can come. */
+		while (!list_empty(&link->awaiting)) {
+			collateral(conn,
+				   &container_of(link->awaiting.next, struct conn_msg, node)->xfer);
 		}
 		sq_plan_fini(&link->sq);
 	}
@@ -620,11 +719,14 @@ static void link_begin_drain(struct conn_link *link)
 	}
 	t->ops->link_disconnect(t->ctx, link);
 	sq_plan_begin_drain(&link->sq);
-	if (sq_plan_outstanding(&link->sq) == 0) {
+	if (sq_plan_outstanding(&link->sq) == 0 && link->n_awaiting == 0) {
 		link->state = LINK_DRAINED;
 		return;
 	}
-	/* Unsignaled WRs may flush without a completion: the marker's completion ends it. */
+	/*
+	 * Unsignaled WRs may flush without a completion: the marker's completion ends
+	 * it. It also comes after any answer the peer sent before the QP failed.
+	 */
 	sq_plan_marker(&link->sq, &marker);
 	t->outstanding_wrs++;
 	if (t->ops->link_post(t->ctx, link, &marker, 1, why, sizeof(why)) < 0) {
@@ -744,12 +846,19 @@ static void established(struct conn *conn, uint64_t now)
 	log_info("connected to %s (%u QP%s, peer instance %016" PRIx64 ")", conn->name,
 		 conn->n_links, conn->n_links == 1 ? "" : "s", conn->peer_instance);
 	/* Xfers queued while connecting may name an older start of this peer. */
-	list_for_each_safe(pos, tmp, &conn->pending)
-	{
-		struct xfer *xfer = container_of(pos, struct xfer, link);
-		if (xfer->remote_instance != conn->peer_instance) {
+	for (int q = 0; q < 2; q++) {
+		struct list_node *queue = q ? &conn->msg_pending : &conn->pending;
+		list_for_each_safe(pos, tmp, queue)
+		{
+			struct xfer *xfer = container_of(pos, struct xfer, link);
+			if (xfer->remote_instance == conn->peer_instance) {
+				continue;
+			}
 			list_del(pos);
 			conn->n_pending--;
+			if (q) {
+				conn->n_msg_pending--;
+			}
 			finish(conn->table, xfer, RDMAX_E_NOT_FOUND,
 			       "stale descriptor: it names daemon instance %016" PRIx64
 			       ", the peer at %s is instance %016" PRIx64,
@@ -781,9 +890,11 @@ static struct conn *conn_new(struct conn_table *t, const struct endpoint *peer, 
 		snprintf(conn->name, sizeof(conn->name), "%s:%u", peer->addr, peer->port);
 	}
 	list_init(&conn->pending);
+	list_init(&conn->msg_pending);
 	for (uint32_t i = 0; i < conn->n_links; i++) {
 		conn->links[i].conn = conn;
 		conn->links[i].index = i;
+		list_init(&conn->links[i].awaiting);
 	}
 	conn->last_active_ms = now;
 	conn->state = CONN_BACKOFF;
@@ -827,7 +938,7 @@ static struct conn *find_conn(struct conn_table *t, const struct endpoint *peer)
 	return NULL;
 }
 
-int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
+static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 {
 	const struct conn_policy *p = &t->policy;
 
@@ -837,6 +948,9 @@ int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 	/* Every WR of an xfer goes in one post; it must fit a send queue. */
 	uint64_t wrs =
 		xfer->length == 0 ? 1 : (xfer->length + p->max_wr_bytes - 1) / p->max_wr_bytes;
+	if (xfer->wire_id) {
+		wrs = conn_msg_frames(xfer->length);
+	}
 	if (wrs + 1 >= p->sq_depth) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
@@ -861,7 +975,12 @@ int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 		       xfer->remote_instance, conn->name, conn->peer_instance);
 		return 0;
 	}
-	list_add_tail(&conn->pending, &xfer->link);
+	if (xfer->wire_id) {
+		list_add_tail(&conn->msg_pending, &xfer->link);
+		conn->n_msg_pending++;
+	} else {
+		list_add_tail(&conn->pending, &xfer->link);
+	}
 	conn->n_pending++;
 	if (conn->state == CONN_ESTABLISHED) {
 		mark_dirty(conn);
@@ -869,22 +988,100 @@ int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 	return 0;
 }
 
-/* Post pending xfers, spread over the links with credits. */
-static void conn_pump(struct conn *conn, uint64_t now)
+int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
+{
+	xfer->wire_id = 0;
+	return submit(t, xfer, now);
+}
+
+int conn_submit_message(struct conn_table *t, struct conn_msg *msg, uint64_t now)
+{
+	struct xfer *xfer = &msg->xfer;
+	uint64_t id = xfer->wire_id;
+
+	if (id == 0 || id == UINT64_MAX || xfer->length == 0 || xfer->length > CONN_MSG_BODY_MAX ||
+	    !xfer->payload) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (hmap_get(&t->msgs, id)) {
+		return -EEXIST;
+	}
+	msg->link = NULL;
+	msg->sent = msg->awaiting = msg->answered = false;
+	msg->status = 0;
+	msg->text[0] = '\0';
+	list_init(&msg->node);
+	if (hmap_put(&t->msgs, id, msg) < 0) {
+		return -ENOMEM;
+	}
+	msg->registered = true;
+	int ret = submit(t, xfer, now);
+	if (ret < 0) {
+		hmap_del(&t->msgs, id);
+		msg->registered = false;
+	}
+	return ret;
+}
+
+/* Post n WRs planned for link; false when that failed and took the connection down. */
+static bool post_planned(struct conn *conn, struct conn_link *link, size_t n, uint64_t now)
 {
 	struct conn_table *t = conn->table;
 	const struct conn_policy *p = policy(conn);
 	char why[CONN_MSG_MAX];
 	char message[CONN_MSG_MAX];
 
+	for (size_t i = 0; i < n; i++) {
+		struct conn_msg *msg = t->wrbuf[i].xfer ? as_msg(t->wrbuf[i].xfer) : NULL;
+		if (msg) {
+			/* Only this link's peer may answer it. */
+			msg->link = link;
+		}
+	}
+	t->outstanding_wrs += n;
+	conn->last_active_ms = now;
+	/* One post list (one doorbell) per policy.batch WRs. */
+	for (size_t i = 0; i < n; i += p->batch) {
+		why[0] = '\0';
+		if (t->ops->link_post(t->ctx, link, t->wrbuf + i, MIN(n - i, p->batch), why,
+				      sizeof(why)) < 0) {
+			snprintf(message, sizeof(message), "posting to %s failed: %s", conn->name,
+				 why);
+			log_warn("%s", message);
+			conn_down(conn, RDMAX_E_TRANSPORT_ERROR, message);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Post pending xfers, spread over the links with credits; messages on the first link. */
+static void conn_pump(struct conn *conn, uint64_t now)
+{
+	struct conn_table *t = conn->table;
+	const struct conn_policy *p = policy(conn);
+	struct conn_link *first = &conn->links[0];
+
 	if (conn->state == CONN_ESTABLISHED && conn->n_pending > 0 && conn_outstanding(conn) == 0) {
 		/* The no-progress clock starts with the first WR of a busy period. */
 		conn->last_progress_ms = now;
 	}
-	while (conn->state == CONN_ESTABLISHED && conn->n_pending > 0) {
+	/* RC orders one QP only: messages to a peer arrive in order because they share one. */
+	if (conn->state == CONN_ESTABLISHED && conn->n_msg_pending > 0 && first->state == LINK_UP) {
+		uint32_t before = conn->n_msg_pending;
+		size_t max = MIN(sq_plan_credits(&first->sq), p->sq_depth);
+		size_t n = sq_plan_build(&first->sq, &conn->msg_pending, &conn->n_msg_pending, max,
+					 t->wrbuf);
+		conn->n_pending -= before - conn->n_msg_pending;
+		if (n > 0 && !post_planned(conn, first, n, now)) {
+			return;
+		}
+	}
+	uint32_t data = conn->n_pending - conn->n_msg_pending;
+	while (conn->state == CONN_ESTABLISHED && data > 0) {
 		bool progressed = false;
-		uint32_t share = (conn->n_pending + conn->n_links - 1) / conn->n_links;
-		for (uint32_t k = 0; k < conn->n_links && conn->n_pending > 0; k++) {
+		uint32_t share = (data + conn->n_links - 1) / conn->n_links;
+		for (uint32_t k = 0; k < conn->n_links && data > 0; k++) {
 			struct conn_link *link = &conn->links[(conn->rr + k) % conn->n_links];
 			struct xfer *head = container_of(conn->pending.next, struct xfer, link);
 			uint32_t credits = sq_plan_credits(&link->sq);
@@ -895,24 +1092,14 @@ static void conn_pump(struct conn *conn, uint64_t now)
 			uint64_t want = MAX((uint64_t)share, sq_plan_wrs_for(&link->sq, head));
 			size_t max =
 				(size_t)MIN(MIN((uint64_t)credits, want), (uint64_t)p->sq_depth);
-			size_t n = sq_plan_build(&link->sq, &conn->pending, &conn->n_pending, max,
-						 t->wrbuf);
+			uint32_t before = data;
+			size_t n = sq_plan_build(&link->sq, &conn->pending, &data, max, t->wrbuf);
+			conn->n_pending -= before - data;
 			if (n == 0) {
 				continue;
 			}
-			t->outstanding_wrs += n;
-			conn->last_active_ms = now;
-			/* One post list (one doorbell) per policy.batch WRs. */
-			for (size_t i = 0; i < n; i += p->batch) {
-				why[0] = '\0';
-				if (t->ops->link_post(t->ctx, link, t->wrbuf + i,
-						      MIN(n - i, p->batch), why, sizeof(why)) < 0) {
-					snprintf(message, sizeof(message),
-						 "posting to %s failed: %s", conn->name, why);
-					log_warn("%s", message);
-					conn_down(conn, RDMAX_E_TRANSPORT_ERROR, message);
-					return;
-				}
+			if (!post_planned(conn, link, n, now)) {
+				return;
 			}
 			progressed = true;
 		}
@@ -939,8 +1126,9 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 	if (!ok && !sq->failed && !flush) {
 		struct sq_slot *slot = &sq->ring[seq % sq->depth];
 		enum xfer_op op = slot->xfer ? slot->xfer->op : XFER_WRITE;
-		link->cause_err = conn_wc_error(wc_status, vendor_err, op, conn->name,
-						link->cause_msg, sizeof(link->cause_msg));
+		const char *what = slot->xfer && slot->xfer->wire_id ? "SEND to" : op_name(op);
+		link->cause_err = wc_error(wc_status, vendor_err, what, conn->name, link->cause_msg,
+					   sizeof(link->cause_msg));
 		log_info("connection to %s QP %u: %s", conn->name, link->index, link->cause_msg);
 	}
 	if (!ok) {
@@ -1449,8 +1637,13 @@ int conn_table_init(struct conn_table *t, const struct conn_policy *policy,
 	if ((ret = hmap_init(&t->replay, 64)) < 0) {
 		goto out_groups;
 	}
+	if ((ret = hmap_init(&t->msgs, 64)) < 0) {
+		goto out_replay;
+	}
 	return 0;
 
+out_replay:
+	hmap_fini(&t->replay);
 out_groups:
 	hmap_fini(&t->groups);
 out_by_peer:
@@ -1477,6 +1670,7 @@ void conn_table_fini(struct conn_table *t)
 		list_del(&conn->link);
 		conn_free(conn);
 	}
+	hmap_fini(&t->msgs);
 	hmap_fini(&t->replay);
 	hmap_fini(&t->groups);
 	hmap_fini(&t->by_peer);
@@ -1872,4 +2066,239 @@ int conn_pd_verdict(uint8_t *buf, size_t size, int verdict)
 	buf[5] = CONN_PD_VERDICT;
 	put_u32(buf + 8, (uint32_t)verdict);
 	return 12;
+}
+
+/* ============================================================== messages */
+
+#define FRAME_VERSION 1
+/* Statuses an answer may carry: 0 and the RDMAX_E_* range. */
+#define STATUS_LOWEST  (-1199)
+#define STATUS_HIGHEST (-1001)
+
+uint32_t conn_msg_frames(uint64_t body_len)
+{
+	if (body_len == 0) {
+		return 1;
+	}
+	return (uint32_t)((body_len + CONN_FRAME_DATA - 1) / CONN_FRAME_DATA);
+}
+
+uint32_t conn_msg_frame_len(uint64_t body_len, uint32_t index)
+{
+	uint64_t off = (uint64_t)index * CONN_FRAME_DATA;
+
+	if (off >= body_len) {
+		return CONN_FRAME_HDR;
+	}
+	return CONN_FRAME_HDR + (uint32_t)MIN((uint64_t)CONN_FRAME_DATA, body_len - off);
+}
+
+static void frame_header(uint8_t *p, enum conn_frame_type type, uint8_t name_len, uint8_t from_len,
+			 uint64_t id, uint32_t a, uint32_t b)
+{
+	memset(p, 0, CONN_FRAME_HDR);
+	put_u32(p, CONN_FRAME_MAGIC);
+	p[4] = FRAME_VERSION;
+	p[5] = (uint8_t)type;
+	p[6] = name_len;
+	p[7] = from_len;
+	put_u64(p + 8, id);
+	put_u32(p + 16, a);
+	put_u32(p + 20, b);
+}
+
+int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name, const char *from,
+		    const uint8_t *payload, uint32_t payload_len)
+{
+	size_t name_len = name ? strnlen(name, TRANSPORT_MAILBOX_NAME_MAX + 1) : 0;
+	size_t from_len = from ? strnlen(from, CONN_FROM_MAX + 1) : 0;
+
+	if (id == 0 || id == UINT64_MAX || name_len == 0 || name_len > TRANSPORT_MAILBOX_NAME_MAX ||
+	    from_len > CONN_FROM_MAX || payload_len > TRANSPORT_MESSAGE_PAYLOAD_MAX ||
+	    (payload_len > 0 && !payload)) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	const uint8_t *src[3] = {(const uint8_t *)name, (const uint8_t *)from, payload};
+	const uint32_t len[3] = {(uint32_t)name_len, (uint32_t)from_len, payload_len};
+	uint32_t body_len = len[0] + len[1] + len[2];
+	uint32_t frames = conn_msg_frames(body_len);
+	if (size <
+	    (size_t)(frames - 1) * CONN_FRAME_MAX + conn_msg_frame_len(body_len, frames - 1)) {
+		return -ENOSPC;
+	}
+	for (uint32_t i = 0; i < frames; i++) {
+		uint8_t *f = staging + (size_t)i * CONN_FRAME_MAX;
+		uint32_t off = i * CONN_FRAME_DATA;
+		uint32_t end = off + conn_msg_frame_len(body_len, i) - CONN_FRAME_HDR;
+		uint32_t base = 0;
+
+		frame_header(f, CONN_FRAME_MESSAGE, (uint8_t)name_len, (uint8_t)from_len, id,
+			     payload_len, off);
+		/* The body is name | from | payload: copy the part of each piece in [off, end). */
+		for (int k = 0; k < 3; k++) {
+			uint32_t s = MAX(off, base), e = MIN(end, base + len[k]);
+			if (s < e) {
+				memcpy(f + CONN_FRAME_HDR + (s - off), src[k] + (s - base), e - s);
+			}
+			base += len[k];
+		}
+	}
+	return (int)body_len;
+}
+
+int conn_answer_encode(uint8_t *buf, size_t size, uint64_t id, int status, const char *text)
+{
+	size_t n = text ? strnlen(text, CONN_ANSWER_TEXT_MAX) : 0;
+
+	if (size < CONN_FRAME_HDR + n) {
+		return -ENOSPC;
+	}
+	frame_header(buf, CONN_FRAME_ANSWER, 0, 0, id, (uint32_t)status, (uint32_t)n);
+	memcpy(buf + CONN_FRAME_HDR, text, n);
+	return (int)(CONN_FRAME_HDR + n);
+}
+
+int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_frame)
+{
+	struct conn_frame f;
+
+	if (!buf || len < CONN_FRAME_HDR || len > CONN_FRAME_MAX ||
+	    get_u32(buf) != CONN_FRAME_MAGIC || buf[4] != FRAME_VERSION) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	for (size_t i = 24; i < CONN_FRAME_HDR; i++) {
+		if (buf[i]) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+	}
+	memset(&f, 0, sizeof(f));
+	f.id = get_u64(buf + 8);
+	f.data = buf + CONN_FRAME_HDR;
+	f.data_len = (uint32_t)(len - CONN_FRAME_HDR);
+	if (f.id == 0 || f.id == UINT64_MAX) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	switch (buf[5]) {
+	case CONN_FRAME_MESSAGE: {
+		f.type = CONN_FRAME_MESSAGE;
+		f.name_len = buf[6];
+		f.from_len = buf[7];
+		f.payload_len = get_u32(buf + 16);
+		f.offset = get_u32(buf + 20);
+		if (f.name_len == 0 || f.name_len > TRANSPORT_MAILBOX_NAME_MAX ||
+		    f.from_len > CONN_FROM_MAX || f.payload_len > TRANSPORT_MESSAGE_PAYLOAD_MAX) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+		/* Each term is bounded above, so the sum cannot wrap. */
+		uint32_t body_len = (uint32_t)f.name_len + f.from_len + f.payload_len;
+		if (f.offset >= body_len || f.offset % CONN_FRAME_DATA != 0 ||
+		    f.data_len != MIN((uint32_t)CONN_FRAME_DATA, body_len - f.offset)) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+		break;
+	}
+	case CONN_FRAME_ANSWER:
+		f.type = CONN_FRAME_ANSWER;
+		f.status = (int)(int32_t)get_u32(buf + 16);
+		if (buf[6] || buf[7] || get_u32(buf + 20) != f.data_len ||
+		    f.data_len > CONN_ANSWER_TEXT_MAX ||
+		    (f.status != 0 && (f.status < STATUS_LOWEST || f.status > STATUS_HIGHEST))) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+		break;
+	default:
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	*ret_frame = f;
+	return 0;
+}
+
+void conn_msg_rx_reset(struct conn_msg_rx *rx)
+{
+	free(rx->owned);
+	memset(rx, 0, sizeof(*rx));
+}
+
+int conn_msg_rx_feed(struct conn_msg_rx *rx, const struct conn_frame *f)
+{
+	uint32_t body_len = (uint32_t)f->name_len + f->from_len + f->payload_len;
+
+	/* Checked again: a frame here need not come from conn_frame_decode(). */
+	if (f->type != CONN_FRAME_MESSAGE || f->data_len == 0 || f->offset > body_len ||
+	    f->data_len > body_len - f->offset || f->payload_len > TRANSPORT_MESSAGE_PAYLOAD_MAX ||
+	    rx->body) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	if (!rx->owned) {
+		if (f->offset != 0) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+		rx->id = f->id;
+		rx->name_len = f->name_len;
+		rx->from_len = f->from_len;
+		rx->payload_len = f->payload_len;
+		if (f->data_len == body_len) {
+			/* One frame: used where it landed. */
+			rx->got = body_len;
+			rx->body = f->data;
+			goto complete;
+		}
+		rx->owned = malloc(body_len);
+		if (!rx->owned) {
+			return -ENOMEM;
+		}
+	} else if (f->id != rx->id || f->name_len != rx->name_len || f->from_len != rx->from_len ||
+		   f->payload_len != rx->payload_len || f->offset != rx->got) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	memcpy(rx->owned + rx->got, f->data, f->data_len);
+	rx->got += f->data_len;
+	if (rx->got < body_len) {
+		return 0;
+	}
+	rx->body = rx->owned;
+complete:
+	for (uint32_t i = 0; i < rx->from_len; i++) {
+		uint8_t c = rx->body[rx->name_len + i];
+		if (c < 0x20 || c > 0x7e) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+	}
+	return 1;
+}
+
+void conn_link_answer(struct conn_link *link, const struct conn_frame *a, uint64_t now)
+{
+	struct conn *conn = link->conn;
+	struct conn_table *t = conn->table;
+	struct conn_msg *msg = a->type == CONN_FRAME_ANSWER ? hmap_get(&t->msgs, a->id) : NULL;
+	char text[CONN_MSG_MAX];
+	uint32_t n = MIN(a->data_len, (uint32_t)CONN_ANSWER_TEXT_MAX);
+
+	/* Only the peer a message went to may finish it, and only once. */
+	if (!msg || msg->link != link || msg->answered) {
+		log_debug("connection to %s: answer to message %" PRIu64 " that is not waiting "
+			  "there; ignored",
+			  conn->name, a->id);
+		return;
+	}
+	conn->last_progress_ms = now;
+	conn->last_active_ms = now;
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t c = a->data[i];
+		text[i] = c >= 0x20 && c <= 0x7e ? (char)c : '?';
+	}
+	text[n] = '\0';
+	if (a->status != 0 && n == 0) {
+		snprintf(text, sizeof(text), "%s refused the message: %s", conn->name,
+			 rdmax_strerror(a->status));
+	}
+	if (msg->sent) {
+		finish(t, &msg->xfer, a->status, "%s", text);
+		return;
+	}
+	/* Before our completion: the last frame's retirement finishes it. */
+	msg->answered = true;
+	msg->status = a->status;
+	memcpy(msg->text, text, sizeof(msg->text));
 }

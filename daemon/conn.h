@@ -36,6 +36,7 @@ enum wr_kind {
 	WR_WRITE,     /* RDMA WRITE of part of an xfer */
 	WR_WRITE_IMM, /* RDMA WRITE with immediate: the last WR of an xfer that carries imm */
 	WR_READ,      /* RDMA READ of part of an xfer */
+	WR_SEND,      /* two-sided SEND of one frame of a message (from its staging) */
 	WR_MARKER,   /* signaled empty WRITE after the QP went to error: its flush ends the drain */
 	WR_KIND_MAX, /* terminator */
 };
@@ -45,7 +46,7 @@ struct wr_desc {
 	struct xfer *xfer; /* NULL for the marker */
 	enum wr_kind kind;
 	uint64_t seq;    /* wr_id: position in the send queue's history */
-	uint64_t offset; /* bytes into the xfer (local and remote) */
+	uint64_t offset; /* bytes into the xfer (local and remote); WR_SEND: into the staging */
 	uint64_t length;
 	bool signaled;
 	bool inline_data;
@@ -101,7 +102,7 @@ void sq_plan_fini(struct sq_plan *plan);
 uint32_t sq_plan_credits(const struct sq_plan *plan);
 /* WRs posted and not yet retired. */
 uint32_t sq_plan_outstanding(const struct sq_plan *plan);
-/* WRs an xfer needs. */
+/* WRs an xfer needs (a message: one per frame). */
 uint64_t sq_plan_wrs_for(const struct sq_plan *plan, const struct xfer *xfer);
 
 /*
@@ -196,7 +197,9 @@ struct conn_link {
 	uint8_t request[56]; /* private data sent: the accept's proof covers it */
 	void *priv;          /* the transport's (rdma_cm id, device) */
 	char cause_msg[CONN_MSG_MAX];
-	int cause_err; /* error of the WR that failed first */
+	int cause_err;             /* error of the WR that failed first */
+	struct list_node awaiting; /* struct conn_msg sent here, waiting for their answer */
+	uint32_t n_awaiting;
 };
 
 struct conn {
@@ -215,7 +218,10 @@ struct conn {
 	bool ever_up;
 	bool dirty;               /* pending xfers may be postable */
 	struct list_node pending; /* xfers not yet posted (xfer->link) */
-	uint32_t n_pending;
+	uint32_t n_pending;       /* in both queues */
+	/* Messages not yet posted: all go on links[0], so they arrive in order. */
+	struct list_node msg_pending;
+	uint32_t n_msg_pending;
 	uint64_t bytes_sent;       /* written by completed xfers */
 	uint64_t bytes_received;   /* read by completed xfers */
 	uint64_t last_active_ms;   /* last post or completion */
@@ -325,6 +331,7 @@ struct conn_table {
 	uint32_t n_groups;        /* incoming connections (link groups) */
 	struct hmap groups;       /* group key -> count of live incoming links */
 	struct hmap replay;       /* MAC prefix -> expiry (ms) of seen connect requests */
+	struct hmap msgs;         /* message id -> struct conn_msg an answer may still finish */
 	uint64_t outstanding_wrs; /* posted and not retired, all links */
 	bool dirty;
 	bool shut;
@@ -380,7 +387,10 @@ void conn_table_tick(struct conn_table *table, uint64_t now_ms);
 /* Close a connection; its xfers fail with err / message. */
 void conn_close(struct conn *conn, int err, const char *message);
 
-/* WRs posted on a connection and not yet retired. */
+/*
+ * WRs posted on a connection and not yet retired, plus messages waiting for
+ * their answer (both keep the no-progress watchdog running).
+ */
 uint32_t conn_outstanding(const struct conn *conn);
 
 /* Fail everything with RDMAX_E_CANCELLED and close every connection. */
@@ -516,5 +526,125 @@ int conn_pd_verdict(uint8_t *buf, size_t size, int verdict);
 /* Incoming link groups for the connection limit. */
 int conn_table_group_add(struct conn_table *table, uint64_t instance, uint32_t group);
 void conn_table_group_del(struct conn_table *table, uint64_t instance, uint32_t group);
+
+/* ============================================================== messages */
+
+/*
+ * SEND messages (mailboxes) ride the same QPs as one-sided xfers. The
+ * requester cuts a message into frames, each one two-sided SEND into one
+ * receive buffer of the peer's SRQ (CONN_FRAME_MAX bytes), and the peer
+ * answers with one frame carrying the mailbox's status; the answer completes
+ * the message. Every frame repeats the message's id and sizes, so the
+ * receiver checks each one on its own before it copies a byte.
+ *
+ * Frame header (CONN_FRAME_HDR bytes, little-endian):
+ *   0 magic u32 "RXM1" | 4 version u8 | 5 type u8 | 6 name_len u8 | 7 from_len u8
+ *   8 id u64 | 16 payload_len u32 (answer: status i32) | 20 offset u32 (answer:
+ *   text_len u32) | 24..31 zero
+ * Message frame data: bytes [offset, offset + n) of the body, which is the
+ * mailbox name, the sender's node name and the payload; every frame but the
+ * last carries CONN_FRAME_DATA bytes. Answer data: the text (no NUL).
+ */
+#define CONN_FRAME_MAX  4096 /* bytes of one frame: every SRQ receive buffer holds one */
+#define CONN_FRAME_HDR  32
+#define CONN_FRAME_DATA (CONN_FRAME_MAX - CONN_FRAME_HDR)
+#define CONN_FROM_MAX   63 /* bytes of the sender's node name */
+#define CONN_MSG_BODY_MAX                                                                          \
+	(TRANSPORT_MAILBOX_NAME_MAX + CONN_FROM_MAX + TRANSPORT_MESSAGE_PAYLOAD_MAX)
+#define CONN_MSG_FRAMES_MAX ((CONN_MSG_BODY_MAX + CONN_FRAME_DATA - 1) / CONN_FRAME_DATA)
+/* Staging of one message: frame i at i * CONN_FRAME_MAX. */
+#define CONN_MSG_STAGING     (CONN_MSG_FRAMES_MAX * CONN_FRAME_MAX)
+#define CONN_ANSWER_TEXT_MAX (CONN_MSG_MAX - 1)
+#define CONN_ANSWER_MAX      (CONN_FRAME_HDR + CONN_ANSWER_TEXT_MAX)
+#define CONN_FRAME_MAGIC     0x314d5852u /* "RXM1" little-endian */
+
+enum conn_frame_type {
+	CONN_FRAME_MESSAGE = 1, /* part of a message, requester -> owner of the mailbox */
+	CONN_FRAME_ANSWER = 2,  /* the mailbox's status for a message, back */
+	CONN_FRAME_TYPE_MAX,    /* terminator */
+};
+
+/* A checked frame; data points into the buffer it was decoded from. */
+struct conn_frame {
+	enum conn_frame_type type;
+	uint64_t id; /* the requester's message id, never 0 */
+	uint8_t name_len;
+	uint8_t from_len;
+	uint32_t payload_len;
+	uint32_t offset;     /* body bytes before this frame's data */
+	int status;          /* answer: 0 or RDMAX_E_* */
+	const uint8_t *data; /* message: body bytes; answer: text */
+	uint32_t data_len;
+};
+
+/* Frames of a message body of body_len bytes, and the wire length of frame i. */
+uint32_t conn_msg_frames(uint64_t body_len);
+uint32_t conn_msg_frame_len(uint64_t body_len, uint32_t index);
+
+/*
+ * Lay out a message's frames in staging (size >= CONN_MSG_STAGING for the
+ * largest message): frame i at i * CONN_FRAME_MAX.
+ * \param from the sender's node name (0..CONN_FROM_MAX bytes)
+ * \return the body length, or RDMAX_E_INVALID_ARGUMENT / -ENOSPC
+ */
+int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name, const char *from,
+		    const uint8_t *payload, uint32_t payload_len);
+
+/* An answer frame (text cut to CONN_ANSWER_TEXT_MAX); returns its length or -ENOSPC. */
+int conn_answer_encode(uint8_t *buf, size_t size, uint64_t id, int status, const char *text);
+
+/*
+ * Check one received frame of len bytes without trusting any of it: sizes
+ * within their limits, the data exactly where the sizes put it, statuses
+ * that exist. \return 0 or RDMAX_E_PROTOCOL_ERROR
+ */
+int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_frame);
+
+/* Reassembly of one QP's incoming message (RC keeps its frames in order). */
+struct conn_msg_rx {
+	uint64_t id;
+	uint8_t name_len;
+	uint8_t from_len;
+	uint32_t payload_len;
+	uint32_t got;        /* body bytes so far */
+	const uint8_t *body; /* name | from | payload once complete */
+	uint8_t *owned;      /* the reassembly buffer (NULL for a one-frame message) */
+};
+
+/*
+ * Feed a decoded message frame. Returns 1 when the message is complete (body
+ * valid until conn_msg_rx_reset()), 0 when more frames follow, or
+ * RDMAX_E_PROTOCOL_ERROR (out of order, sizes that change, a sender name that
+ * is not printable) / -ENOMEM; the caller then resets.
+ */
+int conn_msg_rx_feed(struct conn_msg_rx *rx, const struct conn_frame *frame);
+void conn_msg_rx_reset(struct conn_msg_rx *rx);
+
+/*
+ * A message as the connection carries it: the transport stages its frames
+ * and fills xfer (peer, remote_instance, length = body bytes, payload = the
+ * staging, wire_id = a unique id, done); done runs once, with the peer's
+ * answer or the failure that prevented it.
+ */
+struct conn_msg {
+	struct xfer xfer;
+	struct conn_link *link; /* the link its frames went out on */
+	struct list_node node;  /* in link->awaiting while sent and unanswered */
+	bool registered;        /* in table->msgs: an answer may still finish it */
+	bool sent;              /* every frame completed */
+	bool awaiting;          /* on link->awaiting */
+	bool answered;          /* the answer came before the frames' completion */
+	int status;
+	char text[CONN_MSG_MAX];
+};
+
+/* Queue a message like conn_submit() queues an xfer (same contract and errors). */
+int conn_submit_message(struct conn_table *table, struct conn_msg *msg, uint64_t now_ms);
+
+/*
+ * An answer frame arrived on link: completes its message when the message
+ * went out on that link (anything else is ignored).
+ */
+void conn_link_answer(struct conn_link *link, const struct conn_frame *answer, uint64_t now_ms);
 
 #endif

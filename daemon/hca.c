@@ -3,7 +3,9 @@
  * RDMA devices: the PD, CQ, completion channel, SRQ and async event fd of
  * each device the verbs transport uses, watched on the loop. Completions are
  * drained in bounded batches and the CQ is re-armed the race-free way (poll,
- * arm, poll again); the SRQ is refilled as receives are consumed. Async
+ * arm, poll again); the SRQ is refilled as receives are consumed. Each
+ * receive owns one buffer of a registered pool, and a buffer is on the SRQ at
+ * most once: it goes back only after its completion was handed out. Async
  * events are always acked (ibv_destroy_qp waits for that) and logged.
  * Never decides anything about connections or jobs: it reports to callbacks.
  */
@@ -11,6 +13,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "hca.h"
 #include "rdmax.h"
@@ -91,25 +94,57 @@ void hca_release_cqes(struct hca *hca, uint32_t n)
 static void srq_fill(struct hca *hca)
 {
 	struct ibv_recv_wr wrs[RECV_CHAIN];
+	struct ibv_sge sges[RECV_CHAIN];
 
-	while (!hca->dead && hca->srq_posted < hca->srq_depth) {
-		uint32_t n = MIN(hca->srq_depth - hca->srq_posted, (uint32_t)RECV_CHAIN);
+	while (!hca->dead && hca->n_recv_free > 0) {
+		uint32_t n = MIN(hca->n_recv_free, (uint32_t)RECV_CHAIN);
+		uint32_t *idx = &hca->recv_free[hca->n_recv_free - n];
 		memset(wrs, 0, n * sizeof(wrs[0]));
 		for (uint32_t i = 0; i < n; i++) {
-			/* No scatter list: WRITE_WITH_IMM places its payload by rkey. */
-			wrs[i].wr_id = HCA_RECV_WR_ID;
+			/*
+			 * A WRITE_WITH_IMM places its payload by rkey and leaves the buffer
+			 * alone; a SEND (one message frame) lands in it.
+			 */
+			sges[i].addr = (uintptr_t)(hca->recv_buf + (size_t)idx[i] * HCA_RECV_BYTES);
+			sges[i].length = HCA_RECV_BYTES;
+			sges[i].lkey = hca->recv_mr->lkey;
+			wrs[i].wr_id = HCA_RECV_TAG | idx[i];
+			wrs[i].sg_list = &sges[i];
+			wrs[i].num_sge = 1;
 			wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
 		}
 		int ret = verbs_post_srq_recv(hca->srq, wrs);
 		if (ret < 0) {
-			/* Only the WRs before the bad one were posted; their count is unknown. */
 			log_ratelimited(&hca->table->rl, LOG_ERR,
 					"ibv_post_srq_recv() on '%s' failed: %s", hca->name,
 					strerror(-ret));
 			return;
 		}
-		hca->srq_posted += n;
+		/* The posted ones are the first ret of the chain: the top of the stack stays. */
+		if ((uint32_t)ret < n) {
+			memmove(idx, idx + ret, (n - (uint32_t)ret) * sizeof(*idx));
+		}
+		hca->n_recv_free -= (uint32_t)ret;
+		hca->srq_posted += (uint32_t)ret;
+		if ((uint32_t)ret < n) {
+			log_ratelimited(&hca->table->rl, LOG_ERR,
+					"ibv_post_srq_recv() on '%s' posted %d of %u receives",
+					hca->name, ret, n);
+			return;
+		}
 	}
+}
+
+/* A receive completed: its buffer may go back on the SRQ. */
+static void recv_release(struct hca *hca, uint64_t wr_id)
+{
+	uint64_t i = wr_id & ~HCA_RECV_TAG;
+
+	if (i >= hca->srq_depth || hca->n_recv_free >= hca->srq_depth) {
+		return;
+	}
+	hca->recv_free[hca->n_recv_free++] = (uint32_t)i;
+	hca->srq_posted -= MIN(1u, hca->srq_posted);
 }
 
 int hca_poll(struct hca *hca, int budget)
@@ -128,22 +163,28 @@ int hca_poll(struct hca *hca, int budget)
 			break;
 		}
 		for (int i = 0; i < n; i++) {
-			if (wc[i].wr_id != HCA_RECV_WR_ID) {
+			if (!(wc[i].wr_id & HCA_RECV_TAG)) {
 				cb->send_wc(cb->ctx, hca, &wc[i]);
 				continue;
 			}
-			hca->srq_posted -= MIN(1u, hca->srq_posted);
+			uint64_t idx = wc[i].wr_id & ~HCA_RECV_TAG;
 			recv = true;
 			if (wc[i].status == IBV_WC_SUCCESS &&
 			    wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 				hca->n_imm++;
 				cb->imm(cb->ctx, hca, ntohl(wc[i].imm_data));
+			} else if (wc[i].status == IBV_WC_SUCCESS && wc[i].opcode == IBV_WC_RECV &&
+				   idx < hca->srq_depth && wc[i].byte_len <= HCA_RECV_BYTES) {
+				hca->n_recv++;
+				cb->recv(cb->ctx, hca, wc[i].qp_num,
+					 hca->recv_buf + idx * HCA_RECV_BYTES, wc[i].byte_len);
 			} else if (wc[i].status != IBV_WC_SUCCESS &&
 				   wc[i].status != IBV_WC_WR_FLUSH_ERR) {
 				log_ratelimited(&hca->table->rl, LOG_WARNING,
 						"receive on '%s' (QP %u) failed: %s", hca->name,
 						wc[i].qp_num, verbs_wc_status_str(wc[i].status));
 			}
+			recv_release(hca, wc[i].wr_id);
 		}
 		done += n;
 		hca->n_wc += (uint64_t)n;
@@ -316,10 +357,52 @@ static void hca_destroy(struct hca *hca)
 		log_warn("ibv_destroy_comp_channel() on '%s' failed: %s", hca->name,
 			 strerror(-ret));
 	}
+	if ((ret = verbs_dereg_mr(hca->recv_mr)) < 0) {
+		log_warn("ibv_dereg_mr() of the receive buffers on '%s' failed: %s", hca->name,
+			 strerror(-ret));
+	}
 	if ((ret = verbs_dealloc_pd(hca->pd)) < 0) {
 		log_warn("ibv_dealloc_pd() on '%s' failed: %s", hca->name, strerror(-ret));
 	}
+	if (hca->recv_buf) {
+		munmap(hca->recv_buf, (size_t)hca->srq_depth * HCA_RECV_BYTES);
+	}
+	free(hca->recv_free);
 	free(hca);
+}
+
+/* One registered buffer per receive; each starts on the free stack. */
+static int recv_buffers(struct hca *hca)
+{
+	size_t len = (size_t)hca->srq_depth * HCA_RECV_BYTES;
+	void *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int ret;
+
+	if (buf == MAP_FAILED) {
+		ret = -errno;
+		log_err("mmap() of %zu bytes of receive buffers for '%s' failed: %s", len,
+			hca->name, strerror(-ret));
+		return ret;
+	}
+	hca->recv_buf = buf;
+	hca->recv_free = calloc(hca->srq_depth, sizeof(*hca->recv_free));
+	if (!hca->recv_free) {
+		return -ENOMEM;
+	}
+	ret = verbs_reg_mr(hca->pd, buf, len, (uintptr_t)buf, IBV_ACCESS_LOCAL_WRITE,
+			   &hca->recv_mr);
+	if (ret < 0) {
+		log_err("ibv_reg_mr() of %zu bytes of receive buffers on '%s' failed: %s%s", len,
+			hca->name, strerror(-ret),
+			ret == -ENOMEM ? " (check the locked-memory limit, ulimit -l)" : "");
+		return ret;
+	}
+	/* Popped from the top: buffer 0 goes first. */
+	for (uint32_t i = 0; i < hca->srq_depth; i++) {
+		hca->recv_free[i] = hca->srq_depth - 1 - i;
+	}
+	hca->n_recv_free = hca->srq_depth;
+	return 0;
 }
 
 static int query(struct hca *hca)
@@ -402,6 +485,9 @@ int hca_open(struct hca_table *table, struct ibv_context *ctx, struct hca **ret_
 	}
 	/* Every receive can complete once: the CQ must hold them all. */
 	hca->cq_reserved = hca->srq_depth;
+	if ((ret = recv_buffers(hca)) < 0) {
+		goto out_free;
+	}
 	if ((ret = verbs_set_nonblock(hca->channel->fd)) < 0 ||
 	    (ret = verbs_set_nonblock(ctx->async_fd)) < 0) {
 		log_err("fcntl(O_NONBLOCK) on a '%s' fd failed: %s", hca->name, strerror(-ret));
@@ -438,9 +524,9 @@ int hca_open(struct hca_table *table, struct ibv_context *ctx, struct hca **ret_
 	hca->open_handles = 2;
 	table->handles += 2;
 	table->hcas[table->n++] = hca;
-	log_info("device '%s': CQ %u entries, SRQ %u receives, max_qp_rd_atom %d, "
+	log_info("device '%s': CQ %u entries, SRQ %u receives of %u bytes, max_qp_rd_atom %d, "
 		 "max_mr_size %#llx",
-		 hca->name, hca->cq_size, hca->srq_depth, hca->attr.max_qp_rd_atom,
+		 hca->name, hca->cq_size, hca->srq_depth, HCA_RECV_BYTES, hca->attr.max_qp_rd_atom,
 		 (unsigned long long)hca->attr.max_mr_size);
 	*ret_hca = hca;
 	return 0;

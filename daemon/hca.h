@@ -2,8 +2,9 @@
 /*
  * RDMA devices (HCAs) the verbs transport uses: per device one protection
  * domain, one completion queue shared by every QP of the device (with a
- * completion channel on the loop), one shared receive queue for the receives
- * that WRITE_WITH_IMM consumes, async events and port state. The module has no
+ * completion channel on the loop), one shared receive queue whose receives
+ * WRITE_WITH_IMM and two-sided SENDs (message frames) consume, each with its
+ * own registered buffer, async events and port state. The module has no
  * policy: completions and events go to the callbacks its user installs.
  */
 #ifndef RDMAXD_HCA_H
@@ -17,8 +18,10 @@
 #include "region.h"
 #include "verbs.h"
 
-/* wr_id of every SRQ receive; send WRs never use it. */
-#define HCA_RECV_WR_ID UINT64_MAX
+/* wr_id of an SRQ receive: this bit plus its buffer's index; send WRs never set it. */
+#define HCA_RECV_TAG (UINT64_C(1) << 63)
+/* Bytes of each receive buffer: the largest SEND a peer may post to us. */
+#define HCA_RECV_BYTES 4096
 #define HCA_MAX_PORTS  8
 /* Largest CQ asked for; devices with less get their maximum. */
 #define HCA_CQ_MAX 65536
@@ -32,6 +35,11 @@ struct hca_callbacks {
 	void (*send_wc)(void *ctx, struct hca *hca, const struct ibv_wc *wc);
 	/* A WRITE_WITH_IMM landed carrying imm (host order). */
 	void (*imm)(void *ctx, struct hca *hca, uint32_t imm);
+	/*
+	 * A SEND of len (<= HCA_RECV_BYTES) bytes landed on QP qp_num; buf is
+	 * reposted after the call returns.
+	 */
+	void (*recv)(void *ctx, struct hca *hca, uint32_t qp_num, const uint8_t *buf, uint32_t len);
 	/* An async event about a QP (qp_num) or the whole device (qp_num 0). */
 	void (*async)(void *ctx, struct hca *hca, enum ibv_event_type type, uint32_t qp_num);
 	/* Called after a batch of the above from a loop callback. */
@@ -57,18 +65,23 @@ struct hca {
 	struct ibv_srq *srq;
 	uint32_t srq_depth;
 	uint32_t srq_posted; /* receives currently on the SRQ */
-	uint32_t cq_events;  /* notifications not yet acked */
-	bool armed;          /* the CQ will notify its next completion */
-	bool backlog;        /* the last poll stopped at its budget */
-	bool dead;           /* fatal device, CQ or SRQ error: no new work */
-	bool dmabuf;         /* ibv_reg_dmabuf_mr() works here */
+	uint8_t *recv_buf;   /* srq_depth buffers of HCA_RECV_BYTES */
+	struct ibv_mr *recv_mr;
+	uint32_t *recv_free; /* indices of buffers not on the SRQ */
+	uint32_t n_recv_free;
+	uint32_t cq_events; /* notifications not yet acked */
+	bool armed;         /* the CQ will notify its next completion */
+	bool backlog;       /* the last poll stopped at its budget */
+	bool dead;          /* fatal device, CQ or SRQ error: no new work */
+	bool dmabuf;        /* ibv_reg_dmabuf_mr() works here */
 	uv_poll_t comp_poll;
 	uv_poll_t async_poll;
 	uint32_t open_handles; /* loop handles not yet closed */
 	bool closing;          /* hca_table_close() started closing them */
 	struct hca_table *table;
-	uint64_t n_wc;  /* completions seen */
-	uint64_t n_imm; /* immediates landed */
+	uint64_t n_wc;   /* completions seen */
+	uint64_t n_imm;  /* immediates landed */
+	uint64_t n_recv; /* SENDs received */
 };
 
 struct hca_table {
@@ -96,8 +109,8 @@ struct hca *hca_find(struct hca_table *table, const struct ibv_context *ctx);
 
 /*
  * Poll the CQ for at most budget completions and hand them to the callbacks;
- * refills the SRQ. Returns the number handled (hca->backlog tells whether the
- * budget ran out).
+ * refills the SRQ with the buffers they released. Returns the number handled (hca->backlog tells
+ * whether the budget ran out).
  */
 int hca_poll(struct hca *hca, int budget);
 

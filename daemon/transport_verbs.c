@@ -6,7 +6,10 @@
  * (private data checked before any QP exists), the memory registration of
  * regions on every device, and the glue that runs the conn state machine
  * with real rdma_cm and verbs calls. Payload bytes never pass through the
- * daemon: the NICs move them between registered regions.
+ * daemon: the NICs move them between registered regions. The one exception
+ * is SEND messages (at most 64 KiB): their frames are copied into a
+ * registered staging pool, sent two-sided on the same QPs, reassembled at the
+ * owner of the mailbox and answered there with the mailbox's status.
  *
  * It never calls rdma-core except through verbs.h, never blocks the loop
  * (every fd is non-blocking and drained in bounded batches) and never calls
@@ -24,11 +27,14 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <sys/mman.h>
+
 #include "auth.h"
 #include "conn.h"
 #include "gpu.h"
 #include "hca.h"
 #include "log.h"
+#include "mailbox.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "region.h"
@@ -47,6 +53,14 @@
 #define DRAIN_MIN_MS   2000
 /* The region key picks the high bits of a region's iova (see region_iova()). */
 #define IOVA_KEY_SHIFT 41
+#define MSG_SLOTS      16   /* messages staged at once; more wait for a slot */
+#define PASSIVE_SQ     16   /* answers in flight on one accepted QP */
+#define ANSWER_SLOT    256  /* staging of one answer */
+#define ANSWERS_MAX    1024 /* answers one accepted QP may have waiting for its send queue */
+
+_Static_assert(CONN_FRAME_MAX <= HCA_RECV_BYTES, "a frame must fit one receive buffer");
+_Static_assert(CONN_ANSWER_MAX <= ANSWER_SLOT, "an answer must fit its staging slot");
+_Static_assert(CONN_MSG_FRAMES_MAX + 1 < SQ_DEPTH, "a message must fit a send queue");
 
 /* What an rdma_cm id's context points to. */
 enum obj_kind {
@@ -91,6 +105,14 @@ struct probe_ctx {
 	struct rdma_cm_id *id;
 };
 
+/* An answer waiting for the send queue of its accepted QP. */
+struct answer {
+	struct list_node link;
+	uint64_t id;
+	int status;
+	char text[CONN_MSG_MAX];
+};
+
 /* State of an accepted QP. */
 enum passive_state {
 	PASSIVE_ACCEPTING, /* rdma_accept() sent, waiting for ESTABLISHED */
@@ -111,6 +133,21 @@ struct passive {
 	uint32_t qp_num;
 	bool indexed;
 	char name[64];
+	struct conn_msg_rx rx; /* the message arriving on this QP */
+	uint8_t *ans_buf;      /* PASSIVE_SQ answer slots, registered on hca */
+	struct ibv_mr *ans_mr;
+	uint64_t ans_posted;        /* answers posted (each one's wr_id) */
+	uint64_t ans_done;          /* answers completed: every one is signaled */
+	struct list_node ans_queue; /* struct answer waiting for room in the send queue */
+	uint32_t n_queued;
+};
+
+/* One staged SEND message: its frames, and the engine's xfer it carries. */
+struct msg_slot {
+	struct conn_msg msg;
+	struct verbs_transport *vt;
+	struct xfer *user; /* NULL while the slot is free */
+	uint8_t *staging;  /* CONN_MSG_STAGING bytes of the pool */
 };
 
 struct conn_priv {
@@ -143,6 +180,15 @@ struct verbs_transport {
 	struct log_ratelimit rl;
 	struct ibv_send_wr wrs[SQ_DEPTH];
 	struct ibv_sge sges[SQ_DEPTH];
+	/* SEND messages: staging registered (local access only) on every device. */
+	uint8_t *pool;
+	struct ibv_mr *pool_mr[REGION_MAX_DEVICES];
+	struct msg_slot slots[MSG_SLOTS];
+	uint32_t free_slots[MSG_SLOTS];
+	uint32_t n_free_slots;
+	struct list_node msg_wait; /* engine xfers waiting for a slot (xfer->link) */
+	uint64_t next_msg_id;
+	char from[CONN_FROM_MAX + 1]; /* this node's name as frames carry it */
 };
 
 static void progress(struct verbs_transport *vt);
@@ -512,6 +558,19 @@ static int link_post(void *ctx, struct conn_link *link, const struct wr_desc *wr
 			continue;
 		}
 		struct xfer *x = d->xfer;
+		if (d->kind == WR_SEND) {
+			/* A message frame, from the staging pool (host memory). */
+			sge->addr = (uintptr_t)(x->payload + d->offset);
+			sge->length = (uint32_t)d->length;
+			sge->lkey = vt->pool_mr[hca->index]->lkey;
+			w->sg_list = sge;
+			w->num_sge = 1;
+			w->opcode = IBV_WR_SEND;
+			if (d->inline_data) {
+				w->send_flags |= IBV_SEND_INLINE;
+			}
+			continue;
+		}
 		/* Inline data is copied by the CPU: GPU memory (no mapping) goes by DMA. */
 		bool inline_data = d->inline_data && x->local && x->local->addr;
 		if (d->length > 0) {
@@ -742,14 +801,26 @@ static void passive_free(struct passive *p)
 			unindex_qp(vt, p->qp_num, &p->indexed);
 			verbs_cm_destroy_qp(p->id);
 		}
-		int ret = verbs_cm_destroy_id(p->id);
-		if (ret < 0) {
-			log_warn("rdma_destroy_id() failed: %s", strerror(-ret));
+		int err = verbs_cm_destroy_id(p->id);
+		if (err < 0) {
+			log_warn("rdma_destroy_id() failed: %s", strerror(-err));
 		}
 	}
 	if (p->hca && p->cqes) {
 		hca_release_cqes(p->hca, p->cqes);
 	}
+	/* The QP is gone: nothing reads the answer slots any more. */
+	while (!list_empty(&p->ans_queue)) {
+		struct answer *a = container_of(p->ans_queue.next, struct answer, link);
+		list_del(&a->link);
+		free(a);
+	}
+	conn_msg_rx_reset(&p->rx);
+	int ret = verbs_dereg_mr(p->ans_mr);
+	if (ret < 0) {
+		log_warn("ibv_dereg_mr() of answer slots failed: %s", strerror(-ret));
+	}
+	free(p->ans_buf);
 	conn_table_group_del(&vt->conns, p->instance, p->group);
 	list_del(&p->link);
 	free(p);
@@ -843,22 +914,34 @@ static void on_connect_request(struct verbs_transport *vt, struct listener *l,
 	p->hca = hca;
 	p->instance = req.instance;
 	p->group = req.group;
+	list_init(&p->ans_queue);
 	copy_string(p->name, sizeof(p->name), name);
 	list_add_tail(&vt->passives, &p->link);
-	/* The accepting QP only answers: its send queue stays empty. */
-	if (hca_reserve_cqes(hca, 1) < 0) {
+	/* The accepting QP only sends answers to messages, every one signaled. */
+	if (hca_reserve_cqes(hca, PASSIVE_SQ) < 0) {
 		p->id = NULL;
 		passive_free(p);
 		refuse(vt, id, name, CONN_REJ_RESOURCES);
 		return;
 	}
-	p->cqes = 1;
+	p->cqes = PASSIVE_SQ;
+	p->ans_buf = aligned_alloc(ANSWER_SLOT, PASSIVE_SQ * ANSWER_SLOT);
+	ret = p->ans_buf ? verbs_reg_mr(hca->pd, p->ans_buf, PASSIVE_SQ * ANSWER_SLOT,
+					(uintptr_t)p->ans_buf, 0, &p->ans_mr)
+			 : -ENOMEM;
+	if (ret < 0) {
+		log_warn("cannot register answer slots on '%s' for %s: %s", hca->name, name,
+			 strerror(-ret));
+		passive_free(p);
+		refuse(vt, id, name, CONN_REJ_RESOURCES);
+		return;
+	}
 	memset(&attr, 0, sizeof(attr));
 	attr.send_cq = hca->cq;
 	attr.recv_cq = hca->cq;
 	attr.srq = hca->srq;
 	attr.qp_type = IBV_QPT_RC;
-	attr.cap.max_send_wr = 1;
+	attr.cap.max_send_wr = PASSIVE_SQ;
 	attr.cap.max_send_sge = 1;
 	ret = verbs_cm_create_qp(id, hca->pd, &attr);
 	if (ret < 0) {
@@ -915,6 +998,171 @@ static void on_passive_event(struct passive *p, const struct cm_copy *ev)
 	default:
 		break;
 	}
+}
+
+/* ------------------------------------------------------- messages, owner's side */
+
+static int answer_post(struct passive *p, uint64_t id, int status, const char *text)
+{
+	uint8_t *buf = p->ans_buf + (p->ans_posted % PASSIVE_SQ) * ANSWER_SLOT;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	int len = conn_answer_encode(buf, ANSWER_SLOT, id, status, text);
+
+	if (len < 0) {
+		return len;
+	}
+	sge.addr = (uintptr_t)buf;
+	sge.length = (uint32_t)len;
+	sge.lkey = p->ans_mr->lkey;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = p->ans_posted;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	/* Every answer signaled: its completion frees its slot, in order (RC). */
+	wr.send_flags = IBV_SEND_SIGNALED;
+	int ret = verbs_post_send(p->id->qp, &wr);
+	if (ret == 0) {
+		p->ans_posted++;
+	}
+	return ret;
+}
+
+static bool answer_room(const struct passive *p)
+{
+	return p->ans_posted - p->ans_done < PASSIVE_SQ;
+}
+
+/* Post waiting answers while the send queue has room; false when p had to close. */
+static bool answers_flush(struct passive *p)
+{
+	while (!list_empty(&p->ans_queue) && answer_room(p)) {
+		struct answer *a = container_of(p->ans_queue.next, struct answer, link);
+		int ret = answer_post(p, a->id, a->status, a->text);
+		if (ret < 0) {
+			log_ratelimited(&p->vt->rl, LOG_WARNING,
+					"connection from %s closed: ibv_post_send() of an answer "
+					"failed: %s",
+					p->name, strerror(-ret));
+			passive_close(p, true, "an answer could not be posted");
+			return false;
+		}
+		list_del(&a->link);
+		p->n_queued--;
+		free(a);
+	}
+	return true;
+}
+
+static void answer(struct passive *p, uint64_t id, int status, const char *text)
+{
+	struct answer *a;
+
+	if (list_empty(&p->ans_queue) && answer_room(p)) {
+		int ret = answer_post(p, id, status, text);
+		if (ret < 0) {
+			log_ratelimited(&p->vt->rl, LOG_WARNING,
+					"connection from %s closed: ibv_post_send() of an answer "
+					"failed: %s",
+					p->name, strerror(-ret));
+			passive_close(p, true, "an answer could not be posted");
+		}
+		return;
+	}
+	/* A requester keeps few messages in flight: this many means it takes no answers. */
+	if (p->n_queued >= ANSWERS_MAX || !(a = calloc(1, sizeof(*a)))) {
+		log_ratelimited(&p->vt->rl, LOG_WARNING,
+				"connection from %s closed: %u answers wait for its send queue",
+				p->name, p->n_queued);
+		passive_close(p, true, "too many answers waiting");
+		return;
+	}
+	a->id = id;
+	a->status = status;
+	copy_string(a->text, sizeof(a->text), text);
+	list_add_tail(&p->ans_queue, &a->link);
+	p->n_queued++;
+}
+
+/* The daemon's own errors become statuses a peer understands. */
+static int wire_status(int err)
+{
+	if (err == 0 || (err <= RDMAX_E_INVALID_ARGUMENT && err >= RDMAX_E_DISCONNECTED)) {
+		return err;
+	}
+	return err == -ENOMEM ? RDMAX_E_RESOURCE_EXHAUSTED : RDMAX_E_INTERNAL;
+}
+
+/* A frame landed on an accepted QP: reassemble, deliver, answer. */
+static void passive_recv(struct passive *p, const uint8_t *buf, uint32_t len)
+{
+	struct rdmaxd *d = p->vt->daemon;
+	char name[TRANSPORT_MAILBOX_NAME_MAX + 1];
+	char from[CONN_FROM_MAX + 1];
+	char text[CONN_MSG_MAX] = "";
+	struct conn_frame f;
+	int status;
+
+	int ret = conn_frame_decode(buf, len, &f);
+	if (ret == 0) {
+		ret = f.type == CONN_FRAME_MESSAGE ? conn_msg_rx_feed(&p->rx, &f)
+						   : RDMAX_E_PROTOCOL_ERROR;
+	}
+	if (ret == 0) {
+		return; /* more frames follow */
+	}
+	if (ret < 0) {
+		/* A peer that breaks the format is not trusted with another frame. */
+		log_ratelimited(&p->vt->rl, LOG_WARNING, "connection from %s closed: %s", p->name,
+				ret == -ENOMEM ? "out of memory for an incoming message"
+					       : "malformed message frame");
+		passive_close(p, true, "malformed message frame");
+		return;
+	}
+	const struct conn_msg_rx *rx = &p->rx;
+	const uint8_t *payload = rx->body + rx->name_len + rx->from_len;
+	memcpy(name, rx->body, rx->name_len);
+	name[rx->name_len] = '\0';
+	memcpy(from, rx->body + rx->name_len, rx->from_len);
+	from[rx->from_len] = '\0';
+	if (memchr(rx->body, '\0', rx->name_len) || mailbox_name_check(name, rx->name_len) < 0) {
+		status = RDMAX_E_INVALID_ARGUMENT;
+		snprintf(text, sizeof(text),
+			 "mailbox name is not valid (1 to %u printable characters without spaces)",
+			 TRANSPORT_MAILBOX_NAME_MAX);
+	} else {
+		status = wire_status(
+			mailbox_deliver(d->mailboxes, name, payload, rx->payload_len, from));
+		if (status == RDMAX_E_NOT_FOUND) {
+			snprintf(text, sizeof(text), "no mailbox '%s' is open on node '%s'", name,
+				 d->node_name);
+		} else if (status < 0) {
+			snprintf(text, sizeof(text), "mailbox '%s' refused the message: %s", name,
+				 rdmax_strerror(status));
+		}
+	}
+	if (status < 0) {
+		log_ratelimited(&p->vt->rl, LOG_INFO, "refused message from %s: %s", p->name, text);
+	}
+	uint64_t id = rx->id;
+	conn_msg_rx_reset(&p->rx);
+	answer(p, id, status, text);
+}
+
+/* An answer's send completed (or failed: then the connection is gone). */
+static void passive_send_wc(struct passive *p, const struct ibv_wc *wc)
+{
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (wc->status != IBV_WC_WR_FLUSH_ERR) {
+			log_ratelimited(&p->vt->rl, LOG_INFO, "answer to %s failed: %s", p->name,
+					verbs_wc_status_str(wc->status));
+		}
+		passive_close(p, true, "an answer could not be sent");
+		return;
+	}
+	p->ans_done++;
+	answers_flush(p);
 }
 
 static void on_probe_event(struct probe_ctx *pc, const struct cm_copy *ev)
@@ -1255,6 +1503,10 @@ static void on_send_wc(void *ctx, struct hca *hca, const struct ibv_wc *wc)
 	struct verbs_transport *vt = ctx;
 	struct cm_obj *obj = hmap_get(&vt->qps, (uint64_t)wc->qp_num + 1);
 
+	if (obj && obj->kind == OBJ_PASSIVE) {
+		passive_send_wc((struct passive *)obj, wc);
+		return;
+	}
 	if (!obj || obj->kind != OBJ_LINK) {
 		/* A QP destroyed after a drain that gave up: its late completions mean nothing. */
 		return;
@@ -1268,6 +1520,36 @@ static void on_imm(void *ctx, struct hca *hca, uint32_t imm)
 	struct verbs_transport *vt = ctx;
 
 	imm_landed(&vt->daemon->imm, imm);
+}
+
+/* A SEND landed: a message frame at an accepted QP, an answer at one of ours. */
+static void on_recv(void *ctx, struct hca *hca, uint32_t qp_num, const uint8_t *buf, uint32_t len)
+{
+	struct verbs_transport *vt = ctx;
+	struct cm_obj *obj = hmap_get(&vt->qps, (uint64_t)qp_num + 1);
+	struct conn_frame f;
+
+	if (!obj) {
+		return; /* its QP is gone */
+	}
+	if (obj->kind == OBJ_PASSIVE) {
+		passive_recv((struct passive *)obj, buf, len);
+		return;
+	}
+	if (obj->kind != OBJ_LINK) {
+		return;
+	}
+	struct conn_link *link = ((struct link_ctx *)obj)->link;
+	if (conn_frame_decode(buf, len, &f) < 0 || f.type != CONN_FRAME_ANSWER) {
+		log_ratelimited(&vt->rl, LOG_WARNING,
+				"connection to %s closed: the peer sent a malformed answer (%u "
+				"bytes)",
+				link->conn->name, len);
+		conn_close(link->conn, RDMAX_E_PROTOCOL_ERROR,
+			   "the peer sent a malformed answer to a message");
+		return;
+	}
+	conn_link_answer(link, &f, now_ms());
 }
 
 static void on_async(void *ctx, struct hca *hca, enum ibv_event_type type, uint32_t qp_num)
@@ -1347,8 +1629,18 @@ static void on_check(uv_check_t *check)
 	if (vt->hcas.busy && vt->conns.outstanding_wrs == 0 && !backlog) {
 		/* Busy-polling ends: completions must wake the loop again. */
 		vt->hcas.busy = false;
+	}
+	if (!vt->hcas.busy) {
+		/*
+		 * Not spinning: every CQ must be armed, also one whose poll stopped at its
+		 * budget (left unarmed then) once its backlog is gone, or its next
+		 * completions (message frames, answers) would wait for an event that
+		 * never comes. A no-op for an armed CQ.
+		 */
 		for (uint32_t i = 0; i < vt->hcas.n; i++) {
-			hca_arm(vt->hcas.hcas[i]);
+			if (!vt->hcas.hcas[i]->backlog) {
+				hca_arm(vt->hcas.hcas[i]);
+			}
 		}
 	}
 	progress(vt);
@@ -1442,6 +1734,7 @@ static int verbs_submit(struct transport *transport, struct xfer *xfer)
 	if (ret < 0) {
 		return ret;
 	}
+	xfer->wire_id = 0; /* a one-sided xfer, not a message */
 	if (!iova_matches_key(xfer->peer.iova, xfer->remote_key)) {
 		/* Caught here, so a forged key never reaches the wire. */
 		snprintf(message, sizeof(message),
@@ -1452,6 +1745,163 @@ static int verbs_submit(struct transport *transport, struct xfer *xfer)
 		return 0;
 	}
 	return conn_submit(&vt->conns, xfer, now_ms());
+}
+
+/* ------------------------------------------------------- messages, sender's side */
+
+static void msg_done(struct xfer *wire, int err, const char *message);
+
+static void slot_free(struct verbs_transport *vt, struct msg_slot *s)
+{
+	s->user = NULL;
+	vt->free_slots[vt->n_free_slots++] = (uint32_t)(s - vt->slots);
+}
+
+/* Stage a message into a free slot and hand it to its connection. */
+static int msg_start(struct verbs_transport *vt, struct xfer *user)
+{
+	struct msg_slot *s = &vt->slots[vt->free_slots[--vt->n_free_slots]];
+	struct xfer *wire = &s->msg.xfer;
+	uint64_t id = ++vt->next_msg_id;
+	int ret;
+
+	s->user = user;
+	int body = conn_msg_encode(s->staging, CONN_MSG_STAGING, id, user->mailbox, vt->from,
+				   user->payload, (uint32_t)user->length);
+	if (body < 0) {
+		ret = body;
+		goto out_free;
+	}
+	memset(wire, 0, sizeof(*wire));
+	wire->op = XFER_WRITE;
+	wire->peer = user->peer;
+	wire->remote_instance = user->remote_instance;
+	wire->length = (uint64_t)body;
+	wire->mailbox = user->mailbox;
+	wire->payload = s->staging;
+	wire->wire_id = id;
+	wire->done = msg_done;
+	wire->ctx = s;
+	ret = conn_submit_message(&vt->conns, &s->msg, now_ms());
+	if (ret < 0) {
+		goto out_free;
+	}
+	return 0;
+
+out_free:
+	slot_free(vt, s);
+	return ret;
+}
+
+/* Start waiting messages while slots are free (never from inside send_message). */
+static void msg_pump(struct verbs_transport *vt)
+{
+	char text[RDMAX_MESSAGE_MAX];
+
+	while (vt->n_free_slots > 0 && !list_empty(&vt->msg_wait)) {
+		struct xfer *user = container_of(vt->msg_wait.next, struct xfer, link);
+		list_del(&user->link);
+		int ret = vt->shut ? RDMAX_E_CANCELLED : msg_start(vt, user);
+		if (ret < 0) {
+			snprintf(text, sizeof(text), "%s",
+				 ret == RDMAX_E_CANCELLED ? "daemon shutting down"
+							  : rdmax_strerror(ret));
+			user->done(user, ret, text);
+		}
+	}
+}
+
+/* The connection finished a message: free its slot, then tell the engine. */
+static void msg_done(struct xfer *wire, int err, const char *message)
+{
+	struct msg_slot *s = wire->ctx;
+	struct verbs_transport *vt = s->vt;
+	struct xfer *user = s->user;
+
+	slot_free(vt, s);
+	user->bytes_done = err ? 0 : user->length;
+	msg_pump(vt);
+	user->done(user, err, message);
+}
+
+/* SEND: a message to a mailbox of the peer daemon, answered with its status. */
+static int verbs_send_message(struct transport *transport, struct xfer *xfer)
+{
+	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
+	size_t name_len =
+		xfer->mailbox ? strnlen(xfer->mailbox, TRANSPORT_MAILBOX_NAME_MAX + 1) : 0;
+
+	if (vt->shut) {
+		return RDMAX_E_CANCELLED;
+	}
+	if (xfer->op != XFER_WRITE || xfer->peer.transport != ENDPOINT_VERBS || !xfer->done ||
+	    name_len == 0 || name_len > TRANSPORT_MAILBOX_NAME_MAX ||
+	    xfer->length > TRANSPORT_MESSAGE_PAYLOAD_MAX || (xfer->length > 0 && !xfer->payload) ||
+	    !memchr(xfer->peer.addr, '\0', sizeof(xfer->peer.addr))) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	xfer->bytes_done = 0;
+	/* In order: a message never overtakes one that waits for a slot. */
+	if (vt->n_free_slots == 0 || !list_empty(&vt->msg_wait)) {
+		list_add_tail(&vt->msg_wait, &xfer->link);
+		return 0;
+	}
+	return msg_start(vt, xfer);
+}
+
+/* The staging pool: MSG_SLOTS messages, registered for local reads on every device. */
+static int pool_open(struct verbs_transport *vt)
+{
+	size_t len = (size_t)MSG_SLOTS * CONN_MSG_STAGING;
+	void *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int ret;
+
+	if (buf == MAP_FAILED) {
+		ret = -errno;
+		log_err("mmap() of %zu bytes of message staging failed: %s", len, strerror(-ret));
+		return ret;
+	}
+	vt->pool = buf;
+	for (uint32_t i = 0; i < vt->hcas.n; i++) {
+		struct hca *hca = vt->hcas.hcas[i];
+		ret = verbs_reg_mr(hca->pd, buf, len, (uintptr_t)buf, 0, &vt->pool_mr[hca->index]);
+		if (ret < 0) {
+			log_err("ibv_reg_mr() of %zu bytes of message staging on '%s' failed: %s%s",
+				len, hca->name, strerror(-ret),
+				ret == -ENOMEM ? " (check the locked-memory limit, ulimit -l)"
+					       : "");
+			return ret;
+		}
+	}
+	for (uint32_t i = 0; i < MSG_SLOTS; i++) {
+		vt->slots[i].vt = vt;
+		vt->slots[i].staging = vt->pool + (size_t)i * CONN_MSG_STAGING;
+		vt->free_slots[i] = MSG_SLOTS - 1 - i;
+	}
+	vt->n_free_slots = MSG_SLOTS;
+	/* Frames carry printable names only: the owner refuses anything else. */
+	const char *name = vt->daemon->node_name;
+	size_t n = strnlen(name, CONN_FROM_MAX);
+	for (size_t i = 0; i < n; i++) {
+		vt->from[i] = name[i] >= 0x20 && name[i] <= 0x7e ? name[i] : '?';
+	}
+	vt->from[n] = '\0';
+	return 0;
+}
+
+static void pool_close(struct verbs_transport *vt)
+{
+	for (uint32_t i = 0; i < REGION_MAX_DEVICES; i++) {
+		int ret = verbs_dereg_mr(vt->pool_mr[i]);
+		if (ret < 0) {
+			log_warn("ibv_dereg_mr() of message staging failed: %s", strerror(-ret));
+		}
+		vt->pool_mr[i] = NULL;
+	}
+	if (vt->pool) {
+		munmap(vt->pool, (size_t)MSG_SLOTS * CONN_MSG_STAGING);
+		vt->pool = NULL;
+	}
 }
 
 static int verbs_endpoints(struct transport *transport, const struct region *region,
@@ -1480,6 +1930,26 @@ static int verbs_endpoints(struct transport *transport, const struct region *reg
 		}
 		ret_endpoints[n++] = ep;
 	}
+	/*
+	 * Peers use the first endpoint they can reach: for GPU memory, list the
+	 * NICs nearest the GPU first (same PCIe switch, root port, host bridge,
+	 * NUMA node), so that the NIC that moves its bytes is the closest one.
+	 */
+	const char *bus_id = gpu_region_bus_id(region);
+	if (bus_id && bus_id[0] && n > 1 && n <= REGION_MAX_DEVICES) {
+		const char *names[REGION_MAX_DEVICES];
+		struct endpoint sorted[REGION_MAX_DEVICES];
+		uint32_t order[REGION_MAX_DEVICES];
+		for (uint32_t i = 0; i < n; i++) {
+			names[i] = ret_endpoints[i].device;
+		}
+		if (gpu_nearest_devices(vt->daemon->gpu, bus_id, names, n, order) > 0) {
+			for (uint32_t i = 0; i < n; i++) {
+				sorted[i] = ret_endpoints[order[i]];
+			}
+			memcpy(ret_endpoints, sorted, n * sizeof(*sorted));
+		}
+	}
 	return (int)n;
 }
 
@@ -1503,6 +1973,12 @@ static void verbs_shutdown(struct transport *transport)
 	}
 	conn_table_shutdown(&vt->conns);
 	progress(vt);
+	/* Messages still waiting for a slot never reached a connection. */
+	while (!list_empty(&vt->msg_wait)) {
+		struct xfer *user = container_of(vt->msg_wait.next, struct xfer, link);
+		list_del(&user->link);
+		user->done(user, RDMAX_E_CANCELLED, "daemon shutting down");
+	}
 }
 
 static void verbs_list_conns(struct transport *transport, transport_conn_cb cb, void *arg)
@@ -1536,6 +2012,8 @@ static void verbs_list_conns(struct transport *transport, transport_conn_cb cb, 
 			.node_name = "",
 			.state = p->state == PASSIVE_UP ? "ready" : "accepting",
 			.outgoing = false,
+			.in_flight = (uint32_t)(p->ans_posted - p->ans_done),
+			.queued = p->n_queued,
 		};
 		cb(arg, &info);
 	}
@@ -1663,6 +2141,7 @@ static void verbs_destroy(struct transport *transport)
 	unhook(vt);
 	conn_table_fini(&vt->conns);
 	hmap_fini(&vt->qps);
+	pool_close(vt);
 	hca_table_free(&vt->hcas);
 	verbs_cm_destroy_channel(vt->cm);
 	verbs_free_devices(vt->devices);
@@ -1678,6 +2157,7 @@ static const struct transport_ops g_verbs_ops = {
 	.list_conns = verbs_list_conns,
 	.reset_peer = verbs_reset_peer,
 	.list_ports = verbs_list_ports,
+	.send_message = verbs_send_message,
 };
 
 /* Everything create() built before it failed, in reverse. */
@@ -1686,6 +2166,7 @@ static void create_undo(struct verbs_transport *vt)
 	for (uint32_t i = 0; i < REGION_MAX_DEVICES; i++) {
 		listener_free(vt->listeners[i]);
 	}
+	pool_close(vt);
 	/* Device handles were never run by the loop: close and forget them. */
 	hca_table_close(&vt->hcas);
 	uv_run(vt->daemon->loop, UV_RUN_NOWAIT);
@@ -1732,6 +2213,7 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 	struct hca_callbacks cb = {
 		.send_wc = on_send_wc,
 		.imm = on_imm,
+		.recv = on_recv,
 		.async = on_async,
 		.progress = on_progress,
 	};
@@ -1752,6 +2234,7 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 	vt->base.daemon = daemon;
 	vt->daemon = daemon;
 	list_init(&vt->passives);
+	list_init(&vt->msg_wait);
 	cb.ctx = vt;
 	hca_table_init(&vt->hcas, daemon->loop, &cb);
 
@@ -1788,6 +2271,11 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 	}
 	if (!is_wildcard(cfg->listen_addr) && parse_sockaddr(cfg->listen_addr, 0, &vt->src) == 0) {
 		vt->bind_src = true;
+	}
+	if ((ret = pool_open(vt)) < 0) {
+		hmap_fini(&vt->qps);
+		create_undo(vt);
+		return ret;
 	}
 	build_policy(vt, &policy);
 	ret = conn_table_init(&vt->conns, &policy, &g_conn_ops, vt, daemon->instance_id,

@@ -217,8 +217,16 @@ int verbs_destroy_srq(struct ibv_srq *srq)
 int verbs_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr)
 {
 	struct ibv_recv_wr *bad = NULL;
+	int n = 0;
+	int ret = ibv_post_srq_recv(srq, wr, &bad);
 
-	return neg_pos(ibv_post_srq_recv(srq, wr, &bad));
+	if (ret != 0 && !bad) {
+		return neg_pos(ret); /* cannot tell which were posted: assume none */
+	}
+	for (struct ibv_recv_wr *w = wr; w && (ret == 0 || w != bad); w = w->next) {
+		n++;
+	}
+	return ret != 0 && n == 0 ? neg_pos(ret) : n;
 }
 
 int verbs_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access,

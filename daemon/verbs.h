@@ -57,6 +57,10 @@ const char *verbs_wc_status_str(enum ibv_wc_status status);
 
 int verbs_create_srq(struct ibv_pd *pd, uint32_t max_wr, struct ibv_srq **ret_srq);
 int verbs_destroy_srq(struct ibv_srq *srq);
+/*
+ * Post a chain of receives. Returns how many were posted: all of them, or the
+ * ones before a WR the device refused; -errno when it refused the first.
+ */
 int verbs_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr);
 
 /* ---- memory ---- */

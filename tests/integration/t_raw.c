@@ -61,10 +61,14 @@ static void finish(struct itest_daemon *d, int fds_before)
 	assert_serves(d);
 	uint64_t deadline = itest_now_ms() + 3000;
 	int n;
-	while ((n = itest_daemon_fd_count(d)) != fds_before && itest_now_ms() < deadline) {
+	/*
+	 * A leak shows as more fds; fewer is fine (the count before may still
+	 * have held a closing session's socket on a loaded machine).
+	 */
+	while ((n = itest_daemon_fd_count(d)) > fds_before && itest_now_ms() < deadline) {
 		itest_sleep_ms(20);
 	}
-	ck_assert_msg(n == fds_before,
+	ck_assert_msg(n <= fds_before,
 		      "the daemon holds %d file descriptors after the abuse, %d before", n,
 		      fds_before);
 	itest_daemon_stop(d);

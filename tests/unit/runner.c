@@ -23,6 +23,7 @@
 	X(client)                                                                                  \
 	X(conn)                                                                                    \
 	X(planner)                                                                                 \
+	X(verbs_msg)                                                                               \
 	X(planner_jobs)                                                                            \
 	X(ops)                                                                                     \
 	X(gpu)

@@ -5,7 +5,11 @@
  *    events, work completions and timer firings through fake conn_ops, the
  *    private data of connection set-up, and the work-completion error map;
  *  - suite "planner": the send-queue planner (credits, selective signaling,
- *    inline decision, multi-WR xfers, retirement after errors and drains).
+ *    inline decision, multi-WR xfers, retirement after errors and drains);
+ *  - in suite "conn", SEND messages: frames planned as SENDs on one link, the
+ *    answer completing them in either order with the send completion, answers
+ *    from the wrong link or for unknown ids ignored, and messages waiting for
+ *    an answer failed exactly once by a disconnect or the peer watchdog.
  * Every xfer's done callback is counted: each must run exactly once, and
  * never from inside conn_submit().
  */
@@ -980,6 +984,282 @@ START_TEST(conn_wc_error_map)
 }
 END_TEST
 
+/* ================================================================ messages */
+
+struct tmsg {
+	struct conn_msg m;
+	int calls;
+	int err;
+	char msg[RDMAX_MESSAGE_MAX];
+	uint8_t staging[CONN_MSG_STAGING];
+};
+
+static void mdone(struct xfer *x, int err, const char *msg)
+{
+	struct tmsg *t = container_of(x, struct tmsg, m.xfer);
+
+	t->calls++;
+	t->err = err;
+	snprintf(t->msg, sizeof(t->msg), "%s", msg ? msg : "");
+}
+
+static struct tmsg *tmsg_new(uint64_t id, uint32_t payload_len, uint64_t instance)
+{
+	struct tmsg *t = calloc(1, sizeof(*t));
+	uint8_t *payload = malloc(payload_len + 1);
+
+	ck_assert_ptr_nonnull(t);
+	ck_assert_ptr_nonnull(payload);
+	for (uint32_t i = 0; i < payload_len; i++) {
+		payload[i] = (uint8_t)(i * 7 + 3);
+	}
+	int body = conn_msg_encode(t->staging, sizeof(t->staging), id, "inbox", "alpha", payload,
+				   payload_len);
+	free(payload);
+	ck_assert_int_eq(body, 5 + 5 + (int)payload_len);
+	t->m.xfer.op = XFER_WRITE;
+	t->m.xfer.peer.transport = ENDPOINT_VERBS;
+	snprintf(t->m.xfer.peer.addr, sizeof(t->m.xfer.peer.addr), "192.0.2.2");
+	t->m.xfer.peer.port = 7471;
+	t->m.xfer.remote_instance = instance;
+	t->m.xfer.length = (uint64_t)body;
+	t->m.xfer.payload = t->staging;
+	t->m.xfer.wire_id = id;
+	t->m.xfer.done = mdone;
+	t->err = 12345;
+	return t;
+}
+
+/* The peer's answer to message id, arriving on link. */
+static void answer_on(struct conn *conn, uint32_t link, uint64_t id, int status, const char *text)
+{
+	uint8_t buf[CONN_ANSWER_MAX];
+	struct conn_frame f;
+	int len = conn_answer_encode(buf, sizeof(buf), id, status, text);
+
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(conn_frame_decode(buf, (size_t)len, &f), 0);
+	conn_link_answer(&conn->links[link], &f, 1);
+}
+
+START_TEST(conn_message_frames_and_answer)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct tmsg *big = tmsg_new(7, TRANSPORT_MESSAGE_PAYLOAD_MAX, PEER_INSTANCE);
+	struct tmsg *small = tmsg_new(8, 13, PEER_INSTANCE);
+	struct wr_desc w[64];
+	struct txfer d[3];
+
+	p.sq_depth = 64;
+	table_setup(&t, &p, NULL);
+	ck_assert_int_eq(conn_submit_message(&t, &big->m, 0), 0);
+	for (int i = 0; i < 3; i++) {
+		txfer_init(&d[i], XFER_WRITE, 100, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit(&t, &d[i].x, 0), 0);
+	}
+	ck_assert_int_eq(conn_submit_message(&t, &small->m, 0), 0);
+	/* An id may be in flight once only. */
+	ck_assert_int_eq(conn_submit_message(&t, &small->m, 0), -EEXIST);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+
+	/*
+	 * Both on the first link, in order (RC orders one QP): the big one's 17
+	 * SENDs, frame i at i * CONN_FRAME_MAX of its staging, then the small one.
+	 */
+	uint32_t big_link = 0;
+	ck_assert_uint_eq(g_fake.n_posted, CONN_MSG_FRAMES_MAX + 1 + 3);
+	/* One-sided xfers still spread over both links. */
+	size_t n = posted_on(1, w, ARRAY_SIZE(w));
+	ck_assert_uint_gt(n, 0);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_int_eq(w[i].kind, WR_WRITE);
+	}
+	n = 0;
+	for (size_t i = 0; i < g_fake.n_posted; i++) {
+		if (g_fake.posted[i].link == big_link && g_fake.posted[i].wr.kind == WR_SEND) {
+			w[n++] = g_fake.posted[i].wr;
+		}
+	}
+	ck_assert_uint_eq(n, CONN_MSG_FRAMES_MAX + 1);
+	n--;
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_int_eq(w[i].kind, WR_SEND);
+		ck_assert_ptr_eq(w[i].xfer, &big->m.xfer);
+		ck_assert_uint_eq(w[i].offset, i * CONN_FRAME_MAX);
+		ck_assert_uint_eq(w[i].length, conn_msg_frame_len(big->m.xfer.length, (uint32_t)i));
+		total += w[i].length - CONN_FRAME_HDR;
+	}
+	ck_assert_uint_eq(total, big->m.xfer.length);
+	struct wr_desc s1 = w[n];
+	ck_assert_ptr_eq(s1.xfer, &small->m.xfer);
+	ck_assert_uint_eq(s1.length, CONN_FRAME_HDR + small->m.xfer.length);
+	ck_assert(s1.signaled);
+
+	/* The small one's answer comes before its completion: it waits for that. */
+	answer_on(conn, big_link, 8, 0, "");
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(small->calls, 0);
+	/* Every WR completes (the signaled ones retire the rest). */
+	for (size_t i = 0; i < g_fake.n_posted; i++) {
+		if (g_fake.posted[i].wr.signaled) {
+			wc(conn, g_fake.posted[i].link, g_fake.posted[i].wr.seq, IBV_WC_SUCCESS);
+		}
+	}
+	conn_table_work(&t, 4);
+	ck_assert_int_eq(small->calls, 1);
+	ck_assert_int_eq(small->err, 0);
+	ck_assert_uint_eq(small->m.xfer.bytes_done, small->m.xfer.length);
+	ck_assert_int_eq(d[0].calls + d[1].calls + d[2].calls, 3);
+	/* Sent is not done: the big one waits for its answer. */
+	ck_assert_int_eq(big->calls, 0);
+	ck_assert_uint_eq(conn_outstanding(conn), 1);
+	/* Answers from the wrong link, for unknown ids: ignored. */
+	answer_on(conn, 1, 7, 0, "");
+	answer_on(conn, big_link, 99, 0, "");
+	conn_table_work(&t, 5);
+	ck_assert_int_eq(big->calls, 0);
+	answer_on(conn, big_link, 7, RDMAX_E_NOT_FOUND, "no mailbox 'inbox' is open on node 'b'");
+	conn_table_work(&t, 6);
+	ck_assert_int_eq(big->calls, 1);
+	ck_assert_int_eq(big->err, RDMAX_E_NOT_FOUND);
+	ck_assert_str_eq(big->msg, "no mailbox 'inbox' is open on node 'b'");
+	/* A repeated answer finds nothing. */
+	answer_on(conn, big_link, 7, 0, "");
+	conn_table_work(&t, 7);
+	ck_assert_int_eq(big->calls, 1);
+	ck_assert_int_eq(small->calls, 1);
+	ck_assert_uint_eq(conn_outstanding(conn), 0);
+	ck_assert_uint_eq(t.msgs.count, 0);
+	conn_table_shutdown(&t);
+	table_teardown(&t);
+	free(big);
+	free(small);
+}
+END_TEST
+
+START_TEST(conn_message_fails_once)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct tmsg *m[3];
+	struct wr_desc w0[8], w1[8];
+
+	p.links = 1;
+	table_setup(&t, &p, NULL);
+	for (int i = 0; i < 3; i++) {
+		m[i] = tmsg_new(10 + (uint64_t)i, 100, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit_message(&t, &m[i]->m, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(posted_on(0, w0, 8), 3);
+	/* All three sent; only the first is answered before the peer disconnects. */
+	wc(conn, 0, w0[2].seq, IBV_WC_SUCCESS);
+	answer_on(conn, 0, 10, 0, "");
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(m[0]->calls, 1);
+	ck_assert_int_eq(m[0]->err, 0);
+	int posted = (int)g_fake.n_posted;
+	event(&conn->links[0], CONN_EV_DISCONNECTED, NULL, 0, 0, 4);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	/* Nothing on the send queue, yet a marker: answers polled before it still count. */
+	ck_assert_int_eq((int)g_fake.n_posted, posted + 1);
+	struct wr_desc marker = g_fake.posted[posted].wr;
+	ck_assert_int_eq(marker.kind, WR_MARKER);
+	answer_on(conn, 0, 11, RDMAX_E_RESOURCE_EXHAUSTED, "");
+	conn_table_work(&t, 5);
+	ck_assert_int_eq(m[1]->calls, 1);
+	ck_assert_int_eq(m[1]->err, RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_msg(strstr(m[1]->msg, "refused the message"), "message: %s", m[1]->msg);
+	ck_assert_int_eq(m[2]->calls, 0);
+	wc(conn, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	/* A late answer finds nothing to finish. */
+	answer_on(conn, 0, 12, 0, "");
+	conn_table_work(&t, 6);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_msg(m[i]->calls == 1, "message %d finished %d times", i, m[i]->calls);
+	}
+	ck_assert_int_eq(m[2]->err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_msg(strstr(m[2]->msg, "disconnected"), "message: %s", m[2]->msg);
+	ck_assert_uint_eq(t.msgs.count, 0);
+	table_teardown(&t);
+
+	/* The peer watchdog covers unanswered messages; a failed SEND names the operation. */
+	p.peer_timeout_ms = 500;
+	table_setup(&t, &p, NULL);
+	struct tmsg *a = tmsg_new(20, 10, PEER_INSTANCE), *b = tmsg_new(21, 10, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit_message(&t, &a->m, 0), 0);
+	conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 0);
+	conn_table_work(&t, 0);
+	ck_assert_uint_eq(posted_on(0, w1, 8), 1);
+	conn_link_wc(&conn->links[0], w1[0].seq, IBV_WC_SUCCESS, 0, 0);
+	conn_table_tick(&t, 499);
+	ck_assert_int_eq(conn->state, CONN_ESTABLISHED);
+	ck_assert_uint_eq(conn_outstanding(conn), 1);
+	conn_table_tick(&t, 501);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	conn_timer_fired(conn, 3000);
+	conn_table_work(&t, 3000);
+	ck_assert_int_eq(a->calls, 1);
+	ck_assert_int_eq(a->err, RDMAX_E_TIMEOUT);
+	ck_assert_msg(strstr(a->msg, "stopped answering"), "message: %s", a->msg);
+	ck_assert_int_eq(conn_submit_message(&t, &b->m, 3001), 0);
+	conn = container_of(t.conns.prev, struct conn, link);
+	conn_table_work(&t, 3001);
+	connect_all(conn, NULL, PEER_INSTANCE, 3002);
+	conn_table_work(&t, 3003);
+	size_t n = g_fake.n_posted;
+	ck_assert_int_eq(g_fake.posted[n - 1].wr.kind, WR_SEND);
+	conn_link_wc(&conn->links[0], g_fake.posted[n - 1].wr.seq, IBV_WC_REM_INV_REQ_ERR, 0, 3004);
+	conn_table_work(&t, 3005);
+	ck_assert_int_eq(b->calls, 1);
+	ck_assert_int_eq(b->err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_msg(strstr(b->msg, "SEND to 192.0.2.2:7471"), "message: %s", b->msg);
+	conn_table_shutdown(&t);
+	table_teardown(&t);
+	for (int i = 0; i < 3; i++) {
+		free(m[i]);
+	}
+	free(a);
+	free(b);
+}
+END_TEST
+
+START_TEST(conn_message_stale_and_checks)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct tmsg *m = tmsg_new(30, 1, PEER_INSTANCE + 1);
+	struct tmsg *bad = tmsg_new(31, 1, PEER_INSTANCE);
+
+	table_setup(&t, &p, NULL);
+	bad->m.xfer.wire_id = 0;
+	ck_assert_int_eq(conn_submit_message(&t, &bad->m, 0), RDMAX_E_INVALID_ARGUMENT);
+	bad->m.xfer.wire_id = 31;
+	bad->m.xfer.length = CONN_MSG_BODY_MAX + 1;
+	ck_assert_int_eq(conn_submit_message(&t, &bad->m, 0), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(conn_submit_message(&t, &m->m, 0), 0);
+	connect_all(the_conn(&t), NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_int_eq(m->calls, 1);
+	ck_assert_int_eq(m->err, RDMAX_E_NOT_FOUND);
+	ck_assert_msg(strstr(m->msg, "stale descriptor"), "message: %s", m->msg);
+	ck_assert_uint_eq(t.msgs.count, 0);
+	ck_assert_uint_eq(g_fake.n_posted, 0);
+	conn_table_shutdown(&t);
+	table_teardown(&t);
+	free(m);
+	free(bad);
+}
+END_TEST
+
 Suite *conn_suite(void)
 {
 	Suite *s = suite_create("conn");
@@ -1003,6 +1283,12 @@ Suite *conn_suite(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, conn_private_data_checks);
 	tcase_add_test(tc, conn_wc_error_map);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("messages");
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, conn_message_frames_and_answer);
+	tcase_add_test(tc, conn_message_fails_once);
+	tcase_add_test(tc, conn_message_stale_and_checks);
 	suite_add_tcase(s, tc);
 	return s;
 }
