@@ -1169,8 +1169,8 @@ static int bind_socket(struct admin *a)
 	}
 	/* Owner and group only; the daemon checks every peer again anyway. */
 	if (a->have_group && chown(a->path, (uid_t)-1, a->group) < 0) {
-		log_warn("chown() of '%s' to group '%s' failed: %s", a->path, a->daemon->cfg.admin_group,
-			 strerror(errno));
+		log_warn("chown() of '%s' to group '%s' failed: %s", a->path,
+			 a->daemon->cfg.admin_group, strerror(errno));
 	}
 	if (chmod(a->path, 0660) < 0) {
 		log_warn("chmod() of '%s' failed: %s", a->path, strerror(errno));
@@ -1206,7 +1206,8 @@ int admin_create(struct rdmaxd *daemon, struct admin **ret_admin)
 	a->daemon = daemon;
 	a->listen_fd = -1;
 	list_init(&a->conns);
-	if (getgrnam_r(a->daemon->cfg.admin_group, &grp, grbuf, sizeof(grbuf), &found) == 0 && found) {
+	if (getgrnam_r(a->daemon->cfg.admin_group, &grp, grbuf, sizeof(grbuf), &found) == 0 &&
+	    found) {
 		a->have_group = true;
 		a->group = grp.gr_gid;
 	}

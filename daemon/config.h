@@ -34,7 +34,7 @@ struct config {
 	/* [daemon] */
 	char socket_path[108];       /* client socket (AF_UNIX SOCK_SEQPACKET) */
 	char admin_socket_path[108]; /* admin socket for rdmaxctl */
-	char admin_group[32];         /* group whose members may use the admin socket */
+	char admin_group[32];        /* group whose members may use the admin socket */
 	uint32_t socket_mode;        /* permission bits of the client socket */
 	char node_name[64];          /* shown in logs and descriptors; default hostname */
 	int log_level;               /* syslog priority, LOG_ERR..LOG_DEBUG */

@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DESC_VERSION 1
+#define DESC_VERSION       1
 #define DESC_MAX_ENDPOINTS 8
-#define DESC_MAX_BYTES 1024
+#define DESC_MAX_BYTES     1024
 
 /* Fabric of an endpoint; values equal rdmax.v1.Transport. */
 enum endpoint_transport {
@@ -23,7 +23,7 @@ enum endpoint_transport {
 
 struct endpoint {
 	enum endpoint_transport transport;
-	char addr[46];   /* numeric IPv4 or IPv6 */
+	char addr[46]; /* numeric IPv4 or IPv6 */
 	uint16_t port;
 	char device[32]; /* verbs device name, "" for TCP */
 	uint64_t iova;   /* verbs only */
@@ -35,7 +35,7 @@ struct remote_desc {
 	uint64_t region_id;
 	uint64_t region_key;
 	uint64_t length;
-	uint32_t access;      /* RDMAX_ACCESS_* */
+	uint32_t access; /* RDMAX_ACCESS_* */
 	char node_name[64];
 	uint32_t n_endpoints;
 	struct endpoint endpoints[DESC_MAX_ENDPOINTS];

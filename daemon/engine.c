@@ -109,28 +109,28 @@ struct job {
 	bool has_imm;
 	uint32_t imm;
 	enum job_kind kind;
-	struct job_node *nodes;  /* &node1, or allocated */
-	struct job_dest *dests;  /* &dest1, or allocated */
-	struct plan_run *runs;   /* &run1, or allocated */
+	struct job_node *nodes; /* &node1, or allocated */
+	struct job_dest *dests; /* &dest1, or allocated */
+	struct plan_run *runs;  /* &run1, or allocated */
 	uint32_t n_nodes;
 	uint32_t n_dests;
 	size_t n_runs;
-	size_t next_run;         /* next run to issue */
-	uint64_t run_offset;     /* bytes of that run already issued */
-	uint32_t nodes_held;     /* nodes whose last xfer is held back */
-	uint64_t runs_counted;   /* charged to the owner's runs until the completion */
+	size_t next_run;          /* next run to issue */
+	uint64_t run_offset;      /* bytes of that run already issued */
+	uint32_t nodes_held;      /* nodes whose last xfer is held back */
+	uint64_t runs_counted;    /* charged to the owner's runs until the completion */
 	struct peer_group *group; /* referenced for the job's life */
-	uint8_t *payload;        /* SEND: the message, copied */
+	uint8_t *payload;         /* SEND: the message, copied */
 	char mailbox[MAILBOX_NAME_MAX + 1];
-	struct job_node node1;   /* storage of single-node, single-run jobs */
+	struct job_node node1; /* storage of single-node, single-run jobs */
 	struct job_dest dest1;
 	struct plan_run run1;
-	uint32_t in_flight;      /* xfers issued and not returned */
-	uint64_t bytes_done;     /* bytes of returned successful xfers */
-	bool completed;          /* completion delivered (or dropped) */
-	bool issuing;            /* inside pump(): do not free */
-	uv_timer_t *deadline;    /* NULL when no deadline */
-	uint64_t started_ns;     /* submission, for metrics and the admin socket */
+	uint32_t in_flight;       /* xfers issued and not returned */
+	uint64_t bytes_done;      /* bytes of returned successful xfers */
+	bool completed;           /* completion delivered (or dropped) */
+	bool issuing;             /* inside pump(): do not free */
+	uv_timer_t *deadline;     /* NULL when no deadline */
+	uint64_t started_ns;      /* submission, for metrics and the admin socket */
 	uint64_t in_flight_bytes; /* bytes of the xfers in flight */
 	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
 	uint32_t n_slots;
@@ -198,9 +198,9 @@ static void complete_job(struct job *job, int err, const char *fmt, ...)
 		va_end(ap);
 	}
 	engine->outstanding--;
-	metrics_job_done(engine->daemon->metrics, job->kind, err, err ? job->bytes_done : job->length,
-			 now_ns() - job->started_ns, job->transport ? &job->peer : NULL,
-			 job->has_imm);
+	metrics_job_done(engine->daemon->metrics, job->kind, err,
+			 err ? job->bytes_done : job->length, now_ns() - job->started_ns,
+			 job->transport ? &job->peer : NULL, job->has_imm);
 	if (job->owner) {
 		struct job_owner *owner = job->owner;
 		hmap_del(&owner->jobs, job->id + 1);
@@ -448,8 +448,9 @@ static void deadline_fired(uv_timer_t *timer)
 {
 	struct job *job = timer->data;
 
-	complete_job(job, RDMAX_E_TIMEOUT, "deadline of job %" PRIu64 " passed after %" PRIu64
-			   " of %" PRIu64 " bytes", job->id, job->bytes_done, job->length);
+	complete_job(job, RDMAX_E_TIMEOUT,
+		     "deadline of job %" PRIu64 " passed after %" PRIu64 " of %" PRIu64 " bytes",
+		     job->id, job->bytes_done, job->length);
 	job_free_if_done(job);
 }
 

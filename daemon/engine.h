@@ -40,11 +40,11 @@ typedef void (*engine_complete_cb)(void *owner, uint64_t job_id, int err, const 
 
 /* Per-client bookkeeping, embedded in the client's session. */
 struct job_owner {
-	struct hmap jobs;      /* job_id+1 -> struct job, in flight */
-	uint32_t outstanding;  /* jobs without a completion yet */
-	bool gone;             /* the client left; completions are dropped */
+	struct hmap jobs;               /* job_id+1 -> struct job, in flight */
+	uint32_t outstanding;           /* jobs without a completion yet */
+	bool gone;                      /* the client left; completions are dropped */
 	struct peer_group_table groups; /* the client's peer groups (SCATTER, BARRIER) */
-	uint64_t runs;         /* planned runs held by its jobs without a completion */
+	uint64_t runs;                  /* planned runs held by its jobs without a completion */
 };
 
 int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct engine **ret_engine);
@@ -58,7 +58,8 @@ void job_owner_leave(struct engine *engine, struct job_owner *owner);
  * Start one job. Exactly one completion callback follows, possibly before
  * this returns (validation errors). The callback's owner is `owner`.
  */
-void engine_submit(struct engine *engine, struct job_owner *owner, const struct Rdmax__V1__Job *job);
+void engine_submit(struct engine *engine, struct job_owner *owner,
+		   const struct Rdmax__V1__Job *job);
 
 /* Complete the job with RDMAX_E_CANCELLED now. RDMAX_E_NOT_FOUND if not in flight. */
 int engine_cancel(struct engine *engine, struct job_owner *owner, uint64_t job_id);

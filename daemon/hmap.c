@@ -5,7 +5,7 @@
 
 #include "hmap.h"
 
-#define HMAP_EMPTY 0
+#define HMAP_EMPTY   0
 #define HMAP_DELETED UINT64_MAX
 
 static uint64_t mix(uint64_t x)

@@ -20,7 +20,7 @@ struct imm_table {
 	uint32_t max_counters;
 	imm_fired_cb fired;
 	void *fired_arg;
-	uint64_t dropped;     /* landings not counted because the table was full */
+	uint64_t dropped; /* landings not counted because the table was full */
 };
 
 int imm_table_init(struct imm_table *table, uint32_t max_counters, imm_fired_cb fired, void *arg);

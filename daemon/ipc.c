@@ -38,7 +38,7 @@
 #define SESSION_MAX_QUEUED_BYTES (64u << 20)
 /* Completions per Completions message at most. */
 #define COMPLETION_BATCH_MAX 1024u
-#define MAX_FDS_HARD 253
+#define MAX_FDS_HARD         253
 
 struct out_msg {
 	struct list_node link;
@@ -157,7 +157,8 @@ static int send_daemon_msg(struct session *s, const Rdmax__V1__DaemonMsg *msg)
 	rdmax__v1__daemon_msg__pack(msg, ipc->tx_buf);
 	ret = send_or_queue(s, ipc->tx_buf, len);
 	if (ret < 0 && ret != -EPIPE) {
-		session_close(s, ret == -ENOBUFS ? "client does not read its events" : strerror(-ret));
+		session_close(s,
+			      ret == -ENOBUFS ? "client does not read its events" : strerror(-ret));
 	}
 	return ret;
 }
@@ -499,7 +500,8 @@ static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__Re
 	uint32_t idx = rr->has_fd_index ? rr->fd_index : 0;
 	if (idx >= n_fds) {
 		reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
-			     "RegisterRegion names fd %u but the message carried %zu fds", idx, n_fds);
+			     "RegisterRegion names fd %u but the message carried %zu fds", idx,
+			     n_fds);
 		return;
 	}
 	if (!region_limits_ok(s, seq, rr->length)) {
@@ -510,7 +512,8 @@ static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__Re
 	if (ret < 0) {
 		const char *why = rdmax_strerror(ret);
 		if (ret == RDMAX_E_PERMISSION_DENIED) {
-			why = "the fd must be a memfd sealed with F_SEAL_SHRINK (and be writable when "
+			why = "the fd must be a memfd sealed with F_SEAL_SHRINK (and be writable "
+			      "when "
 			      "remote write access is asked)";
 		} else if (ret == RDMAX_E_OUT_OF_RANGE) {
 			why = "offset and length reach past the end of the file";

@@ -55,7 +55,8 @@ int rdmaxd_load_auth_key(struct rdmaxd *daemon, char *err, size_t err_size)
 	}
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(err, err_size, "cannot open auth key file '%s': %s", path, strerror(errno));
+		snprintf(err, err_size, "cannot open auth key file '%s': %s", path,
+			 strerror(errno));
 		return -errno;
 	}
 	if (fstat(fd, &st) < 0 || (st.st_mode & 077)) {

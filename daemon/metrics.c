@@ -434,7 +434,8 @@ static void render_peer(struct text *t, const char *metric, const struct peer_st
 			text_printf(t, "%s{peer=\"%s\",op=\"%s\",result=\"ok\"} %" PRIu64 "\n",
 				    metric, name, engine_job_kind_name((int)op), p->jobs_ok[op]);
 			text_printf(t, "%s{peer=\"%s\",op=\"%s\",result=\"error\"} %" PRIu64 "\n",
-				    metric, name, engine_job_kind_name((int)op), p->jobs_failed[op]);
+				    metric, name, engine_job_kind_name((int)op),
+				    p->jobs_failed[op]);
 		} else {
 			text_printf(t, "%s{peer=\"%s\",op=\"%s\"} %" PRIu64 "\n", metric, name,
 				    engine_job_kind_name((int)op), p->bytes[op]);

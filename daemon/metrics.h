@@ -35,8 +35,8 @@ void metrics_destroy(struct metrics *metrics);
  * negative error, bytes what moved, latency from submission to completion;
  * peer is NULL for a job between two regions of this daemon.
  */
-void metrics_job_done(struct metrics *metrics, int kind, int err, uint64_t bytes, uint64_t latency_ns,
-		      const struct endpoint *peer, bool had_imm);
+void metrics_job_done(struct metrics *metrics, int kind, int err, uint64_t bytes,
+		      uint64_t latency_ns, const struct endpoint *peer, bool had_imm);
 /* transport is the transport's name ("tcp", "verbs"). */
 void metrics_conn_event(struct metrics *metrics, const char *transport,
 			enum metrics_conn_event event);

@@ -12,7 +12,7 @@
 #include "imm.h"
 #include "region.h"
 
-#define RDMAXD_VERSION "0.1.0"
+#define RDMAXD_VERSION      "0.1.0"
 #define RDMAXD_AUTH_KEY_MAX 256
 
 struct admin;
@@ -26,7 +26,7 @@ struct transport;
 struct rdmaxd {
 	uv_loop_t *loop;
 	struct config cfg;
-	uint64_t instance_id;   /* random per start; descriptors of older starts are stale */
+	uint64_t instance_id; /* random per start; descriptors of older starts are stale */
 	char node_name[64];
 	struct region_table regions;
 	struct imm_table imm;
@@ -34,17 +34,17 @@ struct rdmaxd {
 	struct ipc *ipc;
 	struct mailbox_table *mailboxes; /* SEND targets of this node, owned by ipc; may be NULL */
 	struct transport *transports[ENDPOINT_MAX]; /* by endpoint kind; NULL when absent */
-	struct gpu *gpu;        /* GPU regions, pools and topology (gpu.c); NULL before start-up */
+	struct gpu *gpu; /* GPU regions, pools and topology (gpu.c); NULL before start-up */
 	uint8_t auth_key[RDMAXD_AUTH_KEY_MAX];
-	size_t auth_key_len;    /* 0: authentication off */
+	size_t auth_key_len; /* 0: authentication off */
 	bool stopping;
 	/* Operations (sd.c, admin.c, metrics.c). */
 	struct metrics *metrics;
 	struct admin *admin;
-	bool draining;          /* rdmaxctl drain: new jobs are refused */
-	int client_listen_fd;   /* listening socket inherited from systemd (>= 3); 0: bind */
-	int admin_listen_fd;    /* likewise for the admin socket */
-	uint64_t started_ms;    /* now_ms() at start-up */
+	bool draining;        /* rdmaxctl drain: new jobs are refused */
+	int client_listen_fd; /* listening socket inherited from systemd (>= 3); 0: bind */
+	int admin_listen_fd;  /* likewise for the admin socket */
+	uint64_t started_ms;  /* now_ms() at start-up */
 };
 
 /* Read cfg.auth_key_file (must not be group/world readable). */

@@ -82,7 +82,8 @@ int region_register_host_fd(struct region_table *table, void *owner, int fd, uin
 	struct region *region;
 	int ret;
 
-	if (length == 0 || access & ~(uint32_t)(RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE)) {
+	if (length == 0 ||
+	    access & ~(uint32_t)(RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE)) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if (offset > UINT64_MAX - length) {
@@ -185,8 +186,8 @@ int region_check_range(const struct region *region, uint64_t offset, uint64_t le
 	return 0;
 }
 
-int region_get_remote(struct region_table *table, uint64_t instance_id, uint64_t id,
-		      uint64_t key, uint64_t offset, uint64_t length, uint32_t need_access,
+int region_get_remote(struct region_table *table, uint64_t instance_id, uint64_t id, uint64_t key,
+		      uint64_t offset, uint64_t length, uint32_t need_access,
 		      struct region **ret_region)
 {
 	struct region *region;

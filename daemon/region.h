@@ -31,19 +31,19 @@ struct region;
 typedef void (*region_released_cb)(struct region *region, void *arg);
 
 struct region {
-	uint64_t id;          /* daemon-wide, never reused within one daemon start */
-	uint64_t key;         /* random; descriptors must carry it */
+	uint64_t id;  /* daemon-wide, never reused within one daemon start */
+	uint64_t key; /* random; descriptors must carry it */
 	enum region_kind kind;
-	uint32_t access;      /* RDMAX_ACCESS_* */
+	uint32_t access; /* RDMAX_ACCESS_* */
 	uint64_t length;
-	uint8_t *addr;        /* daemon's mapping of the region start (host kinds) */
-	void *map_base;       /* what to munmap */
+	uint8_t *addr;  /* daemon's mapping of the region start (host kinds) */
+	void *map_base; /* what to munmap */
 	size_t map_length;
-	void *owner;          /* the client session that registered it */
-	struct list_node owner_link; /* in the owner's list of regions */
-	uint32_t refs;        /* 1 for the registration + 1 per job holding it */
-	bool deregistering;   /* no new jobs; freed at refs == 0 */
-	bool writable;        /* mapped writable (fd opened read-write) */
+	void *owner;                    /* the client session that registered it */
+	struct list_node owner_link;    /* in the owner's list of regions */
+	uint32_t refs;                  /* 1 for the registration + 1 per job holding it */
+	bool deregistering;             /* no new jobs; freed at refs == 0 */
+	bool writable;                  /* mapped writable (fd opened read-write) */
 	region_released_cb released_cb; /* called once freed (deregistration reply) */
 	void *released_arg;
 	void *transport_data[REGION_MAX_DEVICES]; /* per-device MRs of the verbs transport */
@@ -68,8 +68,8 @@ struct region_hooks {
 struct region_table {
 	struct hmap by_id;
 	uint64_t next_id;
-	uint64_t instance_id;       /* this daemon start */
-	uint64_t total_bytes;       /* all registered bytes */
+	uint64_t instance_id; /* this daemon start */
+	uint64_t total_bytes; /* all registered bytes */
 	uint32_t count;
 	struct region_hooks hooks[2];
 	uint32_t n_hooks;
@@ -108,8 +108,8 @@ struct region *region_find_owned(struct region_table *table, void *owner, uint64
  * the range must fit (RDMAX_E_OUT_OF_RANGE), and the access bit must be set
  * (RDMAX_E_PERMISSION_DENIED). On success takes a reference.
  */
-int region_get_remote(struct region_table *table, uint64_t instance_id, uint64_t id,
-		      uint64_t key, uint64_t offset, uint64_t length, uint32_t need_access,
+int region_get_remote(struct region_table *table, uint64_t instance_id, uint64_t id, uint64_t key,
+		      uint64_t offset, uint64_t length, uint32_t need_access,
 		      struct region **ret_region);
 
 /* Check a local range of an owned region (RDMAX_E_OUT_OF_RANGE). */
@@ -122,8 +122,8 @@ void region_put(struct region_table *table, struct region *region);
  * Start deregistration: no new jobs may use it; cb runs once the last job let
  * go (possibly before this returns).
  */
-void region_deregister(struct region_table *table, struct region *region,
-		       region_released_cb cb, void *arg);
+void region_deregister(struct region_table *table, struct region *region, region_released_cb cb,
+		       void *arg);
 
 /* Encode the descriptor of a region with the given endpoints into buf. */
 int region_desc_encode(const struct region_table *table, const struct region *region,

@@ -26,28 +26,28 @@ struct xfer;
 
 /* Direction of one transfer. */
 enum xfer_op {
-	XFER_WRITE,   /* local -> remote; length may be 0 for an imm-only write */
-	XFER_READ,    /* remote -> local */
-	XFER_OP_MAX,  /* terminator */
+	XFER_WRITE,  /* local -> remote; length may be 0 for an imm-only write */
+	XFER_READ,   /* remote -> local */
+	XFER_OP_MAX, /* terminator */
 };
 
 typedef void (*xfer_done_cb)(struct xfer *xfer, int err, const char *message);
 
 struct xfer {
 	enum xfer_op op;
-	struct endpoint peer;      /* which daemon (and for verbs which device/rkey) */
+	struct endpoint peer; /* which daemon (and for verbs which device/rkey) */
 	uint64_t remote_instance;
 	uint64_t remote_region;
 	uint64_t remote_key;
 	uint64_t remote_offset;
-	struct region *local;      /* referenced by the caller for the xfer's life */
+	struct region *local; /* referenced by the caller for the xfer's life */
 	uint64_t local_offset;
 	uint64_t length;
-	bool has_imm;              /* count one landed job under `imm` at the peer */
+	bool has_imm; /* count one landed job under `imm` at the peer */
 	uint32_t imm;
-	xfer_done_cb done;         /* err: 0 or RDMAX_E_*; message names the cause */
-	void *ctx;                 /* caller's */
-	uint64_t bytes_done;       /* progress, updated by the transport */
+	xfer_done_cb done;   /* err: 0 or RDMAX_E_*; message names the cause */
+	void *ctx;           /* caller's */
+	uint64_t bytes_done; /* progress, updated by the transport */
 	/*
 	 * send_message() only (SEND jobs): `length` bytes at `payload` for the
 	 * mailbox named `mailbox` (1..TRANSPORT_MAILBOX_NAME_MAX printable bytes,
@@ -76,7 +76,7 @@ struct transport_conn_info {
 	uint32_t queued;       /* requests waiting to be sent */
 	uint64_t bytes_sent;   /* payload and framing */
 	uint64_t bytes_received;
-	uint64_t idle_ms;      /* since the last byte moved */
+	uint64_t idle_ms; /* since the last byte moved */
 };
 typedef void (*transport_conn_cb)(void *arg, const struct transport_conn_info *info);
 

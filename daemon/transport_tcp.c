@@ -95,7 +95,7 @@ struct tcp_conn {
 	char name[64]; /* "addr:port" of the peer for messages */
 	char node_name[WIRE_NODE_NAME_BYTES];
 	uint32_t attempts;
-	uint64_t last_io_ms; /* last byte moved in either direction */
+	uint64_t last_io_ms;     /* last byte moved in either direction */
 	uint64_t bytes_sent;     /* for the admin socket */
 	uint64_t bytes_received; /* for the admin socket */
 	struct auth_transcript transcript;

@@ -11,16 +11,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_MAGIC           0x57584452u /* "RDXW" as bytes on the wire */
-#define WIRE_VERSION         1
-#define WIRE_HEADER_BYTES    64
-#define WIRE_NONCE_BYTES     32
-#define WIRE_MAC_BYTES       32
-#define WIRE_NODE_NAME_BYTES 64
-#define WIRE_HELLO_BYTES     112 /* version, flags, instance, nonce, node name */
-#define WIRE_MESSAGE_MAX     160 /* text of ACK / ERROR / failed READ_RESP */
-#define WIRE_BODY_MAX        256 /* largest body of a non-data frame */
-#define WIRE_MAILBOX_NAME_MAX 64           /* MESSAGE: bytes of the mailbox name */
+#define WIRE_MAGIC               0x57584452u /* "RDXW" as bytes on the wire */
+#define WIRE_VERSION             1
+#define WIRE_HEADER_BYTES        64
+#define WIRE_NONCE_BYTES         32
+#define WIRE_MAC_BYTES           32
+#define WIRE_NODE_NAME_BYTES     64
+#define WIRE_HELLO_BYTES         112         /* version, flags, instance, nonce, node name */
+#define WIRE_MESSAGE_MAX         160         /* text of ACK / ERROR / failed READ_RESP */
+#define WIRE_BODY_MAX            256         /* largest body of a non-data frame */
+#define WIRE_MAILBOX_NAME_MAX    64          /* MESSAGE: bytes of the mailbox name */
 #define WIRE_MESSAGE_PAYLOAD_MAX (64u << 10) /* MESSAGE: bytes of the payload */
 
 /* Frame types; 0 and values from WIRE_TYPE_MAX up are invalid. */
@@ -30,10 +30,10 @@ enum wire_type {
 	WIRE_WRITE = 3,     /* request: `length` payload bytes for (region, offset) */
 	WIRE_READ_REQ = 4,  /* request: send `length` bytes of (region, offset); no body */
 	WIRE_READ_RESP = 5, /* answer: status 0 + `length` data bytes, or status + message */
-	WIRE_ACK = 6,       /* answer to WRITE or MESSAGE: status + message (length = message bytes) */
-	WIRE_ERROR = 7,     /* fatal: status + message, then the sender closes */
-	WIRE_MESSAGE = 8,   /* request: mailbox name (`offset` bytes) then payload; for SEND jobs */
-	WIRE_TYPE_MAX,      /* terminator */
+	WIRE_ACK = 6,   /* answer to WRITE or MESSAGE: status + message (length = message bytes) */
+	WIRE_ERROR = 7, /* fatal: status + message, then the sender closes */
+	WIRE_MESSAGE = 8, /* request: mailbox name (`offset` bytes) then payload; for SEND jobs */
+	WIRE_TYPE_MAX,    /* terminator */
 };
 
 #define WIRE_F_HAS_IMM    0x01u /* WRITE: count one landing under `imm` */

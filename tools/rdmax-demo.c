@@ -22,11 +22,11 @@
 
 #include <rdmax.h>
 
-#define PAGE_BYTES (64u << 10)
+#define PAGE_BYTES    (64u << 10)
 #define DEFAULT_PAGES 256u
-#define BIG_WRITES 3u
-#define BIG_BYTES (4u << 20)
-#define DEMO_IMM 0x4b56u /* "KV" */
+#define BIG_WRITES    3u
+#define BIG_BYTES     (4u << 20)
+#define DEMO_IMM      0x4b56u /* "KV" */
 
 struct layout {
 	uint32_t pages;
@@ -164,8 +164,7 @@ static int read_desc(const char *path, struct rdmax_desc *ret_desc, int timeout_
 	return rdmax_desc_import(buf, n, ret_desc);
 }
 
-static int run_send(const char *socket_path, const char *desc_path, struct layout l,
-		    int timeout_ms)
+static int run_send(const char *socket_path, const char *desc_path, struct layout l, int timeout_ms)
 {
 	struct rdmax_client *c;
 	struct rdmax_region *src;
@@ -184,7 +183,8 @@ static int run_send(const char *socket_path, const char *desc_path, struct layou
 	if (ret < 0) {
 		return fail("allocate source", ret);
 	}
-	/* Source page i goes to destination slot block_table(i): fill it with what that slot expects. */
+	/* Source page i goes to destination slot block_table(i): fill it with what that slot
+	 * expects. */
 	uint8_t *s = rdmax_region_addr(src);
 	for (uint32_t i = 0; i < l.pages; i++) {
 		fill_expected(s + (uint64_t)i * PAGE_BYTES,
@@ -237,8 +237,8 @@ static int run_send(const char *socket_path, const char *desc_path, struct layou
 			done++;
 			if (ev[k].status != 0) {
 				failed++;
-				fprintf(stderr, "rdmax-demo: job %" PRIu64 ": %s: %s\n", ev[k].job_id,
-					rdmax_strerror(ev[k].status), ev[k].message);
+				fprintf(stderr, "rdmax-demo: job %" PRIu64 ": %s: %s\n",
+					ev[k].job_id, rdmax_strerror(ev[k].status), ev[k].message);
 			}
 		}
 	}
@@ -257,8 +257,8 @@ static int run_send(const char *socket_path, const char *desc_path, struct layou
 	free(image);
 	printf("prefill: pushed %u pages x %u KiB + %u x %u MiB = %.1f MiB in %u jobs, %.1f ms: "
 	       "%.0f MiB/s (%.2f Gb/s), %u failed; checksum %016" PRIx64 "\n",
-	       l.pages, PAGE_BYTES >> 10, BIG_WRITES, BIG_BYTES >> 20,
-	       (double)l.total / (1 << 20), l.jobs, secs * 1e3, (double)l.total / (1 << 20) / secs,
+	       l.pages, PAGE_BYTES >> 10, BIG_WRITES, BIG_BYTES >> 20, (double)l.total / (1 << 20),
+	       l.jobs, secs * 1e3, (double)l.total / (1 << 20) / secs,
 	       (double)l.total * 8 / secs / 1e9, failed, checksum);
 	free(jobs);
 	rdmax_region_deregister(c, src);

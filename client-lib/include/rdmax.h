@@ -42,22 +42,22 @@ extern "C" {
  * enum: RDMAX_E_x == -(1000 + rdmax.v1.Status.x).
  * @{
  */
-#define RDMAX_OK 0
-#define RDMAX_ERR_BASE 1000
-#define RDMAX_E_INVALID_ARGUMENT (-1001)   /**< a field is missing or malformed */
-#define RDMAX_E_NOT_FOUND (-1002)          /**< unknown or stale region/descriptor/mailbox */
-#define RDMAX_E_PERMISSION_DENIED (-1003)  /**< access flags, ownership or authentication */
-#define RDMAX_E_OUT_OF_RANGE (-1004)       /**< offset/length outside a region */
-#define RDMAX_E_UNREACHABLE (-1005)        /**< the peer daemon cannot be reached */
-#define RDMAX_E_REMOTE_ACCESS (-1006)      /**< the remote side refused the access */
-#define RDMAX_E_TIMEOUT (-1007)            /**< deadline passed or peer stopped answering */
-#define RDMAX_E_CANCELLED (-1008)          /**< cancelled by the client or daemon shutdown */
-#define RDMAX_E_TRANSPORT_ERROR (-1009)    /**< the connection failed during the job */
+#define RDMAX_OK                   0
+#define RDMAX_ERR_BASE             1000
+#define RDMAX_E_INVALID_ARGUMENT   (-1001) /**< a field is missing or malformed */
+#define RDMAX_E_NOT_FOUND          (-1002) /**< unknown or stale region/descriptor/mailbox */
+#define RDMAX_E_PERMISSION_DENIED  (-1003) /**< access flags, ownership or authentication */
+#define RDMAX_E_OUT_OF_RANGE       (-1004) /**< offset/length outside a region */
+#define RDMAX_E_UNREACHABLE        (-1005) /**< the peer daemon cannot be reached */
+#define RDMAX_E_REMOTE_ACCESS      (-1006) /**< the remote side refused the access */
+#define RDMAX_E_TIMEOUT            (-1007) /**< deadline passed or peer stopped answering */
+#define RDMAX_E_CANCELLED          (-1008) /**< cancelled by the client or daemon shutdown */
+#define RDMAX_E_TRANSPORT_ERROR    (-1009) /**< the connection failed during the job */
 #define RDMAX_E_RESOURCE_EXHAUSTED (-1010) /**< a limit was hit */
-#define RDMAX_E_UNIMPLEMENTED (-1011)      /**< request or job kind not implemented */
-#define RDMAX_E_PROTOCOL_ERROR (-1012)     /**< undecodable message or protocol breach */
-#define RDMAX_E_ALREADY_EXISTS (-1013)     /**< e.g. imm value claimed by another client */
-#define RDMAX_E_INTERNAL (-1014)           /**< unexpected daemon-side failure */
+#define RDMAX_E_UNIMPLEMENTED      (-1011) /**< request or job kind not implemented */
+#define RDMAX_E_PROTOCOL_ERROR     (-1012) /**< undecodable message or protocol breach */
+#define RDMAX_E_ALREADY_EXISTS     (-1013) /**< e.g. imm value claimed by another client */
+#define RDMAX_E_INTERNAL           (-1014) /**< unexpected daemon-side failure */
 /** libcuda.so.1 cannot be loaded: no NVIDIA driver (or one older than CUDA 11.7) */
 #define RDMAX_E_GPU_DRIVER_MISSING (-1015)
 /** the pointer is not CUDA device memory (cudaMalloc/cuMemAlloc) of this process */
@@ -72,12 +72,12 @@ extern "C" {
 #define RDMAX_E_GPU_TOO_LARGE (-1020)
 /** a registered GPU allocation was freed and a new one now lives at its address */
 #define RDMAX_E_GPU_ADDRESS_REUSED (-1021)
-#define RDMAX_E_DISCONNECTED (-1100)       /**< the daemon closed the connection */
+#define RDMAX_E_DISCONNECTED       (-1100) /**< the daemon closed the connection */
 /** @} */
 
 /** \name Region access flags @{ */
-#define RDMAX_ACCESS_LOCAL 0x0u        /**< only jobs of this node may use the region */
-#define RDMAX_ACCESS_REMOTE_READ 0x1u  /**< peers may READ from the region */
+#define RDMAX_ACCESS_LOCAL        0x0u /**< only jobs of this node may use the region */
+#define RDMAX_ACCESS_REMOTE_READ  0x1u /**< peers may READ from the region */
 #define RDMAX_ACCESS_REMOTE_WRITE 0x2u /**< peers may WRITE into the region */
 /** @} */
 
@@ -110,7 +110,7 @@ struct rdmax_peer_group;
 
 /** An encoded region descriptor, as produced by rdmax_region_desc(). */
 struct rdmax_desc {
-	uint32_t len;                /**< bytes used in \c bytes */
+	uint32_t len;                  /**< bytes used in \c bytes */
 	uint8_t bytes[RDMAX_DESC_MAX]; /**< opaque encoding; ship it to peers as is */
 };
 
@@ -188,12 +188,12 @@ struct rdmax_job {
 	uint32_t flags;       /**< RDMAX_JOB_* */
 	uint32_t imm;         /**< immediate value (RDMAX_JOB_IMM; always for BARRIER) */
 	uint32_t deadline_ms; /**< 0: none; else the job fails with RDMAX_E_TIMEOUT after it */
-	struct rdmax_region *local;     /**< WRITE, READ, PAGED_WRITE, SCATTER: local region */
-	uint64_t local_offset;          /**< WRITE/READ: offset in \c local */
-	uint64_t length;                /**< WRITE/READ: bytes */
+	struct rdmax_region *local;      /**< WRITE, READ, PAGED_WRITE, SCATTER: local region */
+	uint64_t local_offset;           /**< WRITE/READ: offset in \c local */
+	uint64_t length;                 /**< WRITE/READ: bytes */
 	const struct rdmax_desc *remote; /**< WRITE, READ, PAGED_WRITE: remote region; SEND: any
 					      descriptor of the destination node */
-	uint64_t remote_offset;         /**< WRITE/READ: offset in the remote region */
+	uint64_t remote_offset;          /**< WRITE/READ: offset in the remote region */
 	/** Fields of the other ops. */
 	union {
 		/** PAGED_WRITE */
@@ -232,13 +232,14 @@ enum rdmax_event_type {
 
 /** One event. */
 struct rdmax_event {
-	enum rdmax_event_type type; /**< what happened */
-	uint64_t job_id;            /**< COMPLETION: the job's id */
-	int status;                 /**< COMPLETION: 0 or RDMAX_E_* */
-	uint64_t bytes;             /**< COMPLETION: bytes moved; MESSAGE: payload bytes */
-	uint32_t imm;               /**< IMM_REACHED: the imm value */
-	uint64_t count;             /**< IMM_REACHED: the count that was reached */
-	char message[RDMAX_MESSAGE_MAX]; /**< COMPLETION: reason when status != 0; MESSAGE: mailbox */
+	enum rdmax_event_type type;      /**< what happened */
+	uint64_t job_id;                 /**< COMPLETION: the job's id */
+	int status;                      /**< COMPLETION: 0 or RDMAX_E_* */
+	uint64_t bytes;                  /**< COMPLETION: bytes moved; MESSAGE: payload bytes */
+	uint32_t imm;                    /**< IMM_REACHED: the imm value */
+	uint64_t count;                  /**< IMM_REACHED: the count that was reached */
+	char message[RDMAX_MESSAGE_MAX]; /**< COMPLETION: reason when status != 0; MESSAGE: mailbox
+					  */
 	/**
 	 * MESSAGE: the payload (\c bytes long), owned by the library and valid
 	 * until the next rdmax_poll_events() or rdmax_client_close() call.
@@ -249,25 +250,25 @@ struct rdmax_event {
 
 /** Information returned by the daemon on connect. */
 struct rdmax_daemon_info {
-	uint32_t protocol_version;   /**< daemon's protocol version */
-	char daemon_version[32];     /**< daemon's release */
-	char node_name[64];          /**< node name */
-	uint64_t instance_id;        /**< random per daemon start */
-	uint32_t capabilities;       /**< RDMAX_CAP_* bits */
-	uint32_t max_message_bytes;  /**< per-client limit */
-	uint32_t max_fds_per_message; /**< per-client limit */
-	uint32_t max_regions;        /**< per-client limit */
+	uint32_t protocol_version;     /**< daemon's protocol version */
+	char daemon_version[32];       /**< daemon's release */
+	char node_name[64];            /**< node name */
+	uint64_t instance_id;          /**< random per daemon start */
+	uint32_t capabilities;         /**< RDMAX_CAP_* bits */
+	uint32_t max_message_bytes;    /**< per-client limit */
+	uint32_t max_fds_per_message;  /**< per-client limit */
+	uint32_t max_regions;          /**< per-client limit */
 	uint64_t max_registered_bytes; /**< per-client limit */
 	uint32_t max_outstanding_jobs; /**< per-client limit */
 	uint32_t max_jobs_per_submit;  /**< per-client limit */
 };
 
 /** \name Daemon capabilities @{ */
-#define RDMAX_CAP_TCP 0x1u
-#define RDMAX_CAP_VERBS 0x2u
-#define RDMAX_CAP_DMABUF 0x4u
+#define RDMAX_CAP_TCP     0x1u
+#define RDMAX_CAP_VERBS   0x2u
+#define RDMAX_CAP_DMABUF  0x4u
 #define RDMAX_CAP_PEERMEM 0x8u
-#define RDMAX_CAP_AUTH 0x10u
+#define RDMAX_CAP_AUTH    0x10u
 /** @} */
 
 /**
@@ -331,9 +332,8 @@ int rdmax_alloc_host(struct rdmax_client *client, uint64_t length, uint32_t acce
  * \param ret_region receives the region
  * \return 0 or a negative error
  */
-int rdmax_region_register_fd(struct rdmax_client *client, int fd, uint64_t offset,
-			     uint64_t length, void *addr, uint32_t access,
-			     struct rdmax_region **ret_region);
+int rdmax_region_register_fd(struct rdmax_client *client, int fd, uint64_t offset, uint64_t length,
+			     void *addr, uint32_t access, struct rdmax_region **ret_region);
 
 /**
  * Register CUDA device memory of this process (docs/gpu.md). The library
@@ -379,8 +379,8 @@ int rdmax_region_register_gpu(struct rdmax_client *client, void *dev_ptr, uint64
  *         RDMAX_E_RESOURCE_EXHAUSTED (pool full), RDMAX_E_GPU_DRIVER_MISSING,
  *         or another error
  */
-int rdmax_alloc_gpu(struct rdmax_client *client, int cuda_device, uint64_t length,
-		    uint32_t access, struct rdmax_region **ret_region);
+int rdmax_alloc_gpu(struct rdmax_client *client, int cuda_device, uint64_t length, uint32_t access,
+		    struct rdmax_region **ret_region);
 
 /**
  * Deregister a region. Waits until the daemon has finished the jobs that
@@ -426,13 +426,11 @@ int rdmax_desc_import(const void *bytes, size_t len, struct rdmax_desc *ret_desc
  * for a job whose fields cannot be encoded (unknown op or flags, missing
  * region, descriptor, page indices or mailbox), RDMAX_E_RESOURCE_EXHAUSTED
  * when the batch exceeds the daemon's message or job limits. The daemon
- * judges ranges, page lists and names and reports them in the completion. The call does not wait for the
- * daemon: should the daemon refuse the whole message later, each of its
- * jobs gets a completion event carrying the refusal's status.
- * \param client an open connection
- * \param jobs array of jobs
- * \param count number of jobs (at most max_jobs_per_submit)
- * \return 0 or a negative error
+ * judges ranges, page lists and names and reports them in the completion. The call does not wait
+ * for the daemon: should the daemon refuse the whole message later, each of its jobs gets a
+ * completion event carrying the refusal's status. \param client an open connection \param jobs
+ * array of jobs \param count number of jobs (at most max_jobs_per_submit) \return 0 or a negative
+ * error
  */
 int rdmax_submit(struct rdmax_client *client, const struct rdmax_job *jobs, size_t count);
 

@@ -113,8 +113,9 @@ bool itest_stopped_peer_stalls(void);
 		if (cond) {                                                                        \
 			tcase_add_test(tc, test);                                                  \
 		} else {                                                                           \
-			fprintf(stderr, "itest: SKIP %s over transport '%s': %s (not run, not "    \
-					"counted)\n",                                               \
+			fprintf(stderr,                                                            \
+				"itest: SKIP %s over transport '%s': %s (not run, not "            \
+				"counted)\n",                                                      \
 				#test, itest_transport(), why);                                    \
 		}                                                                                  \
 	} while (0)

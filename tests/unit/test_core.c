@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests of the daemon's small core modules: hash map, status mapping, descriptors, imm counters. */
+/* Unit tests of the daemon's small core modules: hash map, status mapping, descriptors, imm
+ * counters. */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>

@@ -109,29 +109,28 @@ START_TEST(region_remote_access_and_refs)
 	ck_assert_int_eq(region_table_init(&t, 7), 0);
 	ck_assert_int_eq(region_table_add_hooks(&t, &hooks), 0);
 	int fd = sealed_memfd(4096, F_SEAL_SHRINK);
-	ck_assert_int_eq(region_register_host_fd(&t, &owner, fd, 0, 4096, RDMAX_ACCESS_REMOTE_WRITE,
-						 &r),
-			 0);
+	ck_assert_int_eq(
+		region_register_host_fd(&t, &owner, fd, 0, 4096, RDMAX_ACCESS_REMOTE_WRITE, &r), 0);
 	close(fd); /* the mapping keeps the memory */
 	ck_assert_int_eq(hook_added, 1);
 	ck_assert_ptr_eq(region_find_owned(&t, &owner, r->id), r);
 	ck_assert_ptr_null(region_find_owned(&t, &other, r->id));
 
-	ck_assert_int_eq(region_get_remote(&t, 8, r->id, r->key, 0, 1, RDMAX_ACCESS_REMOTE_WRITE,
-					   &got),
-			 RDMAX_E_NOT_FOUND);
-	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key + 1, 0, 1,
-					   RDMAX_ACCESS_REMOTE_WRITE, &got),
-			 RDMAX_E_NOT_FOUND);
-	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key, 0, 1, RDMAX_ACCESS_REMOTE_READ,
-					   &got),
-			 RDMAX_E_PERMISSION_DENIED);
-	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key, 4000, 97,
-					   RDMAX_ACCESS_REMOTE_WRITE, &got),
-			 RDMAX_E_OUT_OF_RANGE);
-	ck_assert_int_eq(region_get_remote(&t, 7, r->id, r->key, 4000, 96,
-					   RDMAX_ACCESS_REMOTE_WRITE, &got),
-			 0);
+	ck_assert_int_eq(
+		region_get_remote(&t, 8, r->id, r->key, 0, 1, RDMAX_ACCESS_REMOTE_WRITE, &got),
+		RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(
+		region_get_remote(&t, 7, r->id, r->key + 1, 0, 1, RDMAX_ACCESS_REMOTE_WRITE, &got),
+		RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(
+		region_get_remote(&t, 7, r->id, r->key, 0, 1, RDMAX_ACCESS_REMOTE_READ, &got),
+		RDMAX_E_PERMISSION_DENIED);
+	ck_assert_int_eq(
+		region_get_remote(&t, 7, r->id, r->key, 4000, 97, RDMAX_ACCESS_REMOTE_WRITE, &got),
+		RDMAX_E_OUT_OF_RANGE);
+	ck_assert_int_eq(
+		region_get_remote(&t, 7, r->id, r->key, 4000, 96, RDMAX_ACCESS_REMOTE_WRITE, &got),
+		0);
 	ck_assert_uint_eq(r->refs, 2);
 	got->addr[4095] = 1; /* mapped */
 
@@ -139,9 +138,9 @@ START_TEST(region_remote_access_and_refs)
 	region_deregister(&t, r, on_released, NULL);
 	ck_assert_int_eq(released_calls, 0);
 	ck_assert_ptr_null(region_find_owned(&t, &owner, r->id));
-	ck_assert_int_eq(region_get_remote(&t, 7, got->id, got->key, 0, 1,
-					   RDMAX_ACCESS_REMOTE_WRITE, &r),
-			 RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(
+		region_get_remote(&t, 7, got->id, got->key, 0, 1, RDMAX_ACCESS_REMOTE_WRITE, &r),
+		RDMAX_E_NOT_FOUND);
 	region_put(&t, got);
 	ck_assert_int_eq(released_calls, 1);
 	ck_assert_int_eq(hook_removed, 1);
@@ -183,14 +182,12 @@ struct done_rec {
 static struct done_rec g_done[64];
 static int g_n_done;
 
-static void on_complete(void *owner, uint64_t job_id, int err, const char *message,
-			uint64_t bytes)
+static void on_complete(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes)
 {
 	ck_assert_int_lt(g_n_done, 64);
 	g_done[g_n_done].job_id = job_id;
 	g_done[g_n_done].err = err;
-	snprintf(g_done[g_n_done].message, sizeof(g_done[0].message), "%s",
-		 message ? message : "");
+	snprintf(g_done[g_n_done].message, sizeof(g_done[0].message), "%s", message ? message : "");
 	g_done[g_n_done].bytes = bytes;
 	g_n_done++;
 }

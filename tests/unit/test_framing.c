@@ -60,7 +60,8 @@ static ProtobufCMessage *envelope_with(const ProtobufCMessageDescriptor *env, un
 	*(ProtobufCMessage **)((char *)m + f->offset) = build(f->descriptor);
 	*(uint32_t *)((char *)m + f->quantifier_offset) = f->id;
 	/* seq */
-	const ProtobufCFieldDescriptor *seq = protobuf_c_message_descriptor_get_field_by_name(env, "seq");
+	const ProtobufCFieldDescriptor *seq =
+		protobuf_c_message_descriptor_get_field_by_name(env, "seq");
 	*(protobuf_c_boolean *)((char *)m + seq->quantifier_offset) = 1;
 	*(uint64_t *)((char *)m + seq->offset) = 42;
 	return m;
@@ -94,9 +95,10 @@ static void check_envelope(const ProtobufCMessageDescriptor *env)
 			d = protobuf_c_message_unpack(env, NULL, cut, buf);
 			if (d) {
 				/* Only a cut before the body decodes, and then without it. */
-				ck_assert_msg(*(uint32_t *)((char *)d + f->quantifier_offset) != f->id,
-					      "%s.%s truncated to %zu bytes still decodes", env->name,
-					      f->name, cut);
+				ck_assert_msg(*(uint32_t *)((char *)d + f->quantifier_offset) !=
+						      f->id,
+					      "%s.%s truncated to %zu bytes still decodes",
+					      env->name, f->name, cut);
 				protobuf_c_message_free_unpacked(d, NULL);
 			}
 		}
