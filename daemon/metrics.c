@@ -58,6 +58,9 @@ struct histogram {
 
 struct peer_stats {
 	char name[PEER_NAME_MAX];
+	/* The lookup key: comparing it is cheaper than formatting name per job. */
+	char addr[sizeof(((struct endpoint *)0)->addr)];
+	uint16_t port;
 	uint64_t jobs_ok[JOB_KIND_MAX];
 	uint64_t jobs_failed[JOB_KIND_MAX];
 	uint64_t bytes[JOB_KIND_MAX];
@@ -152,23 +155,25 @@ static void histogram_add(struct histogram *h, const double *bounds, size_t n_bo
 
 static struct peer_stats *peer_slot(struct metrics *m, const struct endpoint *peer)
 {
-	char name[PEER_NAME_MAX];
-
-	if (strchr(peer->addr, ':')) {
-		snprintf(name, sizeof(name), "[%s]:%u", peer->addr, peer->port);
-	} else {
-		snprintf(name, sizeof(name), "%s:%u", peer->addr, peer->port);
-	}
 	for (uint32_t i = 0; i < m->n_peers; i++) {
-		if (strcmp(m->peers[i].name, name) == 0) {
-			return &m->peers[i];
+		struct peer_stats *p = &m->peers[i];
+
+		if (p->port == peer->port && strcmp(p->addr, peer->addr) == 0) {
+			return p;
 		}
 	}
 	if (m->n_peers == PEERS_MAX) {
 		return &m->other;
 	}
 	struct peer_stats *p = &m->peers[m->n_peers++];
-	snprintf(p->name, sizeof(p->name), "%s", name);
+	snprintf(p->addr, sizeof(p->addr), "%s", peer->addr);
+	p->port = peer->port;
+	/* An address is at most 45 characters, so name is never cut short. */
+	if (strchr(peer->addr, ':')) {
+		snprintf(p->name, sizeof(p->name), "[%s]:%u", peer->addr, peer->port);
+	} else {
+		snprintf(p->name, sizeof(p->name), "%s:%u", peer->addr, peer->port);
+	}
 	return p;
 }
 
