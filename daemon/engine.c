@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,11 +78,34 @@ struct job_dest {
 	uint64_t region_key;
 };
 
+/*
+ * Parse cache of remote descriptors, keyed by their exact bytes: clients send
+ * the same few descriptors with every job, and decoding one costs more than
+ * the rest of a small job's submission. A hit only skips the parse; the
+ * owning daemon still checks instance, key, bounds and access on every access.
+ * DESC_CACHE_WAYS entries per set, least recently used evicted.
+ */
+#define DESC_CACHE_SETS    64
+#define DESC_CACHE_WAYS    4
+#define DESC_CACHE_KEY_MAX 512 /* longer descriptors are decoded every time */
+
+struct desc_cache_entry {
+	uint64_t hash;
+	uint64_t used; /* engine->desc_clock at the last use; 0: empty */
+	uint32_t len;
+	uint8_t bytes[DESC_CACHE_KEY_MAX];
+	struct remote_desc desc;
+};
+
 struct engine {
 	struct rdmaxd *daemon;
 	engine_complete_cb complete;
 	struct list_node jobs; /* every job not yet freed */
 	uint64_t outstanding;  /* jobs without a completion */
+	uint64_t desc_clock;
+	uint64_t desc_hits;
+	uint64_t desc_misses;
+	struct desc_cache_entry *desc_cache; /* DESC_CACHE_SETS * DESC_CACHE_WAYS */
 };
 
 struct job;
@@ -101,7 +125,6 @@ struct job {
 	enum xfer_op op;
 	struct transport *transport;
 	struct endpoint peer;
-	struct remote_desc remote;
 	struct region *local;
 	uint64_t local_offset;
 	uint64_t remote_offset;
@@ -134,6 +157,12 @@ struct job {
 	uint64_t in_flight_bytes; /* bytes of the xfers in flight */
 	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
 	uint32_t n_slots;
+	/*
+	 * Not zeroed at submission (most of a job's bytes): remote is written by a
+	 * successful decode before any read, and a window slot is read only while
+	 * busy, its xfer set in full when issued.
+	 */
+	struct remote_desc remote;
 	struct job_xfer window[JOB_WINDOW];
 };
 
@@ -591,6 +620,70 @@ static void single_node(struct job *job, struct transport *transport, const stru
 	}
 }
 
+static uint64_t desc_hash(const uint8_t *buf, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+
+	for (size_t i = 0; i < len; i++) {
+		h = (h ^ buf[i]) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+int engine_desc_decode(struct engine *engine, const uint8_t *buf, size_t len,
+		       struct remote_desc *ret_desc)
+{
+	if (!buf || len == 0 || len > DESC_CACHE_KEY_MAX) {
+		return desc_decode(buf, len, ret_desc);
+	}
+	uint64_t hash = desc_hash(buf, len);
+	struct desc_cache_entry *set =
+		&engine->desc_cache[(hash % DESC_CACHE_SETS) * DESC_CACHE_WAYS];
+	struct desc_cache_entry *victim = &set[0];
+
+	engine->desc_clock++;
+	for (size_t i = 0; i < DESC_CACHE_WAYS; i++) {
+		struct desc_cache_entry *e = &set[i];
+
+		if (e->used && e->hash == hash && e->len == len &&
+		    memcmp(e->bytes, buf, len) == 0) {
+			e->used = engine->desc_clock;
+			engine->desc_hits++;
+			*ret_desc = e->desc;
+			return 0;
+		}
+		if (e->used < victim->used) {
+			victim = e;
+		}
+	}
+	engine->desc_misses++;
+	struct remote_desc desc;
+	int ret = desc_decode(buf, len, &desc);
+	if (ret < 0) {
+		return ret; /* malformed bytes are not kept */
+	}
+	victim->desc = desc;
+	victim->hash = hash;
+	victim->used = engine->desc_clock;
+	victim->len = (uint32_t)len;
+	memcpy(victim->bytes, buf, len);
+	*ret_desc = victim->desc;
+	return 0;
+}
+
+void engine_desc_cache_stats(const struct engine *engine, uint64_t *ret_hits, uint64_t *ret_misses,
+			     uint32_t *ret_entries)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < DESC_CACHE_SETS * DESC_CACHE_WAYS; i++) {
+		n += engine->desc_cache[i].used != 0;
+	}
+	*ret_hits = engine->desc_hits;
+	*ret_misses = engine->desc_misses;
+	*ret_entries = n;
+}
+
 /* WRITE and READ: one range on each side. */
 static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinaryData desc_bytes,
 			  char *why, size_t why_size)
@@ -604,7 +697,7 @@ static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinar
 	if (ret < 0) {
 		return ret;
 	}
-	ret = desc_decode(desc_bytes.data, desc_bytes.len, &job->remote);
+	ret = engine_desc_decode(job->engine, desc_bytes.data, desc_bytes.len, &job->remote);
 	if (ret < 0) {
 		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
@@ -658,7 +751,8 @@ static int prepare_paged(struct job *job, const Rdmax__V1__PagedWriteJob *pw, ch
 	if (ret < 0) {
 		return ret;
 	}
-	ret = desc_decode(pw->remote_desc.data, pw->remote_desc.len, &job->remote);
+	ret = engine_desc_decode(job->engine, pw->remote_desc.data, pw->remote_desc.len,
+				 &job->remote);
 	if (ret < 0) {
 		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
@@ -761,7 +855,7 @@ static int target_from_desc(struct job *job, ProtobufCBinaryData bytes, size_t i
 	char reason[RDMAX_MESSAGE_MAX - 32];
 	int ret;
 
-	ret = desc_decode(bytes.data, bytes.len, desc);
+	ret = engine_desc_decode(job->engine, bytes.data, bytes.len, desc);
 	if (ret < 0) {
 		snprintf(why, why_size, "destination %zu: descriptor is malformed", i);
 		return ret;
@@ -990,7 +1084,8 @@ static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why
 			 sj->payload.len, MAILBOX_PAYLOAD_MAX);
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
-	ret = desc_decode(sj->remote_desc.data, sj->remote_desc.len, &job->remote);
+	ret = engine_desc_decode(job->engine, sj->remote_desc.data, sj->remote_desc.len,
+				 &job->remote);
 	if (ret < 0) {
 		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
@@ -1066,10 +1161,14 @@ void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__
 	struct job *job;
 	int ret;
 
-	job = calloc(1, sizeof(*job));
+	job = malloc(sizeof(*job));
 	if (!job) {
 		engine->complete(owner, pj->job_id, -ENOMEM, "out of memory", 0);
 		return;
+	}
+	memset(job, 0, offsetof(struct job, remote));
+	for (size_t i = 0; i < JOB_WINDOW; i++) {
+		job->window[i].busy = false;
 	}
 	job->engine = engine;
 	job->id = pj->job_id;
@@ -1164,11 +1263,18 @@ int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct eng
 	if (!engine) {
 		return -ENOMEM;
 	}
+	engine->desc_cache = calloc(DESC_CACHE_SETS * DESC_CACHE_WAYS, sizeof(*engine->desc_cache));
+	if (!engine->desc_cache) {
+		goto out_free_engine;
+	}
 	engine->daemon = daemon;
 	engine->complete = complete;
 	list_init(&engine->jobs);
 	*ret_engine = engine;
 	return 0;
+out_free_engine:
+	free(engine);
+	return -ENOMEM;
 }
 
 void engine_destroy(struct engine *engine)
@@ -1183,6 +1289,7 @@ void engine_destroy(struct engine *engine)
 	{
 		job_free_memory(container_of(pos, struct job, link));
 	}
+	free(engine->desc_cache);
 	free(engine);
 }
 

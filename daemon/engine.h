@@ -50,6 +50,17 @@ struct job_owner {
 int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct engine **ret_engine);
 void engine_destroy(struct engine *engine);
 
+/*
+ * desc_decode() through the engine's parse cache of descriptor bytes: the same
+ * result, without the parse when these exact bytes were decoded before. Only
+ * a parse cache: every access is still checked by the region's daemon.
+ */
+int engine_desc_decode(struct engine *engine, const uint8_t *buf, size_t len,
+		       struct remote_desc *ret_desc);
+/* Lookups answered from the cache, lookups that decoded, and entries held (for tests). */
+void engine_desc_cache_stats(const struct engine *engine, uint64_t *ret_hits, uint64_t *ret_misses,
+			     uint32_t *ret_entries);
+
 int job_owner_init(struct job_owner *owner);
 /* The client left: drop its future completions; returns once bookkeeping is detached. */
 void job_owner_leave(struct engine *engine, struct job_owner *owner);

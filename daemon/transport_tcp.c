@@ -133,6 +133,11 @@ struct tcp_transport {
 	uint32_t n_conns;
 	uint64_t next_id;
 	struct log_ratelimit rl;
+	/* The last peer parsed: clients send to few peers, and parsing per xfer costs. */
+	char last_peer_addr[sizeof(((struct endpoint *)0)->addr)];
+	uint16_t last_peer_port;
+	socklen_t last_peer_len; /* 0: nothing cached */
+	struct sockaddr_storage last_peer_ss;
 	uint8_t scratch[SCRATCH_BYTES];
 };
 
@@ -172,6 +177,29 @@ static int parse_addr(const char *addr, uint16_t port, struct sockaddr_storage *
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	*ret_ss = ss;
+	return 0;
+}
+
+/* parse_addr() of a peer, remembering the last success; peer->addr must hold a NUL. */
+static int peer_addr(struct tcp_transport *tt, const struct endpoint *peer,
+		     struct sockaddr_storage *ret_ss, socklen_t *ret_len)
+{
+	if (tt->last_peer_len == 0 || tt->last_peer_port != peer->port ||
+	    strcmp(tt->last_peer_addr, peer->addr) != 0) {
+		struct sockaddr_storage ss;
+		socklen_t len;
+		int err = parse_addr(peer->addr, peer->port, &ss, &len);
+
+		if (err < 0) {
+			return err;
+		}
+		memcpy(tt->last_peer_addr, peer->addr, sizeof(tt->last_peer_addr));
+		tt->last_peer_port = peer->port;
+		tt->last_peer_ss = ss;
+		tt->last_peer_len = len;
+	}
+	*ret_ss = tt->last_peer_ss;
+	*ret_len = tt->last_peer_len;
 	return 0;
 }
 
@@ -1355,7 +1383,7 @@ static int tcp_submit(struct transport *transport, struct xfer *xfer)
 	if (err < 0) {
 		return err;
 	}
-	err = parse_addr(xfer->peer.addr, xfer->peer.port, &addr, &addr_len);
+	err = peer_addr(tt, &xfer->peer, &addr, &addr_len);
 	if (err < 0) {
 		return err;
 	}
@@ -1436,7 +1464,7 @@ static int tcp_send_message(struct transport *transport, struct xfer *xfer)
 	    !memchr(xfer->peer.addr, '\0', sizeof(xfer->peer.addr))) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	int err = parse_addr(xfer->peer.addr, xfer->peer.port, &addr, &addr_len);
+	int err = peer_addr(tt, &xfer->peer, &addr, &addr_len);
 	if (err < 0) {
 		return err;
 	}

@@ -541,6 +541,145 @@ START_TEST(engine_deadline)
 }
 END_TEST
 
+/* Descriptor bytes of a TCP region like the fixture's, with its own id, key and port. */
+static size_t encode_desc(uint64_t region_id, uint64_t key, uint16_t port, uint8_t *buf,
+			  size_t size)
+{
+	struct remote_desc rd;
+
+	memset(&rd, 0, sizeof(rd));
+	rd.instance_id = 2;
+	rd.region_id = region_id;
+	rd.region_key = key;
+	rd.length = 32768;
+	rd.access = RDMAX_ACCESS_REMOTE_WRITE;
+	snprintf(rd.node_name, sizeof(rd.node_name), "node-%u", (unsigned)port);
+	rd.n_endpoints = 1;
+	rd.endpoints[0].transport = ENDPOINT_TCP;
+	strcpy(rd.endpoints[0].addr, "10.0.0.1");
+	rd.endpoints[0].port = port;
+	int len = desc_encode(&rd, buf, size);
+	ck_assert_int_gt(len, 0);
+	return (size_t)len;
+}
+
+static void assert_same_desc(const struct remote_desc *a, const struct remote_desc *b)
+{
+	ck_assert_uint_eq(a->instance_id, b->instance_id);
+	ck_assert_uint_eq(a->region_id, b->region_id);
+	ck_assert_uint_eq(a->region_key, b->region_key);
+	ck_assert_uint_eq(a->length, b->length);
+	ck_assert_uint_eq(a->access, b->access);
+	ck_assert_str_eq(a->node_name, b->node_name);
+	ck_assert_uint_eq(a->n_endpoints, b->n_endpoints);
+	for (uint32_t i = 0; i < a->n_endpoints; i++) {
+		ck_assert_int_eq(a->endpoints[i].transport, b->endpoints[i].transport);
+		ck_assert_str_eq(a->endpoints[i].addr, b->endpoints[i].addr);
+		ck_assert_uint_eq(a->endpoints[i].port, b->endpoints[i].port);
+	}
+}
+
+START_TEST(engine_desc_cache_same_result)
+{
+	struct remote_desc plain, cached;
+	uint64_t hits, misses;
+	uint32_t entries;
+
+	ck_assert_int_eq(desc_decode(F.desc, F.desc_len, &plain), 0);
+	for (int i = 0; i < 3; i++) {
+		memset(&cached, 0xa5, sizeof(cached));
+		ck_assert_int_eq(engine_desc_decode(F.engine, F.desc, F.desc_len, &cached), 0);
+		assert_same_desc(&cached, &plain);
+	}
+	engine_desc_cache_stats(F.engine, &hits, &misses, &entries);
+	ck_assert_uint_eq(misses, 1);
+	ck_assert_uint_eq(hits, 2);
+	ck_assert_uint_eq(entries, 1);
+
+	/* Bytes differing only in the key are another descriptor, never the cached one. */
+	uint8_t other[DESC_MAX_BYTES];
+	size_t other_len = encode_desc(5, 78, 9, other, sizeof(other));
+	ck_assert_int_eq(engine_desc_decode(F.engine, other, other_len, &cached), 0);
+	ck_assert_uint_eq(cached.region_key, 78);
+	ck_assert_int_eq(engine_desc_decode(F.engine, F.desc, F.desc_len, &cached), 0);
+	ck_assert_uint_eq(cached.region_key, 77);
+
+	/* Malformed bytes fail every time, are not kept, and leave ret_desc alone. */
+	uint8_t bad[DESC_MAX_BYTES];
+	memcpy(bad, F.desc, F.desc_len);
+	bad[0] ^= 0xff;
+	for (int i = 0; i < 2; i++) {
+		memset(&cached, 0x5a, sizeof(cached));
+		ck_assert_int_eq(engine_desc_decode(F.engine, bad, F.desc_len, &cached),
+				 RDMAX_E_INVALID_ARGUMENT);
+		ck_assert_uint_eq(cached.region_id, 0x5a5a5a5a5a5a5a5aull);
+		ck_assert_int_eq(engine_desc_decode(F.engine, F.desc, F.desc_len - 1, &cached),
+				 desc_decode(F.desc, F.desc_len - 1, &plain));
+	}
+	ck_assert_int_eq(engine_desc_decode(F.engine, NULL, 0, &cached), RDMAX_E_INVALID_ARGUMENT);
+	engine_desc_cache_stats(F.engine, &hits, &misses, &entries);
+	ck_assert_uint_eq(entries, 2);
+}
+END_TEST
+
+START_TEST(engine_desc_cache_bounded)
+{
+	uint8_t buf[DESC_MAX_BYTES];
+	struct remote_desc d;
+	uint64_t hits, misses;
+	uint32_t entries;
+
+	/* Many more descriptors than entries: every answer is still that descriptor's. */
+	for (int round = 0; round < 2; round++) {
+		for (uint64_t i = 1; i <= 1000; i++) {
+			size_t len = encode_desc(i, i * 3, (uint16_t)(1000 + i), buf, sizeof(buf));
+			ck_assert_int_eq(engine_desc_decode(F.engine, buf, len, &d), 0);
+			ck_assert_uint_eq(d.region_id, i);
+			ck_assert_uint_eq(d.region_key, i * 3);
+			ck_assert_uint_eq(d.endpoints[0].port, 1000 + i);
+		}
+	}
+	engine_desc_cache_stats(F.engine, &hits, &misses, &entries);
+	ck_assert_uint_le(entries, 256);
+	ck_assert_uint_gt(entries, 128);
+	ck_assert_uint_eq(hits + misses, 2000);
+
+	/* The one in use stays: a hot descriptor between many cold ones keeps hitting. */
+	uint8_t hot[DESC_MAX_BYTES];
+	size_t hot_len = encode_desc(7, 7, 7, hot, sizeof(hot));
+	ck_assert_int_eq(engine_desc_decode(F.engine, hot, hot_len, &d), 0);
+	engine_desc_cache_stats(F.engine, &hits, &misses, &entries);
+	uint64_t hits0 = hits;
+	for (uint64_t i = 1; i <= 1000; i++) {
+		size_t len = encode_desc(5000 + i, 1, (uint16_t)i, buf, sizeof(buf));
+		ck_assert_int_eq(engine_desc_decode(F.engine, buf, len, &d), 0);
+		ck_assert_int_eq(engine_desc_decode(F.engine, hot, hot_len, &d), 0);
+		ck_assert_uint_eq(d.region_id, 7);
+	}
+	engine_desc_cache_stats(F.engine, &hits, &misses, &entries);
+	ck_assert_uint_eq(hits - hits0, 1000);
+}
+END_TEST
+
+START_TEST(engine_desc_cache_jobs_still_checked)
+{
+	uint64_t hits, misses;
+	uint32_t entries;
+
+	/* The second job hits the cache, and its range is still checked against the region. */
+	submit_write(1, 0, 100, 0, -1);
+	ck_assert_int_eq(F.ft.n, 1);
+	finish(0, 0);
+	submit_write(2, 0, 100, 32768 - 50, -1);
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, RDMAX_E_OUT_OF_RANGE);
+	ck_assert_int_eq(F.ft.n, 1);
+	engine_desc_cache_stats(F.engine, &hits, &misses, &entries);
+	ck_assert_uint_eq(misses, 1);
+	ck_assert_uint_eq(hits, 1);
+}
+END_TEST
+
 Suite *validate_suite(void)
 {
 	Suite *s = suite_create("validate");
@@ -556,6 +695,9 @@ Suite *validate_suite(void)
 	tcase_add_test(tc, engine_local_copy);
 	tcase_add_test(tc, engine_shutdown_cancels_once);
 	tcase_add_test(tc, engine_deadline);
+	tcase_add_test(tc, engine_desc_cache_same_result);
+	tcase_add_test(tc, engine_desc_cache_bounded);
+	tcase_add_test(tc, engine_desc_cache_jobs_still_checked);
 	suite_add_tcase(s, tc);
 	return s;
 }
