@@ -96,7 +96,15 @@ $(BUILD)/librdmax.a: $(CLIENT_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/librdmax.pc: client-lib/librdmax.pc.in
+# The paths in the .pc file follow PREFIX/LIBDIR/INCLUDEDIR: rebuild it whenever they change.
+PC_VARS := $(PREFIX)|$(LIBDIR)|$(INCLUDEDIR)|$(LIB_VERSION)
+PC_STAMP := $(BUILD)/.pc-vars-$(shell printf '%s' '$(PC_VARS)' | md5sum | cut -c1-12)
+$(PC_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.pc-vars-*
+	@touch $@
+
+$(BUILD)/librdmax.pc: client-lib/librdmax.pc.in $(PC_STAMP)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(LIB_VERSION)|g' $< > $@
 
@@ -188,7 +196,7 @@ format:
 	clang-format -i daemon/*.[ch] client-lib/*.[ch] client-lib/include/*.h tools/*.c \
 		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c docs/examples/*.c
 
-install: all
+install: all $(BUILD)/librdmax.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(SYSCONFDIR)/rdmaxd $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(BUILD)/rdmaxd $(DESTDIR)$(SBINDIR)/rdmaxd
