@@ -31,7 +31,16 @@
 #include "status.h"
 #include "transport.h"
 
-#define STATUS_SLOTS (RDMAX__V1__STATUS__INTERNAL + 1)
+/* Room for every Status value; only the values the protocol defines are printed. */
+#define STATUS_SLOTS 32
+_Static_assert(RDMAX__V1__STATUS__GPU_ADDRESS_REUSED < STATUS_SLOTS, "STATUS_SLOTS too small");
+
+/* The i-th Status value the protocol defines (they need not be contiguous). */
+static int status_value(unsigned i)
+{
+	return rdmax__v1__status__descriptor.values[i].value;
+}
+
 /* Peers tracked by name; later ones are counted under "other" so labels stay bounded. */
 #define PEERS_MAX     64
 #define PEER_NAME_MAX 64
@@ -484,7 +493,8 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 
 	family(&t, "rdmaxd_jobs_total", "counter", "Completed jobs by operation and status.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
-		for (int s = 0; s < (int)STATUS_SLOTS; s++) {
+		for (unsigned i = 0; i < rdmax__v1__status__descriptor.n_values; i++) {
+			int s = status_value(i);
 			status_label(s, status, sizeof(status));
 			text_printf(&t, "rdmaxd_jobs_total{op=\"%s\",status=\"%s\"} %" PRIu64 "\n",
 				    engine_job_kind_name((int)op), status, m->jobs[op][s]);
@@ -493,7 +503,8 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 	family(&t, "rdmaxd_job_bytes_total", "counter",
 	       "Bytes moved by completed jobs, by operation and status.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
-		for (int s = 0; s < (int)STATUS_SLOTS; s++) {
+		for (unsigned i = 0; i < rdmax__v1__status__descriptor.n_values; i++) {
+			int s = status_value(i);
 			status_label(s, status, sizeof(status));
 			text_printf(&t,
 				    "rdmaxd_job_bytes_total{op=\"%s\",status=\"%s\"} %" PRIu64 "\n",
