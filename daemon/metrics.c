@@ -386,56 +386,54 @@ static void count_conn(void *arg, const struct transport_conn_info *info)
 	c->in_flight += info->in_flight;
 }
 
-static void render_client(void *arg, const struct ipc_client_info *info)
+/* The labels that name one client session: client="...",pid="...",session="...". */
+static void client_labels(const struct ipc_client_info *info, char *buf, size_t size)
 {
-	struct text *t = arg;
 	char name[160];
 
 	label_escape(info->name, name, sizeof(name));
-	text_printf(t,
-		    "rdmaxd_client_jobs_total{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
-		    "\",result=\"ok\"} %" PRIu64 "\n",
-		    name, info->pid, info->id, info->jobs_ok);
-	text_printf(t,
-		    "rdmaxd_client_jobs_total{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
-		    "\",result=\"error\"} %" PRIu64 "\n",
-		    name, info->pid, info->id, info->jobs_failed);
+	snprintf(buf, size, "client=\"%s\",pid=\"%d\",session=\"%" PRIu64 "\"", name, info->pid,
+		 info->id);
+}
+
+static void render_client(void *arg, const struct ipc_client_info *info)
+{
+	struct text *t = arg;
+	char labels[224];
+
+	client_labels(info, labels, sizeof(labels));
+	text_printf(t, "rdmaxd_client_jobs_total{%s,result=\"ok\"} %" PRIu64 "\n", labels,
+		    info->jobs_ok);
+	text_printf(t, "rdmaxd_client_jobs_total{%s,result=\"error\"} %" PRIu64 "\n", labels,
+		    info->jobs_failed);
 }
 
 static void render_client_bytes(void *arg, const struct ipc_client_info *info)
 {
 	struct text *t = arg;
-	char name[160];
+	char labels[224];
 
-	label_escape(info->name, name, sizeof(name));
-	text_printf(t,
-		    "rdmaxd_client_bytes_total{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
-		    "\"} %" PRIu64 "\n",
-		    name, info->pid, info->id, info->bytes);
+	client_labels(info, labels, sizeof(labels));
+	text_printf(t, "rdmaxd_client_bytes_total{%s} %" PRIu64 "\n", labels, info->bytes);
 }
 
 static void render_client_regions(void *arg, const struct ipc_client_info *info)
 {
 	struct text *t = arg;
-	char name[160];
+	char labels[224];
 
-	label_escape(info->name, name, sizeof(name));
-	text_printf(t,
-		    "rdmaxd_client_registered_bytes{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
-		    "\"} %" PRIu64 "\n",
-		    name, info->pid, info->id, info->registered_bytes);
+	client_labels(info, labels, sizeof(labels));
+	text_printf(t, "rdmaxd_client_registered_bytes{%s} %" PRIu64 "\n", labels,
+		    info->registered_bytes);
 }
 
 static void render_client_outstanding(void *arg, const struct ipc_client_info *info)
 {
 	struct text *t = arg;
-	char name[160];
+	char labels[224];
 
-	label_escape(info->name, name, sizeof(name));
-	text_printf(t,
-		    "rdmaxd_client_jobs_outstanding{client=\"%s\",pid=\"%d\",session=\"%" PRIu64
-		    "\"} %u\n",
-		    name, info->pid, info->id, info->outstanding);
+	client_labels(info, labels, sizeof(labels));
+	text_printf(t, "rdmaxd_client_jobs_outstanding{%s} %u\n", labels, info->outstanding);
 }
 
 static void render_peer(struct text *t, const char *metric, const struct peer_stats *p, int what)

@@ -286,14 +286,11 @@ static int region_added(void *ctx, struct region *region)
 	int ret = 0;
 	uint32_t i;
 
-	if (!vt) {
-		return RDMAX_E_UNIMPLEMENTED;
-	}
 	if (!region->addr && !region->gpu) {
 		log_warn("region %" PRIu64 ": memory without a host mapping or GPU handle cannot "
 			 "be registered with RDMA devices",
 			 region->id);
-		return RDMAX_E_UNIMPLEMENTED;
+		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	/* Least privilege: each right only when the region needs it. */
 	if (region->writable) {
