@@ -323,6 +323,7 @@ static int cmd_status(struct admin *a, struct json *j, int argc, char **argv, ch
 	json_u64(j, "connections", conns.n);
 	json_u64(j, "connections_ready", conns.ready);
 	json_u64(j, "jobs_in_flight", d->engine ? engine_outstanding(d->engine) : 0);
+	json_u64(j, "chunks_reissued", d->engine ? engine_reissued_chunks(d->engine) : 0);
 	metrics_totals(d->metrics, &jobs, &bytes);
 	json_u64(j, "jobs_total", jobs);
 	json_u64(j, "bytes_total", bytes);

@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ enum key_type {
 	KEY_NAME,      /* node name in a char array; empty means the host name */
 	KEY_ADDR,      /* numeric IPv4 or IPv6 address in a char array */
 	KEY_DEVICES,   /* "auto" or comma-separated device names in a char array */
+	KEY_PIN,       /* "CLIENT=DEV[+DEV...]" rules, blank-separated, in a char array */
 	KEY_UINT,      /* decimal unsigned integer (uint16_t, uint32_t or uint64_t) */
 	KEY_SIZE,      /* unsigned integer with optional K/M/G/T suffix */
 	KEY_MODE,      /* octal permission bits in a uint32_t */
@@ -157,6 +159,9 @@ static const struct config_key g_keys[] = {
 	{"engine", "chunk_bytes", KEY_SIZE, FIELD(chunk_bytes), 4 * KiB, GiB, 0,
 	 "Large jobs are split into chunks of this many bytes, spread over devices and queue "
 	 "pairs."},
+	{"engine", "rail_retry_ms", KEY_UINT, FIELD(rail_retry_ms), 0, 3600000, KEY_RELOAD,
+	 "After a transfer over a device pair (a local and a peer RDMA device) failed, chunks "
+	 "avoid that pair for this long and go over the other pairs, in milliseconds."},
 	{"engine", "busy_poll_us", KEY_UINT, FIELD(busy_poll_us), 0, 1000000, 0,
 	 "After the last activity the daemon keeps polling this long before it sleeps, in "
 	 "microseconds; lower latency for more CPU time. 0 never busy-polls."},
@@ -164,6 +169,11 @@ static const struct config_key g_keys[] = {
 	{"verbs", "devices", KEY_DEVICES, FIELD(devices), 0, 0, 0,
 	 "RDMA devices to use: auto (all usable devices) or a comma-separated list of device "
 	 "names such as mlx5_0,mlx5_1."},
+	{"verbs", "pin", KEY_PIN, FIELD(pin), 0, 0, KEY_EMPTY,
+	 "Devices that carry a client's traffic (NIC-GPU affinity), by the name the client gives "
+	 "when it connects: blank-separated rules NAME=DEVICE[+DEVICE...], where NAME is a shell "
+	 "pattern, e.g. 'prefill-gpu0=mlx5_0 prefill-gpu1=mlx5_1 *=mlx5_0+mlx5_1'. The first "
+	 "matching rule applies; clients no rule matches use every device. Empty pins nobody."},
 	{"verbs", "qps_per_peer", KEY_UINT, FIELD(qps_per_peer), 1, 64, 0,
 	 "Queue pairs opened to each peer daemon; jobs are spread over them."},
 	{"verbs", "inline_threshold", KEY_SIZE, FIELD(inline_threshold), 0, 4096, 0,
@@ -283,7 +293,7 @@ static bool is_number(const struct config_key *k)
 static bool is_string(const struct config_key *k)
 {
 	return k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_ADDR ||
-	       k->type == KEY_DEVICES;
+	       k->type == KEY_DEVICES || k->type == KEY_PIN;
 }
 
 /*
@@ -466,6 +476,105 @@ static void host_name(char *buf, size_t size)
 	snprintf(buf, size, "%.*s", (int)(size - 1), host);
 }
 
+/*
+ * One rule of [verbs] pin at *p: the pattern and the devices ('+'-separated)
+ * as spans. Returns 1 and advances *p past it, 0 at the end, or -EINVAL.
+ */
+static int next_pin_rule(const char **p, const char **ret_pat, size_t *ret_pat_len,
+			 const char **ret_devs, size_t *ret_devs_len, const char **ret_why)
+{
+	const char *s = *p;
+
+	while (*s == ' ' || *s == '\t') {
+		s++;
+	}
+	if (*s == '\0') {
+		*p = s;
+		return 0;
+	}
+	const char *pat = s;
+	while (*s && *s != '=' && *s != ' ' && *s != '\t') {
+		s++;
+	}
+	if (*s != '=' || s == pat) {
+		*ret_why = "expected rules NAME=DEVICE[+DEVICE...] separated by blanks";
+		return -EINVAL;
+	}
+	size_t pat_len = (size_t)(s - pat);
+	const char *devs = ++s;
+	for (;;) {
+		const char *name = s;
+		while (is_name_char(*s)) {
+			s++;
+		}
+		if (s == name || (size_t)(s - name) > 63) {
+			*ret_why = "a pin rule needs device names of 1 to 63 letters, digits, '.', "
+				   "'-' or '_' after '=', joined by '+'";
+			return -EINVAL;
+		}
+		if (*s != '+') {
+			break;
+		}
+		s++;
+	}
+	if (*s != '\0' && *s != ' ' && *s != '\t') {
+		*ret_why = "unexpected character in a pin rule's device list";
+		return -EINVAL;
+	}
+	*ret_pat = pat;
+	*ret_pat_len = pat_len;
+	*ret_devs = devs;
+	*ret_devs_len = (size_t)(s - devs);
+	*p = s;
+	return 1;
+}
+
+int config_pin_check(const char *pin, const char **ret_why)
+{
+	const char *pat, *devs;
+	size_t pat_len, devs_len;
+	int ret, n = 0;
+
+	while ((ret = next_pin_rule(&pin, &pat, &pat_len, &devs, &devs_len, ret_why)) > 0) {
+		if (pat_len > CONFIG_PIN_NAME_MAX) {
+			*ret_why = "a pin rule's client name pattern is longer than 63 characters";
+			return -EINVAL;
+		}
+		if (++n > CONFIG_PIN_RULES_MAX) {
+			*ret_why = "more than 32 pin rules";
+			return -EINVAL;
+		}
+	}
+	return ret;
+}
+
+int config_pin_devices(const char *pin, const char *client_name, char *buf, size_t size)
+{
+	const char *pat, *devs, *why;
+	size_t pat_len, devs_len;
+	char pattern[CONFIG_PIN_NAME_MAX + 1];
+
+	while (next_pin_rule(&pin, &pat, &pat_len, &devs, &devs_len, &why) > 0) {
+		if (pat_len > CONFIG_PIN_NAME_MAX) {
+			continue;
+		}
+		memcpy(pattern, pat, pat_len);
+		pattern[pat_len] = '\0';
+		if (fnmatch(pattern, client_name, 0) != 0) {
+			continue;
+		}
+		if (devs_len + 1 > size) {
+			return -ENAMETOOLONG;
+		}
+		for (size_t i = 0; i < devs_len; i++) {
+			buf[i] = devs[i] == '+' ? ',' : devs[i];
+		}
+		buf[devs_len] = '\0';
+		return 1;
+	}
+	return 0;
+}
+
 static int parse_devices(struct config *cfg, const struct config_key *k, const char *s,
 			 const char **ret_why)
 {
@@ -599,6 +708,9 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 	}
 	case KEY_DEVICES:
 		return parse_devices(cfg, k, value, ret_why);
+	case KEY_PIN:
+		r = config_pin_check(value, ret_why);
+		return r < 0 ? r : store_string(cfg, k, value, ret_why);
 	case KEY_UINT:
 	case KEY_SIZE:
 	case KEY_MODE:
@@ -655,6 +767,7 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 	case KEY_NAME:
 	case KEY_ADDR:
 	case KEY_DEVICES:
+	case KEY_PIN:
 		snprintf(buf, size, "%s", (const char *)cfield(cfg, k));
 		return;
 	case KEY_UINT:
@@ -707,6 +820,7 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 	case KEY_NAME:
 	case KEY_ADDR:
 	case KEY_DEVICES:
+	case KEY_PIN:
 		snprintf(buf, size, "at most %zu characters", string_max(k));
 		return;
 	case KEY_LEVEL:
@@ -818,6 +932,7 @@ void config_defaults(struct config *cfg)
 	cfg->busy_poll_us = 50;
 
 	snprintf(cfg->devices, sizeof(cfg->devices), "%s", "auto");
+	cfg->rail_retry_ms = 5000;
 	cfg->qps_per_peer = 2;
 	cfg->inline_threshold = 64;
 	cfg->signal_interval = 16;
@@ -1218,7 +1333,8 @@ void config_print_example(FILE *out)
 		format_range(k, range, sizeof(range));
 		if (is_number(k)) {
 			snprintf(text, sizeof(text), "%s Range: %s. %s", k->help, range, reload);
-		} else if (k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_DEVICES) {
+		} else if (k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_DEVICES ||
+			   k->type == KEY_PIN) {
 			snprintf(text, sizeof(text), "%s At most %zu characters. %s", k->help,
 				 string_max(k), reload);
 		} else {

@@ -69,9 +69,11 @@ struct config {
 	/* [engine] */
 	uint32_t chunk_bytes;  /* large jobs are split into chunks of this size */
 	uint32_t busy_poll_us; /* keep polling this long after the last activity */
+	uint32_t rail_retry_ms; /* a failed device pair is avoided this long */
 
 	/* [verbs] */
 	char devices[256]; /* "auto" or comma-separated device names */
+	char pin[512];     /* client -> devices rules; see config_pin_devices() */
 	uint32_t qps_per_peer;
 	uint32_t inline_threshold; /* bytes; capped by the QP's max_inline_data */
 	uint32_t signal_interval;  /* signal one WR in this many */
@@ -122,6 +124,19 @@ void config_apply_reloadable(struct config *cfg, const struct config *next);
 
 int config_restart_keys(const struct config *old_cfg, const struct config *new_cfg, char *buf,
 			size_t buf_size);
+
+#define CONFIG_PIN_RULES_MAX 32
+#define CONFIG_PIN_NAME_MAX  63
+
+/* Check a [verbs] pin value; -EINVAL with the reason in *ret_why. */
+int config_pin_check(const char *pin, const char **ret_why);
+
+/*
+ * The devices the first rule of `pin` whose pattern matches client_name
+ * allows, comma-separated into buf. 1 when a rule matched, 0 when none did,
+ * -ENAMETOOLONG when buf is too small.
+ */
+int config_pin_devices(const char *pin, const char *client_name, char *buf, size_t size);
 
 const char *config_transport_name(enum config_transport t);
 const char *config_gpu_registration_name(enum config_gpu_registration r);

@@ -68,6 +68,13 @@ struct job_node {
 	uint32_t in_flight;
 	bool has_imm; /* the node's last xfer carries the job's imm */
 	bool held;    /* that last xfer waits until in_flight is 0 (unordered transport) */
+	/*
+	 * Device pairs (rails) to stripe chunks over: bit i names endpoint i of
+	 * job->remote. Set only for single-node jobs with two or more usable
+	 * endpoints of the node's transport; 0 otherwise (every xfer goes to peer).
+	 */
+	uint8_t rails;
+	uint8_t n_rails;
 	struct plan_run held_run;
 };
 
@@ -97,8 +104,20 @@ struct desc_cache_entry {
 	struct remote_desc desc;
 };
 
+/* A device pair that failed recently: chunks avoid it until `until_ms`. */
+#define RAIL_FAILS_MAX 16
+struct rail_fail {
+	char addr[46];
+	uint16_t port;
+	uint64_t until_ms;
+};
+
 struct engine {
 	struct rdmaxd *daemon;
+	uint32_t rail_next; /* round-robin position over the rails of striped jobs */
+	uint64_t reissued;  /* chunks re-issued on another rail */
+	struct log_ratelimit rail_rl;
+	struct rail_fail rail_fails[RAIL_FAILS_MAX];
 	engine_complete_cb complete;
 	struct list_node jobs; /* every job not yet freed */
 	uint64_t outstanding;  /* jobs without a completion */
@@ -115,6 +134,7 @@ struct job_xfer {
 	struct job *job;
 	uint32_t node; /* index in job->nodes */
 	bool busy;
+	uint8_t tries; /* rails this xfer was issued on before the current one */
 };
 
 struct job {
@@ -276,6 +296,191 @@ static void next_piece(struct job *job, struct plan_run *ret_piece)
 
 static void xfer_done(struct xfer *xfer, int err, const char *message);
 
+/* ---- striping over device pairs (rails) */
+
+static bool rail_failed(const struct engine *engine, const struct endpoint *ep, uint64_t now)
+{
+	for (size_t i = 0; i < RAIL_FAILS_MAX; i++) {
+		const struct rail_fail *f = &engine->rail_fails[i];
+		if (f->until_ms > now && f->port == ep->port && strcmp(f->addr, ep->addr) == 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static void rail_mark_failed(struct engine *engine, const struct endpoint *ep, uint64_t now)
+{
+	struct rail_fail *slot = &engine->rail_fails[0];
+
+	for (size_t i = 0; i < RAIL_FAILS_MAX; i++) {
+		struct rail_fail *f = &engine->rail_fails[i];
+		if (f->port == ep->port && strcmp(f->addr, ep->addr) == 0) {
+			slot = f;
+			break;
+		}
+		if (f->until_ms < slot->until_ms) {
+			slot = f;
+		}
+	}
+	copy_string(slot->addr, sizeof(slot->addr), ep->addr);
+	slot->port = ep->port;
+	slot->until_ms = now + engine->daemon->cfg.rail_retry_ms;
+}
+
+/* A rail takes chunks while it has not failed recently and its local device is up. */
+static bool rail_usable(const struct job *job, const struct job_node *node,
+			const struct endpoint *ep, uint64_t now)
+{
+	char device[sizeof(ep->device)];
+
+	return !rail_failed(job->engine, ep, now) &&
+	       node->transport->ops->route(node->transport, ep, device, sizeof(device)) == 0;
+}
+
+/*
+ * The endpoint of the next chunk to node: round robin over its usable rails
+ * (engine-wide, so that single-chunk jobs spread too), never `avoid`. With
+ * no usable rail: NULL when avoiding one (a re-issue), else the next rail
+ * anyway, so that the transport names the failure.
+ */
+static const struct endpoint *pick_rail(struct job *job, const struct job_node *node,
+					const struct endpoint *avoid)
+{
+	uint8_t idx[DESC_MAX_ENDPOINTS];
+	uint32_t n = 0;
+
+	if (node->n_rails < 2) {
+		return avoid ? NULL : &node->peer;
+	}
+	for (uint32_t i = 0; i < DESC_MAX_ENDPOINTS; i++) {
+		if (node->rails & (1u << i)) {
+			idx[n++] = (uint8_t)i;
+		}
+	}
+	uint32_t start = job->engine->rail_next++;
+	uint64_t now = now_ms();
+	for (uint32_t k = 0; k < n; k++) {
+		const struct endpoint *ep = &job->remote.endpoints[idx[(start + k) % n]];
+		if (avoid && endpoint_same_peer(ep, avoid)) {
+			continue;
+		}
+		if (rail_usable(job, node, ep, now)) {
+			return ep;
+		}
+	}
+	return avoid ? NULL : &job->remote.endpoints[idx[start % n]];
+}
+
+/*
+ * Errors of a device pair or of the path between them, not of the job:
+ * INTERNAL is how a local device error reaches the engine (a work completion
+ * such as a local QP operation error, which a port going down produces), and
+ * another device is the right place to try again.
+ */
+static bool rail_error(int err)
+{
+	return err == RDMAX_E_TRANSPORT_ERROR || err == RDMAX_E_UNREACHABLE ||
+	       err == RDMAX_E_TIMEOUT || err == RDMAX_E_INTERNAL;
+}
+
+/*
+ * A chunk whose rail failed goes again over another rail: a write or read of
+ * the same bytes to the same place, so landing twice changes nothing. Not the
+ * chunk that carries an imm: whether it landed cannot be known, and a second
+ * landing would count twice. True when re-issued (the slot stays in flight).
+ */
+static bool reissue(struct job_xfer *slot, int err, const char *message)
+{
+	struct job *job = slot->job;
+	struct job_node *node = &job->nodes[slot->node];
+	struct xfer *xfer = &slot->xfer;
+	struct engine *engine = job->engine;
+
+	if (job->completed || node->n_rails < 2 || !rail_error(err) || xfer->has_imm ||
+	    slot->tries + 1u >= node->n_rails) {
+		return false;
+	}
+	struct endpoint failed = xfer->peer;
+	rail_mark_failed(engine, &failed, now_ms());
+	const struct endpoint *next = pick_rail(job, node, &failed);
+	if (!next) {
+		return false;
+	}
+	xfer->peer = *next;
+	xfer->bytes_done = 0;
+	if (node->transport->ops->submit(node->transport, xfer) < 0) {
+		xfer->peer = failed;
+		return false;
+	}
+	slot->tries++;
+	engine->reissued++;
+	log_ratelimited(&engine->rail_rl, LOG_NOTICE,
+			"job %" PRIu64 ": %" PRIu64 " bytes re-issued to %s port %u (peer device '%s') "
+			"after the pair to %s port %u (peer device '%s') failed: %s",
+			job->id, xfer->length, next->addr, next->port, next->device, failed.addr,
+			failed.port, failed.device, message ? message : rdmax_strerror(err));
+	return true;
+}
+
+uint64_t engine_reissued_chunks(const struct engine *engine)
+{
+	return engine->reissued;
+}
+
+/*
+ * The rails of a single-node job: the endpoints of its descriptor that use
+ * the node's transport and, for a pinned client, a device it may use.
+ * Nodes with one rail keep their peer and never stripe.
+ */
+static int set_rails(struct job *job, struct job_node *node, char *why, size_t why_size)
+{
+	const struct remote_desc *desc = &job->remote;
+	const char *pin = job->owner->pinned_devices;
+	uint32_t mask = 0, n = 0, candidates = 0;
+
+	node->rails = 0;
+	node->n_rails = 0;
+	if (!node->transport || !node->transport->ops->route || job->kind == JOB_SEND) {
+		return 0;
+	}
+	for (uint32_t i = 0; i < desc->n_endpoints; i++) {
+		candidates += desc->endpoints[i].transport == node->transport->kind;
+	}
+	if (candidates < 2 && !pin[0]) {
+		return 0; /* the common case costs nothing */
+	}
+	for (uint32_t i = 0; i < desc->n_endpoints && i < DESC_MAX_ENDPOINTS; i++) {
+		const struct endpoint *ep = &desc->endpoints[i];
+		char device[sizeof(ep->device)] = "";
+		if (ep->transport != node->transport->kind) {
+			continue;
+		}
+		(void)node->transport->ops->route(node->transport, ep, device, sizeof(device));
+		if (pin[0] && !name_in_list(pin, device)) {
+			continue;
+		}
+		if (n == 0) {
+			node->peer = *ep;
+		}
+		mask |= 1u << i;
+		n++;
+	}
+	if (n == 0) {
+		snprintf(why, why_size,
+			 "this client is pinned to device%s '%.40s' ([verbs] pin), and none of them "
+			 "reaches node '%.32s'",
+			 strchr(pin, ',') ? "s" : "", pin, desc->node_name);
+		return RDMAX_E_UNREACHABLE;
+	}
+	if (n > 1) {
+		node->rails = (uint8_t)mask;
+		node->n_rails = (uint8_t)n;
+	}
+	job->peer = node->peer;
+	return 0;
+}
+
 static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan_run *piece)
 {
 	const struct job_dest *dest = &job->dests[piece->dest];
@@ -285,7 +490,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 
 	memset(xfer, 0, sizeof(*xfer));
 	xfer->op = job->op;
-	xfer->peer = node->peer;
+	xfer->peer = *pick_rail(job, node, NULL);
 	xfer->remote_instance = node->instance;
 	xfer->remote_region = dest->region_id;
 	xfer->remote_key = dest->region_key;
@@ -300,6 +505,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	slot->job = job;
 	slot->node = dest->node;
 	slot->busy = true;
+	slot->tries = 0;
 	if (job->kind == JOB_SEND) {
 		xfer->mailbox = job->mailbox;
 		xfer->payload = job->payload;
@@ -324,6 +530,9 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 	struct job *job = slot->job;
 	struct job_node *node = &job->nodes[slot->node];
 
+	if (err && reissue(slot, err, message)) {
+		return;
+	}
 	slot->busy = false;
 	job->in_flight--;
 	job->in_flight_bytes -= xfer->length;
@@ -720,7 +929,7 @@ static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinar
 	job->n_runs = 1;
 	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
 		    job->remote.region_key);
-	return 0;
+	return set_rails(job, &job->node1, why, why_size);
 }
 
 static struct plan_pages page_list(const Rdmax__V1__PageList *list)
@@ -781,7 +990,7 @@ static int prepare_paged(struct job *job, const Rdmax__V1__PagedWriteJob *pw, ch
 	}
 	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
 		    job->remote.region_key);
-	return 0;
+	return set_rails(job, &job->node1, why, why_size);
 }
 
 /*
@@ -1300,6 +1509,7 @@ int job_owner_init(struct job_owner *owner)
 	owner->outstanding = 0;
 	owner->gone = false;
 	owner->runs = 0;
+	owner->pinned_devices[0] = '\0';
 	ret = peer_group_table_init(&owner->groups);
 	if (ret < 0) {
 		return ret;

@@ -45,6 +45,7 @@ struct job_owner {
 	bool gone;                      /* the client left; completions are dropped */
 	struct peer_group_table groups; /* the client's peer groups (SCATTER, BARRIER) */
 	uint64_t runs;                  /* planned runs held by its jobs without a completion */
+	char pinned_devices[256];       /* local devices its traffic may use, "a,b"; "": any */
 };
 
 int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct engine **ret_engine);
@@ -86,6 +87,9 @@ int engine_job_progress(struct engine *engine, struct job_owner *owner, uint64_t
  */
 int engine_resolve_peer(struct rdmaxd *daemon, const struct remote_desc *desc,
 			struct transport **ret_transport, struct endpoint *ret_peer);
+
+/* Chunks re-issued on another device pair after theirs failed (for metrics and tests). */
+uint64_t engine_reissued_chunks(const struct engine *engine);
 
 /* Daemon shutdown: complete every job with RDMAX_E_CANCELLED. */
 void engine_cancel_all(struct engine *engine);

@@ -33,25 +33,8 @@ void hca_table_init(struct hca_table *table, uv_loop_t *loop, const struct hca_c
 
 bool hca_selected(const char *devices, const char *name)
 {
-	size_t len = strlen(name);
-	const char *p = devices;
-
-	if (strcmp(devices, "auto") == 0) {
-		return true;
-	}
 	/* The config parser stores the list as "a,b" without blanks. */
-	while (*p) {
-		const char *end = strchr(p, ',');
-		size_t n = end ? (size_t)(end - p) : strlen(p);
-		if (n == len && strncmp(p, name, n) == 0) {
-			return true;
-		}
-		if (!end) {
-			break;
-		}
-		p = end + 1;
-	}
-	return false;
+	return strcmp(devices, "auto") == 0 || name_in_list(devices, name);
 }
 
 struct hca *hca_find(struct hca_table *table, const struct ibv_context *ctx)

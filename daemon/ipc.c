@@ -350,6 +350,11 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 	if (hello->client_name) {
 		snprintf(s->name, sizeof(s->name), "%s", hello->client_name);
 	}
+	if (config_pin_devices(cfg->pin, s->name, s->owner.pinned_devices,
+			       sizeof(s->owner.pinned_devices)) > 0) {
+		log_info("client %" PRIu64 " '%s' is pinned to devices %s ([verbs] pin)", s->id,
+			 s->name, s->owner.pinned_devices);
+	}
 	s->hello_done = true;
 	log_info("client %" PRIu64 " '%s' connected (pid %d, uid %u)", s->id, s->name, (int)s->pid,
 		 (unsigned)s->uid);

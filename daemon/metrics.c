@@ -515,6 +515,10 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 	family(&t, "rdmaxd_jobs_in_flight", "gauge", "Jobs without a completion yet.");
 	text_printf(&t, "rdmaxd_jobs_in_flight %" PRIu64 "\n",
 		    daemon->engine ? engine_outstanding(daemon->engine) : 0);
+	family(&t, "rdmaxd_chunks_reissued_total", "counter",
+	       "Chunks re-issued over another device pair after theirs failed.");
+	text_printf(&t, "rdmaxd_chunks_reissued_total %" PRIu64 "\n",
+		    daemon->engine ? engine_reissued_chunks(daemon->engine) : 0);
 	family(&t, "rdmaxd_job_duration_seconds", "histogram",
 	       "Time from submission to completion of a job.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {

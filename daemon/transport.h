@@ -132,6 +132,15 @@ struct transport_ops {
 	 * RDMAX_E_UNIMPLEMENTED.
 	 */
 	int (*send_message)(struct transport *transport, struct xfer *xfer);
+
+	/*
+	 * Optional, for transports with several devices: the name of the local
+	 * device that carries xfers to `peer` into ret_device ("" when routing
+	 * decides). 0, or RDMAX_E_UNREACHABLE while that device has no active
+	 * port (the engine then stripes over the other devices).
+	 */
+	int (*route)(struct transport *transport, const struct endpoint *peer, char *ret_device,
+		     size_t device_size);
 };
 
 struct transport {

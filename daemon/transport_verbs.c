@@ -33,6 +33,7 @@
 #include "conn.h"
 #include "gpu.h"
 #include "hca.h"
+#include "imm.h"
 #include "log.h"
 #include "mailbox.h"
 #include "rdmax.h"
@@ -85,6 +86,7 @@ struct listener {
 	uint16_t port;
 	uint8_t addr_bytes[16];
 	struct sockaddr_storage ss;
+	uint32_t prefix_len; /* of the interface address; 0 when not known */
 };
 
 struct link_ctx {
@@ -241,6 +243,82 @@ static void format_sockaddr(const struct sockaddr *sa, char *buf, size_t size)
 	} else {
 		snprintf(buf, size, "?");
 	}
+}
+
+/* True when a and b (same family) agree on their first prefix_len bits. */
+static bool same_subnet(const struct sockaddr_storage *a, const struct sockaddr_storage *b,
+			uint32_t prefix_len)
+{
+	const uint8_t *x, *y;
+	uint32_t bits;
+
+	if (a->ss_family != b->ss_family || prefix_len == 0) {
+		return false;
+	}
+	if (a->ss_family == AF_INET) {
+		x = (const uint8_t *)&((const struct sockaddr_in *)a)->sin_addr;
+		y = (const uint8_t *)&((const struct sockaddr_in *)b)->sin_addr;
+		bits = MIN(prefix_len, 32u);
+	} else {
+		x = (const uint8_t *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+		y = (const uint8_t *)&((const struct sockaddr_in6 *)b)->sin6_addr;
+		bits = MIN(prefix_len, 128u);
+	}
+	for (uint32_t i = 0; i < bits / 8; i++) {
+		if (x[i] != y[i]) {
+			return false;
+		}
+	}
+	uint8_t mask = (uint8_t)(0xff00u >> (bits % 8));
+	return (bits % 8) == 0 || ((x[bits / 8] ^ y[bits / 8]) & mask) == 0;
+}
+
+/*
+ * The local device (its listener) that carries traffic to dst: the one whose
+ * interface subnet holds dst, so that with several devices each peer device
+ * is reached through its own device pair (rail); the only one when there is
+ * one. NULL: let routing choose (the source stays unbound).
+ */
+static const struct listener *source_for(const struct verbs_transport *vt,
+					 const struct sockaddr_storage *dst)
+{
+	const struct listener *only = NULL;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < vt->hcas.n; i++) {
+		const struct listener *l = vt->listeners[vt->hcas.hcas[i]->index];
+		if (!l) {
+			continue;
+		}
+		if (same_subnet(&l->ss, dst, l->prefix_len)) {
+			return l;
+		}
+		only = l;
+		n++;
+	}
+	return n == 1 ? only : NULL;
+}
+
+/*
+ * The source address for rdma_resolve_addr() towards dst, in *buf: the device
+ * chosen by source_for() (port 0), else the configured listen address. Two
+ * nodes on one host must not loop inside a device.
+ */
+static struct sockaddr *source_addr(const struct verbs_transport *vt,
+				    const struct sockaddr_storage *dst, struct sockaddr_storage *buf)
+{
+	const struct listener *l = source_for(vt, dst);
+
+	if (l) {
+		*buf = l->ss;
+		if (buf->ss_family == AF_INET) {
+			((struct sockaddr_in *)buf)->sin_port = 0;
+		} else {
+			((struct sockaddr_in6 *)buf)->sin6_port = 0;
+		}
+		return (struct sockaddr *)buf;
+	}
+	return vt->bind_src ? (struct sockaddr *)&vt->src : NULL;
 }
 
 /*
@@ -409,9 +487,8 @@ static int link_start(void *ctx, struct conn_link *link, char *why, size_t why_s
 	if (verbs_cm_set_ack_timeout(lc->id, ACK_TIMEOUT) < 0) {
 		log_debug("rdma_set_option(ACK_TIMEOUT) failed; using the default timeout");
 	}
-	/* Bound to our listen address: two nodes on one host must not loop inside a device. */
-	ret = verbs_cm_resolve_addr(lc->id, vt->bind_src ? (struct sockaddr *)&vt->src : NULL,
-				    (struct sockaddr *)&dst,
+	struct sockaddr_storage src;
+	ret = verbs_cm_resolve_addr(lc->id, source_addr(vt, &dst, &src), (struct sockaddr *)&dst,
 				    (int)vt->daemon->cfg.connect_timeout_ms);
 	if (ret < 0) {
 		snprintf(why, why_size, "rdma_resolve_addr() to %s failed: %s", conn->name,
@@ -744,8 +821,8 @@ static int probe_start(void *ctx, struct conn_probe *probe, char *why, size_t wh
 		free(pc);
 		return ret;
 	}
-	ret = verbs_cm_resolve_addr(pc->id, vt->bind_src ? (struct sockaddr *)&vt->src : NULL,
-				    (struct sockaddr *)&dst,
+	struct sockaddr_storage src;
+	ret = verbs_cm_resolve_addr(pc->id, source_addr(vt, &dst, &src), (struct sockaddr *)&dst,
 				    (int)vt->daemon->cfg.connect_timeout_ms);
 	if (ret < 0) {
 		snprintf(why, why_size, "rdma_resolve_addr() failed: %s", strerror(-ret));
@@ -1091,6 +1168,66 @@ static int wire_status(int err)
 	return err == -ENOMEM ? RDMAX_E_RESOURCE_EXHAUSTED : RDMAX_E_INTERNAL;
 }
 
+/*
+ * A zero-length WRITE_WITH_IMM is not checked against any rkey by the NIC
+ * (nothing is written), so a barrier's imm travels as a message to this
+ * reserved name instead: the region it names is checked here, as the TCP
+ * transport checks it, before the imm is counted. The space makes it a name
+ * no client can open.
+ */
+#define IMM_MAILBOX    " imm"
+#define IMM_RECORD_LEN 28 /* instance, region id, key (u64 each), imm (u32), little-endian */
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--) {
+		v = (v << 8) | p[i];
+	}
+	return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(v >> (8 * i));
+	}
+}
+
+/* An imm record from a peer: the region must exist, match its key and take writes. */
+static int imm_record_land(struct rdmaxd *d, const uint8_t *rec, size_t len, char *text,
+			   size_t text_size)
+{
+	struct region *region;
+
+	if (len != IMM_RECORD_LEN) {
+		snprintf(text, text_size, "malformed imm record of %zu bytes", len);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	uint64_t instance = get_le64(rec), id = get_le64(rec + 8), key = get_le64(rec + 16);
+	uint32_t imm = (uint32_t)rec[24] | (uint32_t)rec[25] << 8 | (uint32_t)rec[26] << 16 |
+		       (uint32_t)rec[27] << 24;
+	int err = region_get_remote(&d->regions, instance, id, key, 0, 0,
+				    RDMAX_ACCESS_REMOTE_WRITE, &region);
+	if (err == 0 && !region->writable) {
+		err = RDMAX_E_PERMISSION_DENIED;
+	}
+	if (err == 0) {
+		region_put(&d->regions, region);
+		imm_landed(&d->imm, imm);
+		return 0;
+	}
+	if (err == RDMAX_E_PERMISSION_DENIED) {
+		snprintf(text, text_size, "region %" PRIu64 " of node '%s' does not take remote writes",
+			 id, d->node_name);
+		return RDMAX_E_REMOTE_ACCESS;
+	}
+	snprintf(text, text_size, "unknown region %" PRIu64 " on node '%s': stale or forged descriptor",
+		 id, d->node_name);
+	return err == RDMAX_E_NOT_FOUND ? RDMAX_E_NOT_FOUND : wire_status(err);
+}
+
 /* A frame landed on an accepted QP: reassemble, deliver, answer. */
 static void passive_recv(struct passive *p, const uint8_t *buf, uint32_t len)
 {
@@ -1123,7 +1260,10 @@ static void passive_recv(struct passive *p, const uint8_t *buf, uint32_t len)
 	name[rx->name_len] = '\0';
 	memcpy(from, rx->body + rx->name_len, rx->from_len);
 	from[rx->from_len] = '\0';
-	if (memchr(rx->body, '\0', rx->name_len) || mailbox_name_check(name, rx->name_len) < 0) {
+	if (rx->name_len == sizeof(IMM_MAILBOX) - 1 && strcmp(name, IMM_MAILBOX) == 0) {
+		status = imm_record_land(d, payload, rx->payload_len, text, sizeof(text));
+	} else if (memchr(rx->body, '\0', rx->name_len) ||
+		   mailbox_name_check(name, rx->name_len) < 0) {
 		status = RDMAX_E_INVALID_ARGUMENT;
 		snprintf(text, sizeof(text),
 			 "mailbox name is not valid (1 to %u printable characters without spaces)",
@@ -1258,7 +1398,7 @@ static int listener_bind(struct verbs_transport *vt, struct listener *l)
 }
 
 /* Bind a listener on addr; keep it when the address belongs to a device we use. */
-static void try_listener(struct verbs_transport *vt, const char *addr, int prio)
+static void try_listener(struct verbs_transport *vt, const char *addr, uint32_t prefix_len, int prio)
 {
 	const struct config *cfg = &vt->daemon->cfg;
 	struct listener *l = calloc(1, sizeof(*l));
@@ -1270,6 +1410,7 @@ static void try_listener(struct verbs_transport *vt, const char *addr, int prio)
 		return;
 	}
 	l->obj.kind = OBJ_LISTENER;
+	l->prefix_len = prefix_len;
 	copy_string(l->addr, sizeof(l->addr), addr);
 	if (parse_sockaddr(addr, cfg->listen_port, &l->ss) < 0) {
 		log_msg(prio, "verbs: '%s' is not a numeric address", addr);
@@ -1325,13 +1466,44 @@ out_free:
 	listener_free(l);
 }
 
+/* Leading one bits of an interface's netmask (its prefix length). */
+static uint32_t netmask_bits(const struct sockaddr *mask)
+{
+	const uint8_t *b;
+	size_t n;
+	uint32_t bits = 0;
+
+	if (!mask) {
+		return 0;
+	}
+	if (mask->sa_family == AF_INET) {
+		b = (const uint8_t *)&((const struct sockaddr_in *)mask)->sin_addr;
+		n = 4;
+	} else if (mask->sa_family == AF_INET6) {
+		b = (const uint8_t *)&((const struct sockaddr_in6 *)mask)->sin6_addr;
+		n = 16;
+	} else {
+		return 0;
+	}
+	for (size_t i = 0; i < n && b[i] == 0xff; i++) {
+		bits += 8;
+	}
+	for (size_t i = bits / 8; i < n && bits % 8 == 0; i++) {
+		for (uint8_t m = 0x80; m && (b[i] & m); m >>= 1) {
+			bits++;
+		}
+		break;
+	}
+	return bits;
+}
+
 static void open_listeners(struct verbs_transport *vt, int prio)
 {
 	const struct config *cfg = &vt->daemon->cfg;
 	struct ifaddrs *ifa, *i;
 
 	if (!is_wildcard(cfg->listen_addr)) {
-		try_listener(vt, cfg->listen_addr, prio);
+		try_listener(vt, cfg->listen_addr, 0, prio);
 		return;
 	}
 	if (getifaddrs(&ifa) < 0) {
@@ -1354,7 +1526,7 @@ static void open_listeners(struct verbs_transport *vt, int prio)
 		} else {
 			continue;
 		}
-		try_listener(vt, host, LOG_DEBUG);
+		try_listener(vt, host, netmask_bits(i->ifa_netmask), LOG_DEBUG);
 	}
 	freeifaddrs(ifa);
 }
@@ -1549,10 +1721,35 @@ static void on_recv(void *ctx, struct hca *hca, uint32_t qp_num, const uint8_t *
 	conn_link_answer(link, &f, now_ms());
 }
 
+/* Close every connection and accepted group with a QP on hca. */
+static void close_on_device(struct verbs_transport *vt, const struct hca *hca, const char *why)
+{
+	struct list_node *pos, *tmp;
+
+	list_for_each_safe(pos, tmp, &vt->conns.conns)
+	{
+		struct conn *conn = container_of(pos, struct conn, link);
+		for (uint32_t i = 0; i < conn->n_links; i++) {
+			struct link_ctx *lc = conn->links[i].priv;
+			if (lc && lc->hca == hca) {
+				conn_close(conn, RDMAX_E_TRANSPORT_ERROR, why);
+				break;
+			}
+		}
+	}
+	list_for_each_safe(pos, tmp, &vt->passives)
+	{
+		struct passive *p = container_of(pos, struct passive, link);
+		if (p->hca == hca) {
+			passive_close(p, false, why);
+		}
+	}
+}
+
 static void on_async(void *ctx, struct hca *hca, enum ibv_event_type type, uint32_t qp_num)
 {
 	struct verbs_transport *vt = ctx;
-	struct list_node *pos, *tmp;
+	char why[128];
 
 	switch (type) {
 	case IBV_EVENT_QP_FATAL:
@@ -1566,50 +1763,71 @@ static void on_async(void *ctx, struct hca *hca, enum ibv_event_type type, uint3
 		/* An accepting QP in error: the requester sees it and disconnects. */
 		break;
 	}
+	case IBV_EVENT_PORT_ERR:
+		/*
+		 * Its QPs would only notice after the transport's retries ran out
+		 * (seconds): fail them now, so that the engine re-issues their
+		 * chunks on the other devices at once.
+		 */
+		if (hca_usable(hca)) {
+			break;
+		}
+		snprintf(why, sizeof(why), "device '%s' has no active port any more", hca->name);
+		close_on_device(vt, hca, why);
+		break;
 	case IBV_EVENT_DEVICE_FATAL:
 	case IBV_EVENT_CQ_ERR:
 	case IBV_EVENT_SRQ_ERR:
-		list_for_each_safe(pos, tmp, &vt->conns.conns)
-		{
-			struct conn *conn = container_of(pos, struct conn, link);
-			for (uint32_t i = 0; i < conn->n_links; i++) {
-				struct link_ctx *lc = conn->links[i].priv;
-				if (lc && lc->hca == hca) {
-					conn_close(conn, RDMAX_E_TRANSPORT_ERROR,
-						   "the RDMA device failed");
-					break;
-				}
-			}
-		}
-		list_for_each_safe(pos, tmp, &vt->passives)
-		{
-			struct passive *p = container_of(pos, struct passive, link);
-			if (p->hca == hca) {
-				passive_close(p, false, "the RDMA device failed");
-			}
-		}
+		snprintf(why, sizeof(why), "the RDMA device '%s' failed", hca->name);
+		close_on_device(vt, hca, why);
 		break;
 	default:
 		break;
 	}
 }
 
-static void on_progress(void *ctx)
+/*
+ * Something happened (a completion, a post): busy-poll for busy_poll_us from
+ * now. busy_poll_us = 0: no spinning, every completion comes through the
+ * channel.
+ */
+static void busy_renew(struct verbs_transport *vt)
 {
-	progress(ctx);
-}
-
-static void poll_devices(struct verbs_transport *vt)
-{
-	for (uint32_t i = 0; i < vt->hcas.n; i++) {
-		struct hca *hca = vt->hcas.hcas[i];
-		if (hca->open_handles > 0 && !hca->closing) {
-			hca_poll(hca, POLL_BUDGET);
-		}
+	if (vt->daemon->cfg.busy_poll_us > 0) {
+		vt->busy_until_ns = now_ns() + (uint64_t)vt->daemon->cfg.busy_poll_us * 1000;
+		vt->hcas.busy = true;
 	}
 }
 
-/* Busy-poll while WRs are out: the loop already spins then (jobs are outstanding). */
+static void on_progress(void *ctx)
+{
+	struct verbs_transport *vt = ctx;
+
+	/* A completion event: the next completions may follow closely. */
+	busy_renew(vt);
+	progress(vt);
+}
+
+static int poll_devices(struct verbs_transport *vt)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < vt->hcas.n; i++) {
+		struct hca *hca = vt->hcas.hcas[i];
+		if (hca->open_handles > 0 && !hca->closing) {
+			n += hca_poll(hca, POLL_BUDGET);
+		}
+	}
+	return n;
+}
+
+/*
+ * Busy-poll within busy_poll_us of the last completion or post, not for as
+ * long as WRs are out: the WRs of a large transfer complete milliseconds
+ * apart, and spinning through that costs a core (with Soft-RoCE, the very CPU
+ * the emulated NIC needs). Once the window has passed, the CQs are armed and
+ * the loop may sleep.
+ */
 static void on_check(uv_check_t *check)
 {
 	struct verbs_transport *vt = check->data;
@@ -1719,6 +1937,53 @@ static int check_xfer(const struct xfer *xfer)
 	return region_check_range(xfer->local, xfer->local_offset, xfer->length);
 }
 
+static int verbs_send_message(struct transport *transport, struct xfer *xfer);
+
+/* A barrier's imm on its way as an imm record (see IMM_MAILBOX). */
+struct imm_check {
+	struct xfer msg;   /* the message carrying the record */
+	struct xfer *user; /* the engine's zero-length write */
+	uint8_t record[IMM_RECORD_LEN];
+};
+
+static void imm_check_done(struct xfer *msg, int err, const char *message)
+{
+	struct imm_check *ic = msg->ctx;
+	struct xfer *user = ic->user;
+
+	free(ic);
+	user->done(user, err, message);
+}
+
+static int submit_imm_check(struct verbs_transport *vt, struct xfer *xfer)
+{
+	struct imm_check *ic = calloc(1, sizeof(*ic));
+
+	if (!ic) {
+		return -ENOMEM;
+	}
+	ic->user = xfer;
+	put_le64(ic->record, xfer->remote_instance);
+	put_le64(ic->record + 8, xfer->remote_region);
+	put_le64(ic->record + 16, xfer->remote_key);
+	for (int i = 0; i < 4; i++) {
+		ic->record[24 + i] = (uint8_t)(xfer->imm >> (8 * i));
+	}
+	ic->msg.op = XFER_WRITE;
+	ic->msg.peer = xfer->peer;
+	ic->msg.remote_instance = xfer->remote_instance;
+	ic->msg.length = IMM_RECORD_LEN;
+	ic->msg.mailbox = IMM_MAILBOX;
+	ic->msg.payload = ic->record;
+	ic->msg.done = imm_check_done;
+	ic->msg.ctx = ic;
+	int ret = verbs_send_message(&vt->base, &ic->msg);
+	if (ret < 0) {
+		free(ic);
+	}
+	return ret;
+}
+
 static int verbs_submit(struct transport *transport, struct xfer *xfer)
 {
 	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
@@ -1740,6 +2005,9 @@ static int verbs_submit(struct transport *transport, struct xfer *xfer)
 			 xfer->peer.device);
 		conn_table_finish(&vt->conns, xfer, RDMAX_E_NOT_FOUND, message);
 		return 0;
+	}
+	if (xfer->length == 0 && xfer->has_imm) {
+		return submit_imm_check(vt, xfer);
 	}
 	return conn_submit(&vt->conns, xfer, now_ms());
 }
@@ -1950,6 +2218,27 @@ static int verbs_endpoints(struct transport *transport, const struct region *reg
 	return (int)n;
 }
 
+static int verbs_route(struct transport *transport, const struct endpoint *peer, char *ret_device,
+		       size_t device_size)
+{
+	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
+	struct sockaddr_storage dst;
+
+	if (parse_sockaddr(peer->addr, peer->port, &dst) < 0) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	const struct listener *l = source_for(vt, &dst);
+	if (!l) {
+		copy_string(ret_device, device_size, "");
+		return 0;
+	}
+	if (!hca_usable(l->hca)) {
+		return RDMAX_E_UNREACHABLE;
+	}
+	copy_string(ret_device, device_size, l->hca->name);
+	return 0;
+}
+
 static void verbs_shutdown(struct transport *transport)
 {
 	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
@@ -2155,6 +2444,7 @@ static const struct transport_ops g_verbs_ops = {
 	.reset_peer = verbs_reset_peer,
 	.list_ports = verbs_list_ports,
 	.send_message = verbs_send_message,
+	.route = verbs_route,
 };
 
 /* Everything create() built before it failed, in reverse. */

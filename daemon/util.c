@@ -57,3 +57,22 @@ int copy_string(char *dst, size_t dst_size, const char *src)
 	memcpy(dst, src, len + 1);
 	return 0;
 }
+
+bool name_in_list(const char *list, const char *name)
+{
+	size_t len = strlen(name);
+	const char *p = list;
+
+	while (*p) {
+		const char *end = strchr(p, ',');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		if (n == len && strncmp(p, name, n) == 0) {
+			return true;
+		}
+		if (!end) {
+			break;
+		}
+		p = end + 1;
+	}
+	return false;
+}

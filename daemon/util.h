@@ -3,6 +3,7 @@
 #ifndef RDMAXD_UTIL_H
 #define RDMAXD_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,9 @@ uint64_t random_u64(void);
 
 /* Copy a string into a fixed buffer; returns -ENAMETOOLONG when it does not fit. */
 int copy_string(char *dst, size_t dst_size, const char *src);
+
+/* True when name is one of the entries of a comma-separated list ("a,b", no blanks). */
+bool name_in_list(const char *list, const char *name);
 
 /* Intrusive doubly linked list (circular, with a head node). */
 struct list_node {

@@ -379,6 +379,56 @@ START_TEST(jobs_barrier_three_nodes)
 }
 END_TEST
 
+/*
+ * A barrier names regions too: the node that counts its imm checks the
+ * region first (a zero-byte RDMA write is checked by no NIC, so over verbs
+ * the imm travels as a record the daemon checks). A deregistered region
+ * and one without remote write are refused by name, and nothing is counted.
+ */
+START_TEST(jobs_barrier_checks_region)
+{
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *ca = itest_client(a, "sender");
+	struct rdmax_client *cb = itest_client(b, "receiver");
+	struct rdmax_region *gone = itest_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_region *ro = itest_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_READ);
+	struct rdmax_region *ok = itest_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc d_gone = itest_desc(gone), d_ro = itest_desc(ro), d_ok = itest_desc(ok);
+	const uint32_t imm = IMM_BARRIER + 40;
+
+	ck_assert_int_eq(rdmax_region_deregister(cb, gone), 0);
+	ck_assert_int_eq(rdmax_expect_imm(cb, imm, 1), 0);
+	struct rdmax_job job = itest_job(1, RDMAX_OP_BARRIER, NULL, 0, NULL, 0, 0);
+	job.imm = imm;
+	job.u.barrier.remotes = &d_gone;
+	job.u.barrier.count = 1;
+	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	itest_assert_err(ev.status, RDMAX_E_NOT_FOUND);
+	job.id = 2;
+	job.u.barrier.remotes = &d_ro;
+	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
+	/* Neither refused barrier counted: the expectation is still waiting. */
+	ck_assert_int_eq(rdmax_wait_imm(cb, imm, 200), RDMAX_E_TIMEOUT);
+	job.id = 3;
+	job.u.barrier.remotes = &d_ok;
+	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "barrier to a good region failed: %s", ev.message);
+	expect_imm(cb, imm);
+	itest_assert_quiet(cb, 50);
+
+	rdmax_client_close(ca);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+END_TEST
+
 /* -------------------------------------------------------------- mailboxes */
 
 static struct rdmax_job send_job(uint64_t id, const struct rdmax_desc *node, const char *box,
@@ -673,6 +723,7 @@ TCase *itest_tcase_jobs(void)
 	tcase_add_test(tc, jobs_paged_write_errors);
 	tcase_add_test(tc, jobs_scatter_three_nodes);
 	tcase_add_test(tc, jobs_barrier_three_nodes);
+	tcase_add_test(tc, jobs_barrier_checks_region);
 	tcase_add_test(tc, jobs_mailbox_round_trip);
 	ITEST_ADD_STALLING_TEST(tc, jobs_deadline_cancel_progress);
 	tcase_add_test(tc, jobs_mixed_batch);

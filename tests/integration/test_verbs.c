@@ -231,6 +231,224 @@ START_TEST(verbs_deadline_cancel_progress)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ rails */
+
+/*
+ * Two devices per node (RDMAX_TEST_RAIL_* from tests/run-verbs-suite under
+ * `run-in-guest --two-rails`): daemons listen on every address of their two
+ * devices, descriptors carry both, and the engine stripes chunks over the
+ * two device pairs, keeps pinned clients on their devices, and re-issues
+ * the chunks of a device that goes down on the other one.
+ */
+static const char *rail_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && v[0] ? v : NULL;
+}
+
+static bool rails_available(void)
+{
+	return rail_env("RDMAX_TEST_RAIL_DEVS_A") && rail_env("RDMAX_TEST_RAIL_DEVS_B") &&
+	       rail_env("RDMAX_TEST_RAIL_NETDEV0") && rail_env("RDMAX_TEST_RAIL_NETDEV1") &&
+	       rail_env("RDMAX_TEST_RAIL_DEV1") && rail_env("RDMAX_TEST_RAIL_LINK");
+}
+
+/* Bytes the interface sent so far (both daemons share one network namespace). */
+static uint64_t tx_bytes(const char *netdev)
+{
+	char path[128], buf[32] = "";
+	snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/tx_bytes", netdev);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_msg(fd >= 0, "cannot open %s", path);
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	ck_assert_msg(n > 0, "cannot read %s", path);
+	return strtoull(buf, NULL, 10);
+}
+
+/*
+ * Take the second device pair down or up with RDMAX_TEST_RAIL_LINK ("down" or
+ * "up" appended): under the guest, tests/vm/rail-link, which also restores
+ * the routes the kernel drops with the link.
+ */
+static void set_link(const char *state)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "%s %s", rail_env("RDMAX_TEST_RAIL_LINK"), state);
+	ck_assert_msg(system(cmd) == 0, "'%s' failed", cmd);
+}
+
+/* Wait until the device's port 1 is ACTIVE again (after its link came back). */
+static void wait_port_active(const char *dev)
+{
+	char path[128], buf[64];
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/state", dev);
+	for (int i = 0; i < 100; i++) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+		if (fd >= 0) {
+			close(fd);
+		}
+		if (n > 0) {
+			buf[n] = '\0';
+			if (strstr(buf, "ACTIVE")) {
+				return;
+			}
+		}
+		itest_sleep_ms(100);
+	}
+	ck_abort_msg("port 1 of '%s' did not come back ACTIVE", dev);
+}
+
+static struct itest_daemon *rail_daemon(const char *name, const char *devices, const char *advertise,
+					const char *pin)
+{
+	struct itest_daemon *d = itest_daemon_new(name, "0.0.0.0");
+	itest_daemon_set(d, "verbs.devices=%s", devices);
+	itest_daemon_set(d, "transport.advertise=%s", advertise);
+	if (pin) {
+		itest_daemon_set(d, "verbs.pin=%s", pin);
+	}
+	itest_daemon_start(d);
+	return d;
+}
+
+/* Submit `count` writes of `size` bytes at distinct offsets; all complete OK, once each. */
+static void rail_writes(struct rdmax_client *c, struct rdmax_region *src,
+			const struct rdmax_desc *desc, uint64_t first_id, size_t count, uint64_t size,
+			bool take_down)
+{
+	struct rdmax_event *ev = calloc(count, sizeof(*ev));
+	bool *seen = calloc(count, sizeof(*seen));
+	ck_assert(ev && seen);
+	for (size_t i = 0; i < count; i++) {
+		struct rdmax_job job =
+			itest_job(first_id + i, RDMAX_OP_WRITE, src, i * size, desc, i * size, size);
+		ck_assert_int_eq(rdmax_submit(c, &job, 1), 0);
+	}
+	size_t got = 0;
+	if (take_down) {
+		/* A device goes down while most of the writes are still in flight. */
+		got = itest_collect(c, ev, 1, ITEST_WAIT_MS, NULL);
+		set_link("down");
+	}
+	got += itest_collect(c, ev + got, count - got, 60000, NULL);
+	ck_assert_uint_eq(got, count);
+	for (size_t i = 0; i < count; i++) {
+		ck_assert_msg(ev[i].status == 0, "job %" PRIu64 " failed: %s (%s)", ev[i].job_id,
+			      itest_err_name(ev[i].status), ev[i].message);
+		ck_assert(ev[i].job_id >= first_id && ev[i].job_id < first_id + count);
+		ck_assert_msg(!seen[ev[i].job_id - first_id], "job %" PRIu64 " completed twice",
+			      ev[i].job_id);
+		seen[ev[i].job_id - first_id] = true;
+	}
+	itest_assert_quiet(c, 300);
+	free(ev);
+	free(seen);
+}
+
+START_TEST(verbs_rails_stripe_pin_failover)
+{
+	const uint64_t size = 1 * MiB; /* one chunk per job: jobs spread over the rails */
+	const size_t count = 64;
+	const char *net0 = rail_env("RDMAX_TEST_RAIL_NETDEV0"); /* a's device on rail 0 */
+	const char *net1 = rail_env("RDMAX_TEST_RAIL_NETDEV1"); /* a's device on rail 1 */
+	const char *dev1 = rail_env("RDMAX_TEST_RAIL_DEV1");
+	char pin[128];
+
+	/* A failed run may have left the second pair down or slowed: undo that first. */
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null", net1);
+	(void)!system(cmd);
+	set_link("up");
+	wait_port_active(dev1);
+	snprintf(pin, sizeof(pin), "pinned=%s nowhere=no_such_device", dev1);
+	struct itest_daemon *a =
+		rail_daemon("a", rail_env("RDMAX_TEST_RAIL_DEVS_A"), itest_addr_a(), pin);
+	struct itest_daemon *b =
+		rail_daemon("b", rail_env("RDMAX_TEST_RAIL_DEVS_B"), itest_addr_b(), NULL);
+	struct rdmax_client *ca = itest_client(a, "initiator");
+	struct rdmax_client *cb = itest_client(b, "target");
+	struct rdmax_region *src = itest_alloc(ca, count * size, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *dst = itest_alloc(cb, count * size, ACCESS_RW);
+	struct rdmax_desc desc = itest_desc(dst);
+
+	/* The descriptor names both of b's devices. */
+	Rdmax__V1__RegionDesc *m = rdmax__v1__region_desc__unpack(NULL, desc.len, desc.bytes);
+	ck_assert_ptr_nonnull(m);
+	size_t verbs = 0;
+	for (size_t i = 0; i < m->n_endpoints; i++) {
+		verbs += m->endpoints[i]->transport == RDMAX__V1__TRANSPORT__TRANSPORT_VERBS;
+	}
+	rdmax__v1__region_desc__free_unpacked(m, NULL);
+	ck_assert_uint_eq(verbs, 2);
+
+	/* 1. Striped: both device pairs carry a real share of the bytes. */
+	itest_fill(itest_bytes(src), count * size, itest_seed() + 41);
+	uint64_t tx0 = tx_bytes(net0), tx1 = tx_bytes(net1);
+	rail_writes(ca, src, &desc, 1, count, size, false);
+	uint64_t d0 = tx_bytes(net0) - tx0, d1 = tx_bytes(net1) - tx1;
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), count * size, "striped writes");
+	ck_assert_msg(d0 >= count * size / 4 && d1 >= count * size / 4,
+		      "not striped: %s sent %" PRIu64 " bytes, %s %" PRIu64 " of %" PRIu64, net0,
+		      d0, net1, d1, (uint64_t)(count * size));
+
+	/* 2. Pinned: a client named 'pinned' uses only its device. */
+	struct rdmax_client *cp = itest_client(a, "pinned");
+	struct rdmax_region *psrc = itest_alloc(cp, 16 * size, RDMAX_ACCESS_LOCAL);
+	itest_fill(itest_bytes(psrc), 16 * size, itest_seed() + 42);
+	tx0 = tx_bytes(net0);
+	tx1 = tx_bytes(net1);
+	rail_writes(cp, psrc, &desc, 1, 16, size, false);
+	d0 = tx_bytes(net0) - tx0;
+	d1 = tx_bytes(net1) - tx1;
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(psrc), 16 * size, "pinned writes");
+	ck_assert_msg(d1 >= 16 * size && d0 < size / 4,
+		      "pinned client not kept on %s: %s sent %" PRIu64 ", %s %" PRIu64, dev1, net0,
+		      d0, net1, d1);
+	rdmax_client_close(cp);
+	/* A client pinned to devices that do not reach the peer is told so. */
+	struct rdmax_client *cn = itest_client(a, "nowhere");
+	struct rdmax_region *nsrc = itest_alloc(cn, 4096, RDMAX_ACCESS_LOCAL);
+	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, nsrc, 0, &desc, 0, 4096);
+	struct rdmax_event ev = itest_run_job(cn, &job, ITEST_WAIT_MS);
+	itest_assert_err(ev.status, RDMAX_E_UNREACHABLE);
+	ck_assert_msg(strstr(ev.message, "pinned"), "message: %s", ev.message);
+	rdmax_client_close(cn);
+
+	/*
+	 * 3. Rail 1 goes down mid-transfer: every job completes once, bytes
+	 * intact. Its link is slowed first (200 Mbit/s: its half of the bytes
+	 * takes over a second), so that chunks are surely in flight on it.
+	 */
+	snprintf(cmd, sizeof(cmd), "tc qdisc add dev %s root netem rate 200mbit", net1);
+	ck_assert_msg(system(cmd) == 0, "'%s' failed", cmd);
+	itest_fill(itest_bytes(src), count * size, itest_seed() + 43);
+	rail_writes(ca, src, &desc, 1000, count, size, true);
+	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root", net1);
+	ck_assert_msg(system(cmd) == 0, "'%s' failed", cmd);
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), count * size,
+			    "writes across a failed device");
+	ck_assert_msg(log_contains(a, "re-issued"), "a did not log a re-issued chunk");
+	/* Still working on the remaining pair. */
+	job = itest_job(5000, RDMAX_OP_READ, src, 0, &desc, 0, 4 * size);
+	memset(itest_bytes(src), 0, 4 * size);
+	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "read after the failure: %s", ev.message);
+	itest_assert_mem_eq(itest_bytes(src), itest_bytes(dst), 4 * size, "read after failure");
+
+	set_link("up");
+	wait_port_active(dev1);
+	rdmax_client_close(ca);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+END_TEST
+
 TCase *itest_tcase_verbs(void)
 {
 	if (strcmp(itest_transport(), "verbs") != 0) {
@@ -243,5 +461,8 @@ TCase *itest_tcase_verbs(void)
 	tcase_add_test(tc, verbs_nic_refuses_access);
 	tcase_add_test(tc, verbs_wrong_key_refused_at_connect);
 	tcase_add_test(tc, verbs_deadline_cancel_progress);
+	ITEST_ADD_TEST_IF(tc, verbs_rails_stripe_pin_failover, rails_available(),
+			  "it needs two devices per node (RDMAX_TEST_RAIL_*, set by "
+			  "tests/run-verbs-suite under run-in-guest --two-rails)");
 	return tc;
 }

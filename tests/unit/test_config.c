@@ -166,8 +166,10 @@ static const char g_every_key[] = "; all keys\n"
 				  "[engine]\n"
 				  "chunk_bytes = 4194304\n"
 				  "busy_poll_us = 0\n"
+				  "rail_retry_ms = 250\n"
 				  "[verbs]\n"
 				  "devices = mlx5_0,mlx5_1\n"
+				  "pin = prefill-*=mlx5_0 decode=mlx5_0+mlx5_1\n"
 				  "qps_per_peer = 64\n"
 				  "inline_threshold = 0\n"
 				  "signal_interval = 1\n"
@@ -215,6 +217,8 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.chunk_bytes, 4 << 20);
 	ck_assert_uint_eq(cfg.busy_poll_us, 0);
 	ck_assert_str_eq(cfg.devices, "mlx5_0,mlx5_1");
+	ck_assert_str_eq(cfg.pin, "prefill-*=mlx5_0 decode=mlx5_0+mlx5_1");
+	ck_assert_uint_eq(cfg.rail_retry_ms, 250);
 	ck_assert_uint_eq(cfg.qps_per_peer, 64);
 	ck_assert_uint_eq(cfg.inline_threshold, 0);
 	ck_assert_uint_eq(cfg.signal_interval, 1);
@@ -235,7 +239,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 35);
+	ck_assert_int_eq(keys, 37);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -596,6 +600,41 @@ END_TEST
 
 /* ------------------------------------------------------------ validate */
 
+START_TEST(pin_rules)
+{
+	const char *why = NULL;
+	char devs[64];
+	const char *rules = "prefill-gpu[01]=mlx5_0+mlx5_1  decode=mlx5_2 *=mlx5_3";
+
+	ck_assert_int_eq(config_pin_check(rules, &why), 0);
+	ck_assert_int_eq(config_pin_devices(rules, "prefill-gpu1", devs, sizeof(devs)), 1);
+	ck_assert_str_eq(devs, "mlx5_0,mlx5_1");
+	ck_assert_int_eq(config_pin_devices(rules, "decode", devs, sizeof(devs)), 1);
+	ck_assert_str_eq(devs, "mlx5_2");
+	/* The first matching rule wins; the catch-all only takes the rest. */
+	ck_assert_int_eq(config_pin_devices(rules, "prefill-gpu7", devs, sizeof(devs)), 1);
+	ck_assert_str_eq(devs, "mlx5_3");
+	ck_assert_int_eq(config_pin_devices("decode=mlx5_2", "prefill", devs, sizeof(devs)), 0);
+	ck_assert_int_eq(config_pin_devices("", "any", devs, sizeof(devs)), 0);
+	ck_assert_int_eq(config_pin_devices(rules, "decode", devs, 4), -ENAMETOOLONG);
+
+	const char *bad[] = {"decode", "=mlx5_0", "decode=", "decode=mlx5_0+", "a=b c",
+			     "a=mlx5 0", "a=ml/x"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		why = NULL;
+		ck_assert_msg(config_pin_check(bad[i], &why) == -EINVAL, "'%s' accepted", bad[i]);
+		ck_assert_ptr_nonnull(why);
+	}
+	struct config cfg;
+	char err[CONFIG_ERR_MAX] = "";
+	config_defaults(&cfg);
+	ck_assert_int_eq(config_set(&cfg, "verbs", "pin", "x=", err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(cfg.pin, "");
+	ck_assert_int_eq(config_set(&cfg, "verbs", "pin", "x=mlx5_0", err, sizeof(err)), 0);
+	ck_assert_str_eq(cfg.pin, "x=mlx5_0");
+}
+END_TEST
+
 START_TEST(validate_rules)
 {
 	struct config cfg;
@@ -675,7 +714,7 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 23);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 24);
 	ck_assert_str_eq(names,
 			 "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
 			 "[daemon] socket_mode, "
@@ -683,7 +722,7 @@ START_TEST(restart_keys_follow_reload_rules)
 			 "[transport] port, [transport] advertise, [limits] max_message_bytes, "
 			 "[peers] connect_timeout_ms, "
 			 "[peers] connect_retries, [peers] retry_backoff_ms, "
-			 "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, "
+			 "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, [verbs] pin, "
 			 "[verbs] qps_per_peer, [verbs] inline_threshold, "
 			 "[verbs] signal_interval, [metrics] textfile_dir, "
 			 "[metrics] textfile_interval_s, [gpu] registration, [gpu] pool_bytes");
@@ -833,7 +872,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 35);
+	ck_assert_int_eq(keys, 37);
 	free(printed);
 	free(man);
 }
@@ -856,6 +895,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, set_string_lengths);
 	tcase_add_test(tc, set_option_syntax);
 	tcase_add_test(tc, validate_rules);
+	tcase_add_test(tc, pin_rules);
 	tcase_add_test(tc, restart_keys_follow_reload_rules);
 	tcase_add_test(tc, print_load_round_trip);
 	tcase_add_test(tc, example_file_matches_table);

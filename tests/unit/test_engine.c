@@ -680,6 +680,158 @@ START_TEST(engine_desc_cache_jobs_still_checked)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ rails */
+
+/* Two device pairs: endpoint 10.0.0.N is reached through local device "devN". */
+static char g_down_addr[46]; /* the local device of this peer address is down */
+
+static int fake_route(struct transport *transport, const struct endpoint *peer, char *ret_device,
+		      size_t size)
+{
+	snprintf(ret_device, size, "dev%c", peer->addr[strlen(peer->addr) - 1]);
+	return strcmp(peer->addr, g_down_addr) == 0 ? RDMAX_E_UNREACHABLE : 0;
+}
+
+static const struct transport_ops fake_rail_ops = {
+	.name = "fake",
+	.submit = fake_submit,
+	.endpoints = fake_endpoints,
+	.shutdown = fake_noop,
+	.destroy = fake_noop,
+	.route = fake_route,
+};
+
+/* F.desc with two endpoints of the transport (two devices at the peer). */
+static void two_rails(void)
+{
+	struct remote_desc rd;
+	ck_assert_int_eq(desc_decode(F.desc, F.desc_len, &rd), 0);
+	rd.n_endpoints = 2;
+	for (int i = 0; i < 2; i++) {
+		rd.endpoints[i].transport = ENDPOINT_TCP;
+		snprintf(rd.endpoints[i].addr, sizeof(rd.endpoints[i].addr), "10.0.0.%d", i + 1);
+		rd.endpoints[i].port = 9;
+	}
+	int len = desc_encode(&rd, F.desc, sizeof(F.desc));
+	ck_assert_int_gt(len, 0);
+	F.desc_len = (size_t)len;
+	F.ft.base.ops = &fake_rail_ops;
+	F.ft.base.ordered = false;
+	g_down_addr[0] = '\0';
+}
+
+START_TEST(engine_stripes_over_rails)
+{
+	two_rails();
+	submit_write(1, 0, 4096 * 4, 0, -1);
+	ck_assert_int_eq(F.ft.n, 4);
+	int on[2] = {0, 0};
+	for (int i = 0; i < 4; i++) {
+		on[strcmp(F.ft.xfers[i]->peer.addr, "10.0.0.1") == 0 ? 0 : 1]++;
+	}
+	ck_assert_int_eq(on[0], 2);
+	ck_assert_int_eq(on[1], 2);
+	for (int i = 0; i < 4; i++) {
+		finish(i, 0);
+	}
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+
+	/* A device without an active port takes no chunks. */
+	strcpy(g_down_addr, "10.0.0.1");
+	submit_write(2, 0, 4096 * 4, 0, -1);
+	ck_assert_int_eq(F.ft.n, 8);
+	for (int i = 4; i < 8; i++) {
+		ck_assert_str_eq(F.ft.xfers[i]->peer.addr, "10.0.0.2");
+		finish(i, 0);
+	}
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, 0);
+}
+END_TEST
+
+START_TEST(engine_reissues_failed_rail_once)
+{
+	two_rails();
+	submit_write(1, 0, 4096 * 2, 0, -1);
+	ck_assert_int_eq(F.ft.n, 2);
+	struct xfer *x = F.ft.xfers[0];
+	char first[46];
+	strcpy(first, x->peer.addr);
+	/* Its device pair fails: the same chunk goes again, over the other pair. */
+	finish(0, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(F.ft.n, 3);
+	ck_assert_ptr_eq(F.ft.xfers[2], x);
+	ck_assert_str_ne(x->peer.addr, first);
+	ck_assert_uint_eq(x->remote_offset, 0);
+	ck_assert_uint_eq(engine_reissued_chunks(F.engine), 1);
+	ck_assert_int_eq(g_n_done, 0);
+	/* It fails there too: no third try, the job fails once, with that error. */
+	finish(2, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(F.ft.n, 3);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_TRANSPORT_ERROR);
+	finish(1, 0);
+	ck_assert_int_eq(g_n_done, 1);
+
+	/* The failed pair is avoided by new chunks for rail_retry_ms. */
+	submit_write(2, 0, 4096 * 2, 0, -1);
+	ck_assert_int_eq(F.ft.n, 5);
+	ck_assert_str_ne(F.ft.xfers[3]->peer.addr, first);
+	ck_assert_str_ne(F.ft.xfers[4]->peer.addr, first);
+	finish(3, 0);
+	finish(4, 0);
+	ck_assert_int_eq(g_done[1].err, 0);
+
+	/* Errors of the job itself are not the device's: no re-issue. */
+	submit_write(3, 0, 4096, 0, -1);
+	ck_assert_int_eq(F.ft.n, 6);
+	finish(5, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_int_eq(F.ft.n, 6);
+	ck_assert_int_eq(g_done[2].err, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_uint_eq(engine_reissued_chunks(F.engine), 1);
+}
+END_TEST
+
+START_TEST(engine_imm_chunk_not_reissued)
+{
+	two_rails();
+	submit_write(1, 0, 100, 0, 7);
+	ck_assert_int_eq(F.ft.n, 1);
+	ck_assert(F.ft.xfers[0]->has_imm);
+	/* Whether it landed is unknown: a second landing would count twice. */
+	finish(0, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(F.ft.n, 1);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_TRANSPORT_ERROR);
+}
+END_TEST
+
+START_TEST(engine_pinned_client)
+{
+	two_rails();
+	strcpy(F.owner.pinned_devices, "dev2");
+	submit_write(1, 0, 4096 * 3, 0, -1);
+	ck_assert_int_eq(F.ft.n, 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_str_eq(F.ft.xfers[i]->peer.addr, "10.0.0.2");
+		finish(i, 0);
+	}
+	ck_assert_int_eq(g_done[0].err, 0);
+	/* A pinned chunk has nowhere else to go. */
+	submit_write(2, 0, 4096, 0, -1);
+	finish(3, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(F.ft.n, 4);
+	ck_assert_int_eq(g_done[1].err, RDMAX_E_TRANSPORT_ERROR);
+
+	strcpy(F.owner.pinned_devices, "dev7,dev9");
+	submit_write(3, 0, 4096, 0, -1);
+	ck_assert_int_eq(F.ft.n, 4);
+	ck_assert_int_eq(g_done[2].err, RDMAX_E_UNREACHABLE);
+	ck_assert_msg(strstr(g_done[2].message, "pinned"), "%s", g_done[2].message);
+}
+END_TEST
+
 Suite *validate_suite(void)
 {
 	Suite *s = suite_create("validate");
@@ -698,6 +850,10 @@ Suite *validate_suite(void)
 	tcase_add_test(tc, engine_desc_cache_same_result);
 	tcase_add_test(tc, engine_desc_cache_bounded);
 	tcase_add_test(tc, engine_desc_cache_jobs_still_checked);
+	tcase_add_test(tc, engine_stripes_over_rails);
+	tcase_add_test(tc, engine_reissues_failed_rail_once);
+	tcase_add_test(tc, engine_imm_chunk_not_reissued);
+	tcase_add_test(tc, engine_pinned_client);
 	suite_add_tcase(s, tc);
 	return s;
 }
