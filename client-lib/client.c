@@ -12,11 +12,20 @@
  * application (every send uses MSG_NOSIGNAL), and never sleeps in poll()
  * for a reply before a short busy-poll window: a sleeping wake-up costs far
  * more than the daemon's usual reply time.
+ *
+ * When the daemon offers it, jobs and completions use a shared-memory ring
+ * (ring.c) instead of the socket: the library writes submission entries and
+ * reads completion entries, spinning on the ring for a bounded window before
+ * it asks the daemon for a RingNotify and sleeps in poll(). Datagrams are
+ * counted both ways so that ring entries and socket messages are taken in
+ * the order they were sent. Outside a call the library always asks for the
+ * RingNotify, so rdmax_client_fd() becomes readable for event-loop users.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +37,7 @@
 #include "gpu.h"
 #include "internal.h"
 #include "rdmax.pb-c.h"
+#include "rdmax_ring.h"
 
 /* Busy-poll window before blocking: a blocking wake-up costs ~20 µs per hop. */
 #define SPIN_NS 50000
@@ -41,6 +51,10 @@
 #define RX_MAX_FDS 8
 /* Datagrams handled per drain, so a flood cannot hold a call forever. */
 #define DRAIN_MAX 1024
+/* Ring sizes unless the environment says otherwise (docs/protocol.md). */
+#define RING_SQ_ENTRIES 256u
+#define RING_SQE_BYTES  1024u
+#define RING_CQ_ENTRIES 1024u
 
 struct rdmax_region {
 	struct rdmax_client *client;
@@ -91,6 +105,15 @@ struct rdmax_client {
 	void **handed;
 	size_t n_handed;
 	size_t cap_handed;
+
+	int64_t spin_ns; /* busy-poll window before sleeping in poll() */
+	/* Datagrams both ways, for the ring's ordering (RingNotify not counted). */
+	uint64_t msgs_sent;
+	uint64_t msgs_received;
+	struct client_ring ring; /* ring.base == NULL: the socket carries jobs */
+	bool ring_wake;          /* a RingNotify is asked for */
+	bool notify_pending;     /* the daemon took the request: a RingNotify may be queued */
+	bool spin_yield;         /* spin with sched_yield() rather than a pause */
 };
 
 static int64_t now_ns(void)
@@ -236,6 +259,68 @@ static int queue_event(struct rdmax_client *c, const Rdmax__V1__DaemonMsg *msg)
 	return 0;
 }
 
+static int queue_ring_completion(struct rdmax_client *c, const struct rdmax_ring_cqe *cqe)
+{
+	char text[RDMAX_RING_CQE_MESSAGE + 1];
+	size_t len = cqe->msg_len < RDMAX_RING_CQE_MESSAGE ? cqe->msg_len : RDMAX_RING_CQE_MESSAGE;
+	uint64_t seq;
+
+	if (client_evq_reserve(&c->events, 1) < 0) {
+		return fail(c, -ENOMEM);
+	}
+	if (client_jobs_take(&c->jobs, cqe->job_id, &seq)) {
+		pending_accept_through(c, seq);
+	}
+	struct rdmax_event *e = client_evq_push(&c->events);
+	e->type = RDMAX_EVENT_COMPLETION;
+	e->job_id = cqe->job_id;
+	e->status = client_err_from_status(cqe->status);
+	e->bytes = cqe->bytes;
+	memcpy(text, cqe->message, len);
+	text[len] = '\0';
+	client_copy_text(e->message, sizeof(e->message), text);
+	return 0;
+}
+
+/*
+ * Queue the ring's completions that are due: posted before the daemon sent
+ * the datagrams not read yet (all of them once the daemon is gone).
+ * \return how many were queued, or an error
+ */
+static int ring_drain(struct rdmax_client *c, bool all)
+{
+	const struct rdmax_ring_cqe *cqe;
+	int n = 0, r = 0;
+
+	if (!c->ring.base) {
+		return 0;
+	}
+	while ((cqe = client_ring_cq_peek(&c->ring)) != NULL) {
+		if (!all && cqe->after > c->msgs_received) {
+			break;
+		}
+		r = queue_ring_completion(c, cqe);
+		if (r < 0) {
+			break;
+		}
+		client_ring_cq_advance(&c->ring);
+		n++;
+	}
+	if (n) {
+		client_ring_cq_release(&c->ring);
+	}
+	return r < 0 ? r : n;
+}
+
+/* The daemon is gone: what it posted to the ring is still ours to hand out. */
+static int disconnected(struct rdmax_client *c)
+{
+	if (!c->err) {
+		ring_drain(c, true);
+	}
+	return fail(c, RDMAX_E_DISCONNECTED);
+}
+
 static int dispatch(struct rdmax_client *c, const uint8_t *buf, size_t len)
 {
 	Rdmax__V1__DaemonMsg *msg = rdmax__v1__daemon_msg__unpack(NULL, len, buf);
@@ -245,6 +330,19 @@ static int dispatch(struct rdmax_client *c, const uint8_t *buf, size_t len)
 	if (!msg) {
 		return fail(c, RDMAX_E_PROTOCOL_ERROR);
 	}
+	if (msg->body_case == RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY) {
+		/* Only a wake-up: the completions are in the ring. */
+		rdmax__v1__daemon_msg__free_unpacked(msg, NULL);
+		return 0;
+	}
+	/* Completions posted before the daemon sent this datagram come first. */
+	r = ring_drain(c, false);
+	if (r < 0) {
+		rdmax__v1__daemon_msg__free_unpacked(msg, NULL);
+		return r;
+	}
+	r = 0;
+	c->msgs_received++;
 	seq = msg->has_seq ? msg->seq : 0;
 	if (seq != 0) {
 		r = settle_pending(c, seq, msg);
@@ -339,13 +437,13 @@ static int recv_nonblock(struct rdmax_client *c)
 			return 0;
 		}
 		if (errno == ECONNRESET || errno == ENOTCONN || errno == EPIPE) {
-			return fail(c, RDMAX_E_DISCONNECTED);
+			return disconnected(c);
 		}
 		return fail(c, -errno);
 	}
 	close_received_fds(&mh);
 	if (n == 0) {
-		return fail(c, RDMAX_E_DISCONNECTED);
+		return disconnected(c);
 	}
 	if (mh.msg_flags & MSG_TRUNC) {
 		return fail(c, RDMAX_E_PROTOCOL_ERROR);
@@ -371,10 +469,146 @@ static int drain(struct rdmax_client *c)
  * SPIN_NS first, then block in poll().
  * \return 1 when one was handled, 0 when the deadline passed, or an error
  */
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+/* Read every datagram there is now; 1 when one was, 0 when none, or an error. */
+static int drain_all(struct rdmax_client *c)
+{
+	int got = 0;
+
+	for (int i = 0; i < DRAIN_MAX; i++) {
+		int r = recv_nonblock(c);
+		if (r < 0) {
+			return r;
+		}
+		if (r == 0) {
+			break;
+		}
+		got = 1;
+	}
+	return got;
+}
+
+/*
+ * Withdraw the request for a RingNotify: the caller polls the ring itself
+ * now. When the daemon had taken the request, its RingNotify is to be read.
+ */
+static void ring_unwake(struct rdmax_client *c)
+{
+	if (c->ring_wake) {
+		c->ring_wake = false;
+		if (client_ring_set_wake(&c->ring, false)) {
+			c->notify_pending = true;
+		}
+	}
+}
+
+/* Ask for a RingNotify, then take what was posted before the daemon could see the request. */
+static int ring_rewake(struct rdmax_client *c)
+{
+	if (!c->ring_wake) {
+		client_ring_set_wake(&c->ring, true);
+		c->ring_wake = true;
+	}
+	return ring_drain(c, false);
+}
+
+/*
+ * Without a system call unless the daemon sent something: the datagrams it
+ * says it sent (and a RingNotify it may have), then the ring.
+ * \return 1 when something was handled, 0 when nothing, or an error
+ */
+static int ring_progress(struct rdmax_client *c)
+{
+	int got = 0;
+
+	if (c->err) {
+		return c->err;
+	}
+	while (c->notify_pending || client_ring_daemon_sent(&c->ring) > c->msgs_received) {
+		int r = recv_nonblock(c);
+		if (r < 0) {
+			return r;
+		}
+		if (r == 0) {
+			c->notify_pending = false;
+			break;
+		}
+		got = 1;
+	}
+	int n = ring_drain(c, false);
+	if (n < 0) {
+		return n;
+	}
+	return got || n > 0;
+}
+
+/* recv_one() with a ring: spin on the ring, then sleep on the socket for a RingNotify. */
+static int ring_wait(struct rdmax_client *c, int64_t deadline)
+{
+	int64_t spin_end = now_ns() + c->spin_ns;
+
+	ring_unwake(c);
+	for (;;) {
+		int r = ring_progress(c);
+		if (r != 0) {
+			return r;
+		}
+		int64_t t = now_ns();
+		if (deadline >= 0 && t >= deadline) {
+			return 0;
+		}
+		if (t < spin_end) {
+			/*
+			 * Give the CPU to a runnable daemon: shared memory wakes no
+			 * one, so on a busy machine a spinning client would hold off
+			 * the very process it waits for.
+			 */
+			if (c->spin_yield) {
+				sched_yield();
+			} else {
+				cpu_relax();
+			}
+			continue;
+		}
+		r = ring_rewake(c);
+		if (r == 0) {
+			/* Stale RingNotifies too: poll() must not return for them. */
+			r = drain_all(c);
+		}
+		if (r != 0) {
+			return r < 0 ? r : 1;
+		}
+		int timeout_ms = -1;
+		if (deadline >= 0) {
+			int64_t ms = (deadline - t + 999999) / 1000000;
+			timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
+		}
+		struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+		if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
+			return fail(c, -errno);
+		}
+		ring_unwake(c);
+	}
+}
+
 static int recv_one(struct rdmax_client *c, int64_t deadline)
 {
-	int64_t spin_end = now_ns() + SPIN_NS;
+	int64_t spin_end = now_ns() + c->spin_ns;
 
+	if (c->ring.base) {
+		int r = ring_wait(c, deadline);
+		/* Leave every call asking for a RingNotify, for rdmax_client_fd() users. */
+		int n = ring_rewake(c);
+		return r == 0 && n > 0 ? 1 : r;
+	}
 	for (;;) {
 		int r = recv_nonblock(c);
 		if (r != 0) {
@@ -404,7 +638,7 @@ static int hung_up(struct rdmax_client *c)
 {
 	while (recv_nonblock(c) > 0) {
 	}
-	return fail(c, RDMAX_E_DISCONNECTED);
+	return disconnected(c);
 }
 
 /*
@@ -436,6 +670,7 @@ static int send_datagram(struct rdmax_client *c, const void *buf, size_t len, in
 		}
 		ssize_t n = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n >= 0) {
+			c->msgs_sent++;
 			return 0; /* SOCK_SEQPACKET sends all or nothing */
 		}
 		switch (errno) {
@@ -543,10 +778,10 @@ static int request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd, in
 }
 
 /* For requests whose answer is a plain Error (status OK or not). */
-static int request_status(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg)
+static int request_status(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd)
 {
 	Rdmax__V1__DaemonMsg *reply;
-	int r = request(c, msg, -1, -1, &reply);
+	int r = request(c, msg, fd, -1, &reply);
 
 	if (r < 0) {
 		return r;
@@ -643,6 +878,56 @@ out_free:
 	return r;
 }
 
+/* A size from the environment (a power of two the daemon accepts is the caller's business). */
+static uint32_t env_u32(const char *name, uint32_t def)
+{
+	const char *v = secure_getenv(name);
+	char *end;
+
+	if (!v || !v[0]) {
+		return def;
+	}
+	errno = 0;
+	unsigned long x = strtoul(v, &end, 0);
+	if (errno || *end || x > UINT32_MAX) {
+		return def;
+	}
+	return (uint32_t)x;
+}
+
+/*
+ * Open the shared-memory ring. A daemon that refuses it leaves the
+ * connection on the socket, as before; only a broken connection is an error.
+ */
+static int ring_open(struct rdmax_client *c)
+{
+	Rdmax__V1__RingSetup rs = RDMAX__V1__RING_SETUP__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	struct client_ring ring;
+	int fd, r;
+
+	rs.sq_entries = env_u32("RDMAX_RING_SQ_ENTRIES", RING_SQ_ENTRIES);
+	rs.sq_entry_bytes = env_u32("RDMAX_RING_SQE_BYTES", RING_SQE_BYTES);
+	rs.cq_entries = env_u32("RDMAX_RING_CQ_ENTRIES", RING_CQ_ENTRIES);
+	if (client_ring_create(rs.sq_entries, rs.sq_entry_bytes, rs.cq_entries, &ring, &fd) < 0) {
+		return 0;
+	}
+	rs.has_fd_index = 1;
+	rs.fd_index = 0;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP;
+	msg.ring_setup = &rs;
+	r = request_status(c, &msg, fd);
+	close(fd);
+	if (r < 0) {
+		client_ring_destroy(&ring);
+		return c->err ? c->err : 0;
+	}
+	c->ring = ring;
+	/* client_ring_create() left the request for a RingNotify set. */
+	c->ring_wake = true;
+	return 0;
+}
+
 RDMAX_EXPORT int rdmax_client_open(const char *socket_path, const char *client_name,
 				   struct rdmax_client **ret_client)
 {
@@ -689,9 +974,19 @@ RDMAX_EXPORT int rdmax_client_open(const char *socket_path, const char *client_n
 		r = -errno;
 		goto out_close;
 	}
+	c->spin_ns = (int64_t)env_u32("RDMAX_SPIN_US", SPIN_NS / 1000) * 1000;
+	c->spin_yield = env_u32("RDMAX_SPIN_YIELD", 1) != 0;
 	r = hello(c, client_name);
 	if (r < 0) {
 		goto out_close;
+	}
+	const char *want_ring = secure_getenv("RDMAX_RING");
+	if ((c->info.capabilities & RDMAX_CAP_RING) &&
+	    !(want_ring && strcmp(want_ring, "0") == 0)) {
+		r = ring_open(c);
+		if (r < 0) {
+			goto out_close;
+		}
 	}
 	*ret_client = c;
 	return 0;
@@ -772,6 +1067,7 @@ RDMAX_EXPORT void rdmax_client_close(struct rdmax_client *client)
 	}
 	client_evq_free(&client->events);
 	client_jobs_free(&client->jobs);
+	client_ring_destroy(&client->ring);
 	free(client->rx);
 	free(client->tx);
 	free(client);
@@ -785,6 +1081,11 @@ RDMAX_EXPORT const struct rdmax_daemon_info *rdmax_client_info(const struct rdma
 RDMAX_EXPORT int rdmax_client_fd(const struct rdmax_client *client)
 {
 	return client ? client->fd : -EINVAL;
+}
+
+RDMAX_EXPORT int rdmax_client_uses_ring(const struct rdmax_client *client)
+{
+	return client ? client->ring.base != NULL : -EINVAL;
 }
 
 /*
@@ -819,7 +1120,7 @@ static int deregister_id(struct rdmax_client *c, uint64_t region_id)
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_DEREGISTER_REGION;
 	msg.deregister_region = &d;
 	/* No timeout: the daemon answers once the jobs holding the region are done. */
-	return request_status(c, &msg);
+	return request_status(c, &msg, -1);
 }
 
 struct client_gpu **client_gpu_slot(struct rdmax_client *c)
@@ -1392,6 +1693,71 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
 	b->ptrs[i] = pj;
 }
 
+/*
+ * The batch as ring entries, all or none: -ENOSPC when the ring lacks room
+ * or a job does not fit a slot (the caller then uses the socket, which keeps
+ * the order through the entries' `after`).
+ */
+static size_t varint_size(uint64_t v)
+{
+	size_t n = 1;
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, size_t count,
+		       struct submit_buf *b)
+{
+	uint32_t max = client_ring_sqe_max(&c->ring);
+	size_t submit_len = 0;
+
+	if (count > client_ring_sq_space(&c->ring)) {
+		return -ENOSPC;
+	}
+	for (size_t i = 0; i < count; i++) {
+		encode_job(&jobs[i], b, i);
+		size_t len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
+		submit_len += 1 + varint_size(len) + len;
+		if (len > max) {
+			/* The socket path encodes again from the start. */
+			b->next_dest = 0;
+			b->next_desc = 0;
+			return -ENOSPC;
+		}
+	}
+	/* The same limit as the Submit it replaces: the call behaves alike on both paths. */
+	size_t msg_len = 1 + varint_size(c->next_seq) + 1 + varint_size(submit_len) + submit_len;
+	if (msg_len > c->max_tx) {
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	for (size_t i = 0; i < count; i++) {
+		size_t len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
+		uint8_t *data =
+			client_ring_sqe_prepare(&c->ring, (uint32_t)i, (uint32_t)len, c->msgs_sent);
+		rdmax__v1__job__pack(b->ptrs[i], data);
+	}
+	bool doorbell = client_ring_sq_publish(&c->ring, (uint32_t)count);
+	/*
+	 * A ring job's completion also proves the Submits sent before it were
+	 * accepted: the daemon took it only after reading them.
+	 */
+	for (size_t i = 0; i < count; i++) {
+		client_jobs_add(&c->jobs, jobs[i].id, c->next_seq - 1);
+	}
+	if (doorbell) {
+		Rdmax__V1__RingDoorbell db = RDMAX__V1__RING_DOORBELL__INIT;
+		Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL;
+		msg.ring_doorbell = &db;
+		/* The jobs are the daemon's now; a failure here sticks for the next call. */
+		(void)send_msg(c, &msg, -1);
+	}
+	return 0;
+}
+
 RDMAX_EXPORT int rdmax_submit(struct rdmax_client *client, const struct rdmax_job *jobs,
 			      size_t count)
 {
@@ -1438,6 +1804,14 @@ RDMAX_EXPORT int rdmax_submit(struct rdmax_client *client, const struct rdmax_jo
 	if (r < 0) {
 		goto out_free_pending;
 	}
+	if (client->ring.base) {
+		r = ring_submit(client, jobs, count, &b);
+		if (r != -ENOSPC) {
+			free(p);
+			free(mem);
+			return r;
+		}
+	}
 	for (size_t i = 0; i < count; i++) {
 		encode_job(&jobs[i], &b, i);
 		p->ids[i] = jobs[i].id;
@@ -1482,7 +1856,7 @@ RDMAX_EXPORT int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uin
 	e.count = count;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM;
 	msg.expect_imm = &e;
-	return request_status(client, &msg);
+	return request_status(client, &msg, -1);
 }
 
 RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_event *events,
@@ -1497,11 +1871,20 @@ RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_eve
 	/* The payloads handed out last time are the application's no more. */
 	free_handed(client);
 	/* Errors stick in client->err; events read before one are still handed out. */
-	drain(client);
+	if (client->ring.base) {
+		ring_unwake(client);
+		ring_progress(client);
+	} else {
+		drain(client);
+	}
 	if (client->events.len == 0 && max && timeout_ms != 0) {
 		int64_t deadline = deadline_after(timeout_ms);
 		while (client->events.len == 0 && recv_one(client, deadline) > 0) {
 		}
+	}
+	if (client->ring.base) {
+		/* Asked for a RingNotify again before the last look, so none can slip by. */
+		ring_rewake(client);
 	}
 	/* Room to remember every payload handed out, before any event leaves the queue. */
 	size_t take = client->events.len < max ? client->events.len : max, msgs = 0;
@@ -1624,7 +2007,7 @@ RDMAX_EXPORT int rdmax_cancel(struct rdmax_client *client, uint64_t job_id)
 	cancel.job_id = job_id;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_CANCEL;
 	msg.cancel = &cancel;
-	return request_status(client, &msg);
+	return request_status(client, &msg, -1);
 }
 
 RDMAX_EXPORT int rdmax_job_status(struct rdmax_client *client, uint64_t job_id, uint64_t *ret_done,
@@ -1741,7 +2124,7 @@ RDMAX_EXPORT int rdmax_peer_group_destroy(struct rdmax_client *client,
 	d.peer_group = group->handle;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_DESTROY;
 	msg.peer_group_destroy = &d;
-	r = request_status(client, &msg);
+	r = request_status(client, &msg, -1);
 	group_free(group);
 	return r;
 }
@@ -1772,7 +2155,7 @@ static int mailbox_request(struct rdmax_client *client, const char *name, bool o
 		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE;
 		msg.mailbox_close = &mc;
 	}
-	return request_status(client, &msg);
+	return request_status(client, &msg, -1);
 }
 
 RDMAX_EXPORT int rdmax_mailbox_open(struct rdmax_client *client, const char *name)

@@ -71,6 +71,59 @@ struct client_pending {
 	uint64_t ids[]; /* job ids, for the completions of a refusal */
 };
 
+/*
+ * The library's side of the shared-memory ring (ring.c, proto/rdmax_ring.h).
+ * base == NULL: no ring. sq_tail and cq_head are the library's own indices;
+ * the shared copies are what the daemon reads.
+ */
+struct rdmax_ring_ctl;
+struct rdmax_ring_cqe;
+struct client_ring {
+	uint8_t *base;
+	size_t map_len;
+	struct rdmax_ring_ctl *ctl;
+	uint8_t *sq;
+	struct rdmax_ring_cqe *cq;
+	uint32_t sq_entries;
+	uint32_t sqe_bytes;
+	uint32_t cq_entries;
+	uint32_t sq_tail;
+	uint32_t cq_head;
+};
+
+/*
+ * Create the ring's memfd (sealed against shrinking and growing) and map it.
+ * On success *ret_fd is the memfd for RingSetup; the caller closes it.
+ */
+int client_ring_create(uint32_t sq_entries, uint32_t sqe_bytes, uint32_t cq_entries,
+		       struct client_ring *ret_ring, int *ret_fd);
+/* Unmap; accepts a ring that was never created. */
+void client_ring_destroy(struct client_ring *ring);
+/* Submission slots free now. */
+uint32_t client_ring_sq_space(const struct client_ring *ring);
+/* Payload bytes one submission slot holds. */
+uint32_t client_ring_sqe_max(const struct client_ring *ring);
+/* Write the i-th unpublished entry's header; returns where its payload goes. */
+uint8_t *client_ring_sqe_prepare(struct client_ring *ring, uint32_t i, uint32_t len,
+				 uint64_t after);
+/* Publish n prepared entries; true when the daemon sleeps and wants a RingDoorbell. */
+bool client_ring_sq_publish(struct client_ring *ring, uint32_t n);
+/* The oldest unconsumed completion entry, or NULL. */
+const struct rdmax_ring_cqe *client_ring_cq_peek(const struct client_ring *ring);
+/* Consume the entry peeked; client_ring_cq_release() gives the slots back. */
+void client_ring_cq_advance(struct client_ring *ring);
+void client_ring_cq_release(struct client_ring *ring);
+/* Datagrams the daemon says it sent (RingNotify not counted). */
+uint64_t client_ring_daemon_sent(const struct client_ring *ring);
+/*
+ * Ask for (true) or withdraw (false) a RingNotify on new completions. Asking
+ * is followed by a full fence, so a completion posted before the daemon saw
+ * the request is visible to the next client_ring_cq_peek(). Withdrawing
+ * returns true when the daemon had taken the request (a RingNotify is on its
+ * way or was dropped on a full socket).
+ */
+bool client_ring_set_wake(struct client_ring *ring, bool wake);
+
 /* Copy text into a fixed buffer, cutting at a UTF-8 character boundary. */
 void client_copy_text(char *dst, size_t dst_size, const char *src);
 /* RDMAX_E_* (or 0) for a protocol Status value. */

@@ -8,6 +8,13 @@
  *
  * libuv cannot hand over fds received with SCM_RIGHTS on its stream types,
  * so sockets are raw fds watched with uv_poll_t and read with recvmsg().
+ *
+ * A client may also open a shared-memory ring (RingSetup, ring.c): its jobs
+ * then arrive as ring entries, polled from the uv_check handle for a bounded
+ * window after the last activity, and completions go to the ring while it
+ * has room and nothing waits on the socket before them (otherwise to the
+ * socket, in order). Datagrams are counted both ways so that ring entries and
+ * socket messages are taken in the order they were sent.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +38,7 @@
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "rdmaxd.h"
+#include "ring.h"
 #include "status.h"
 #include "transport.h"
 
@@ -39,6 +47,8 @@
 /* Completions per Completions message at most. */
 #define COMPLETION_BATCH_MAX 1024u
 #define MAX_FDS_HARD         253
+/* Ring entries taken per client per loop turn, so other clients get theirs. */
+#define RING_POLL_MAX 256u
 
 struct out_msg {
 	struct list_node link;
@@ -78,6 +88,15 @@ struct session {
 	size_t completions_bytes; /* estimate of the encoded size */
 	bool dirty;               /* completions waiting for the flush */
 	struct list_node dirty_link;
+	/* Datagrams both ways, for the ring's ordering (RingNotify not counted). */
+	uint64_t msgs_sent;
+	uint64_t msgs_received;
+	/* Shared-memory ring (ring.base == NULL: none). */
+	struct ring ring;
+	struct list_node ring_link; /* in ipc->rings while the ring is mapped */
+	uint64_t ring_active_ns;    /* last entry taken or datagram read */
+	bool ring_posted;           /* completions posted since the last wake check */
+	bool ring_bad;              /* the client broke the ring: closed at the next check */
 	/* For the admin socket and metrics. */
 	uint64_t jobs_ok;
 	uint64_t jobs_failed;
@@ -92,6 +111,8 @@ struct ipc {
 	uv_check_t flush_check;
 	struct list_node sessions;
 	struct list_node dirty;
+	struct list_node rings; /* sessions with a mapped ring */
+	uint8_t *ring_buf;      /* one submission entry, copied out of shared memory */
 	uint32_t n_sessions;
 	uint64_t next_session_id;
 	uint8_t *rx_buf;
@@ -114,6 +135,42 @@ static void session_io(uv_poll_t *poll, int status, int events);
 
 /* ------------------------------------------------------------------ sending */
 
+/* A datagram was sent or queued: ring completions posted later come after it. */
+static void count_sent(struct session *s)
+{
+	s->msgs_sent++;
+	if (s->ring.base) {
+		ring_report_sent(&s->ring, s->msgs_sent);
+	}
+}
+
+static void mark_dirty(struct session *s)
+{
+	if (!s->dirty) {
+		s->dirty = true;
+		list_add_tail(&s->ipc->dirty, &s->dirty_link);
+	}
+}
+
+/*
+ * Completions were posted and the client asked to be woken: one RingNotify.
+ * Not counted and never queued: a socket that is full is readable already.
+ */
+static void send_ring_notify(struct session *s)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__RingNotify notify = RDMAX__V1__RING_NOTIFY__INIT;
+	uint8_t buf[16];
+
+	if (s->closing || !list_empty(&s->out_queue)) {
+		return;
+	}
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY;
+	msg.ring_notify = &notify;
+	size_t len = rdmax__v1__daemon_msg__pack(&msg, buf);
+	(void)send(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 {
 	if (s->closing) {
@@ -122,6 +179,7 @@ static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 	if (list_empty(&s->out_queue)) {
 		ssize_t n = send(s->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n >= 0) {
+			count_sent(s);
 			return 0;
 		}
 		if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -139,6 +197,7 @@ static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 	memcpy(m->data, data, len);
 	list_add_tail(&s->out_queue, &m->link);
 	s->queued_bytes += len;
+	count_sent(s);
 	uv_poll_start(&s->poll, UV_READABLE | UV_WRITABLE, session_io);
 	return 0;
 }
@@ -230,10 +289,14 @@ out_clear:
 	s->completions_bytes = 0;
 }
 
+static void poll_rings(struct ipc *ipc);
+
 static void flush_dirty(uv_check_t *check)
 {
 	struct ipc *ipc = check->data;
 	struct list_node *pos, *tmp;
+
+	poll_rings(ipc);
 
 	list_for_each_safe(pos, tmp, &ipc->dirty)
 	{
@@ -241,6 +304,12 @@ static void flush_dirty(uv_check_t *check)
 		list_del(&s->dirty_link);
 		s->dirty = false;
 		flush_completions(s);
+		if (s->ring_posted && s->ring.base) {
+			s->ring_posted = false;
+			if (ring_take_wake_request(&s->ring)) {
+				send_ring_notify(s);
+			}
+		}
 	}
 }
 
@@ -258,6 +327,25 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 		s->jobs_ok++;
 	}
 	s->bytes_moved += bytes;
+	/*
+	 * The ring, unless completions already wait for the socket: those were
+	 * decided first and must be read first.
+	 */
+	if (s->ring.base && s->n_completions == 0 && !s->ring_bad) {
+		int ret = ring_cq_post(&s->ring, job_id, status_from_err(err), bytes,
+				       err ? message : NULL, s->msgs_sent);
+		if (ret == 0) {
+			s->ring_posted = true;
+			/* A completion is what a waiting client answers with its next jobs. */
+			s->ring_active_ns = now_ns();
+			mark_dirty(s);
+			return;
+		}
+		if (ret != -ENOSPC) {
+			s->ring_bad =
+				true; /* its head is garbage; this completion takes the socket */
+		}
+	}
 	if (s->n_completions == s->cap_completions) {
 		size_t cap = s->cap_completions ? s->cap_completions * 2 : 64;
 		struct pending_completion *p = realloc(s->completions, cap * sizeof(*p));
@@ -280,10 +368,7 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 		flush_completions(s);
 		return;
 	}
-	if (!s->dirty) {
-		s->dirty = true;
-		list_add_tail(&ipc->dirty, &s->dirty_link);
-	}
+	mark_dirty(s);
 }
 
 void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
@@ -385,7 +470,7 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 	welcome.endpoints = pep_ptrs;
 	welcome.capabilities = (daemon->transports[ENDPOINT_TCP] ? RDMAX_CAP_TCP : 0) |
 			       (daemon->transports[ENDPOINT_VERBS] ? RDMAX_CAP_VERBS : 0) |
-			       (daemon->auth_key_len ? RDMAX_CAP_AUTH : 0) |
+			       (daemon->auth_key_len ? RDMAX_CAP_AUTH : 0) | RDMAX_CAP_RING |
 			       gpu_capabilities(daemon->gpu);
 	welcome.limits = &limits;
 	msg.has_seq = 1;
@@ -740,6 +825,168 @@ static void handle_job_status(struct session *s, uint64_t seq, const Rdmax__V1__
 	send_daemon_msg(s, &msg);
 }
 
+/* ------------------------------------------------------------------ ring */
+
+static void handle_ring_setup(struct session *s, uint64_t seq, const Rdmax__V1__RingSetup *rs,
+			      const int *fds, size_t n_fds)
+{
+	struct ipc *ipc = s->ipc;
+	uint32_t idx = rs->has_fd_index ? rs->fd_index : 0;
+	const char *why;
+	int ret;
+
+	if (s->ring.base) {
+		reply_status(s, seq, RDMAX_E_ALREADY_EXISTS, "this client has a ring already");
+		return;
+	}
+	if (idx >= n_fds) {
+		reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
+			     "RingSetup names fd %u but the message carried %zu fds", idx, n_fds);
+		return;
+	}
+	ret = ring_map(fds[idx], rs->sq_entries, rs->sq_entry_bytes, rs->cq_entries, &s->ring);
+	if (ret < 0) {
+		switch (ret) {
+		case RDMAX_E_INVALID_ARGUMENT:
+			why = "sizes must be powers of two within the limits, the fd a regular "
+			      "file";
+			break;
+		case RDMAX_E_PERMISSION_DENIED:
+			why = "the fd must be a writable memfd sealed with F_SEAL_SHRINK and "
+			      "F_SEAL_GROW";
+			break;
+		case RDMAX_E_OUT_OF_RANGE:
+			why = "the file is smaller than the ring's sizes need";
+			break;
+		default:
+			why = rdmax_strerror(ret);
+			break;
+		}
+		reply_status(s, seq, ret, "cannot set up the ring (%u x %u B, %u completions): %s",
+			     rs->sq_entries, rs->sq_entry_bytes, rs->cq_entries, why);
+		return;
+	}
+	list_add_tail(&ipc->rings, &s->ring_link);
+	s->ring_active_ns = now_ns();
+	log_debug("client %" PRIu64 " opened a ring: %u x %u B submissions, %u completions", s->id,
+		  rs->sq_entries, rs->sq_entry_bytes, rs->cq_entries);
+	reply_status(s, seq, 0, NULL);
+}
+
+/*
+ * Start the client's ring entries that are due (their `after` reached), at
+ * most max. Returns how many were taken; a broken ring is marked for closing.
+ */
+static uint32_t ring_take(struct session *s, uint32_t max)
+{
+	struct ipc *ipc = s->ipc;
+	uint32_t n = 0;
+
+	while (n < max && s->ring.base && !s->closing && !s->ring_bad) {
+		int len = ring_sq_peek(&s->ring, s->msgs_received, ipc->ring_buf,
+				       RDMAX_RING_MAX_SQE_BYTES);
+		if (len == -EAGAIN) {
+			break;
+		}
+		if (len < 0) {
+			s->ring_bad = true;
+			break;
+		}
+		ring_sq_consume(&s->ring);
+		n++;
+		Rdmax__V1__Job *job = rdmax__v1__job__unpack(NULL, (size_t)len, ipc->ring_buf);
+		if (!job) {
+			/* No job id to answer: the library never writes this. */
+			s->ring_bad = true;
+			break;
+		}
+		engine_submit(ipc->daemon->engine, &s->owner, job);
+		rdmax__v1__job__free_unpacked(job, NULL);
+	}
+	if (n) {
+		s->ring_active_ns = now_ns();
+	}
+	return n;
+}
+
+/*
+ * Daemon shutdown: entries still in a ring were submitted as far as the
+ * client knows; each gets its CANCELLED completion instead of a start.
+ */
+static void ring_cancel_pending(struct session *s)
+{
+	struct ipc *ipc = s->ipc;
+
+	for (uint32_t i = 0; s->ring.base && !s->closing && i < s->ring.sq_entries; i++) {
+		int len =
+			ring_sq_peek(&s->ring, UINT64_MAX, ipc->ring_buf, RDMAX_RING_MAX_SQE_BYTES);
+		if (len < 0) {
+			break;
+		}
+		ring_sq_consume(&s->ring);
+		Rdmax__V1__Job *job = rdmax__v1__job__unpack(NULL, (size_t)len, ipc->ring_buf);
+		if (job) {
+			ipc_job_completed(&s->owner, job->job_id, RDMAX_E_CANCELLED,
+					  "daemon shutting down", 0);
+			rdmax__v1__job__free_unpacked(job, NULL);
+		}
+	}
+}
+
+/*
+ * From the uv_check handle: take what the clients' rings hold; a ring idle
+ * for busy_poll_us (and its client without jobs) goes to sleep and waits
+ * for a doorbell.
+ */
+static void poll_rings(struct ipc *ipc)
+{
+	uint64_t window = (uint64_t)ipc->daemon->cfg.busy_poll_us * 1000;
+	struct list_node *pos, *tmp;
+	uint64_t now = 0;
+
+	list_for_each_safe(pos, tmp, &ipc->rings)
+	{
+		struct session *s = container_of(pos, struct session, ring_link);
+		if (!s->ring.sleeping) {
+			if (ring_take(s, RING_POLL_MAX) == 0 && !s->ring_bad &&
+			    s->owner.outstanding == 0) {
+				now = now ? now : now_ns();
+				if (now - s->ring_active_ns >= window && !ring_sleep(&s->ring)) {
+					s->ring_active_ns = now;
+				}
+			}
+		}
+		if (s->ring_bad) {
+			static struct log_ratelimit rl;
+			log_ratelimited(&rl, LOG_WARNING,
+					"client %" PRIu64 " '%s' (pid %d) broke its shared-memory "
+					"ring (index or entry out of range); closing it",
+					s->id, s->name, (int)s->pid);
+			reply_status(s, 0, RDMAX_E_PROTOCOL_ERROR,
+				     "the shared-memory ring holds an impossible index or entry; "
+				     "closing the connection");
+			flush_completions(s);
+			session_close(s, "ring protocol violation");
+		}
+	}
+}
+
+bool ipc_rings_awake(const struct ipc *ipc)
+{
+	const struct list_node *pos;
+
+	if (!ipc) {
+		return false;
+	}
+	for (pos = ipc->rings.next; pos != &ipc->rings; pos = pos->next) {
+		const struct session *s = container_of(pos, struct session, ring_link);
+		if (!s->ring.sleeping) {
+			return true;
+		}
+	}
+	return false;
+}
+
 static void dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *fds, size_t n_fds)
 {
 	struct rdmaxd *daemon = s->ipc->daemon;
@@ -802,6 +1049,12 @@ static void dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int
 	case RDMAX__V1__CLIENT_MSG__BODY_POOL_ALLOC:
 		handle_pool_alloc(s, seq, m->pool_alloc);
 		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP:
+		handle_ring_setup(s, seq, m->ring_setup, fds, n_fds);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL:
+		/* Reading the datagram already woke the ring and took its entries. */
+		break;
 	default:
 		reply_status(s, seq, RDMAX_E_PROTOCOL_ERROR, "message has no body");
 		break;
@@ -841,6 +1094,13 @@ static int read_one(struct session *s)
 	if (n == 0) {
 		return -ECONNRESET;
 	}
+	if (s->ring.base) {
+		/* Entries written before this datagram was sent go first. */
+		ring_wake(&s->ring);
+		ring_take(s, UINT32_MAX);
+		s->ring_active_ns = now_ns();
+	}
+	s->msgs_received++;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
 			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -964,6 +1224,11 @@ static void session_close(struct session *s, const char *why)
 	job_owner_leave(daemon->engine, &s->owner);
 	imm_release_owner(&daemon->imm, &s->owner);
 	mailbox_release_owner(&ipc->mailboxes, &s->owner);
+	if (s->ring.base) {
+		/* Entries left in it die with the session, like unread datagrams. */
+		list_del(&s->ring_link);
+		ring_unmap(&s->ring);
+	}
 	list_for_each_safe(pos, tmp, &s->regions)
 	{
 		struct region *region = container_of(pos, struct region, owner_link);
@@ -1062,6 +1327,7 @@ static void accept_clients(uv_poll_t *poll, int status, int events)
 		list_init(&s->regions);
 		list_init(&s->out_queue);
 		list_init(&s->dirty_link);
+		list_init(&s->ring_link);
 		uv_poll_init(daemon->loop, &s->poll, fd);
 		s->poll.data = s;
 		uv_poll_start(&s->poll, UV_READABLE, session_io);
@@ -1110,12 +1376,14 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 	ipc->listen_fd = -1;
 	list_init(&ipc->sessions);
 	list_init(&ipc->dirty);
+	list_init(&ipc->rings);
 	/* One byte more than the limit so that an oversized datagram shows MSG_TRUNC. */
 	ipc->rx_size = cfg->max_message_bytes + 1;
 	ipc->tx_size = cfg->max_message_bytes;
 	ipc->rx_buf = malloc(ipc->rx_size);
 	ipc->tx_buf = malloc(ipc->tx_size);
-	if (!ipc->rx_buf || !ipc->tx_buf) {
+	ipc->ring_buf = malloc(RDMAX_RING_MAX_SQE_BYTES);
+	if (!ipc->rx_buf || !ipc->tx_buf || !ipc->ring_buf) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -1177,6 +1445,7 @@ out_free:
 	mailbox_table_fini(&ipc->mailboxes);
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
+	free(ipc->ring_buf);
 	free(ipc);
 	return ret;
 }
@@ -1200,6 +1469,7 @@ void ipc_shutdown(struct ipc *ipc)
 	list_for_each_safe(pos, tmp, &ipc->sessions)
 	{
 		struct session *s = container_of(pos, struct session, link);
+		ring_cancel_pending(s);
 		/* Best effort: the CANCELLED completions are already batched. */
 		flush_completions(s);
 		flush_out_queue(s);
@@ -1218,6 +1488,7 @@ void ipc_destroy(struct ipc *ipc)
 	mailbox_table_fini(&ipc->mailboxes);
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
+	free(ipc->ring_buf);
 	free(ipc);
 }
 

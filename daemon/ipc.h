@@ -8,6 +8,7 @@
 #ifndef RDMAXD_IPC_H
 #define RDMAXD_IPC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct rdmaxd;
@@ -24,6 +25,9 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg);
 
 uint32_t ipc_client_count(const struct ipc *ipc);
+
+/* Whether a client's shared-memory ring is being polled (the loop must not sleep). */
+bool ipc_rings_awake(const struct ipc *ipc);
 
 /* One connected client, as the admin socket and metrics show it. */
 struct ipc_client_info {

@@ -86,6 +86,7 @@ struct opts {
 	bool has_imm;
 	uint32_t imm;
 	bool lat;
+	bool no_ring; /* RDMAX_RING=0 for this process: jobs and completions cross the socket */
 	bool verify;
 	uint64_t page_len; /* paged: bytes per page */
 	uint32_t dests;    /* scatter: destinations per job */
@@ -368,9 +369,10 @@ static int write_desc_file(const char *path, const struct rdmax_desc *desc)
 
 static void caps_string(uint32_t caps, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s%s%s%s%s", caps & RDMAX_CAP_TCP ? "tcp " : "",
+	snprintf(buf, len, "%s%s%s%s%s%s", caps & RDMAX_CAP_TCP ? "tcp " : "",
 		 caps & RDMAX_CAP_VERBS ? "verbs " : "", caps & RDMAX_CAP_DMABUF ? "dmabuf " : "",
-		 caps & RDMAX_CAP_PEERMEM ? "peermem " : "", caps & RDMAX_CAP_AUTH ? "auth " : "");
+		 caps & RDMAX_CAP_PEERMEM ? "peermem " : "", caps & RDMAX_CAP_AUTH ? "auth " : "",
+		 caps & RDMAX_CAP_RING ? "ring " : "");
 	size_t n = strlen(buf);
 	if (n > 0) {
 		buf[n - 1] = '\0';
@@ -870,6 +872,7 @@ static void print_json(FILE *f, const struct opts *o, const struct rdmax_daemon_
 	json_string(f, info ? info->daemon_version : NULL);
 	fprintf(f, ", \"capabilities\": \"%s\", \"pid\": %d, \"peer_pid\": %d}, ", caps,
 		o->daemon_pid, o->peer_pid);
+	fprintf(f, "\"ring\": %s, ", o->no_ring ? "false" : "true");
 	fprintf(f,
 		"\"params\": {\"window\": %u, \"batch\": %u, \"iters\": %" PRIu64
 		", \"duration_s\": %g, \"warmup\": %u, \"imm\": %s, \"lat\": %s, \"page_len\": "
@@ -913,10 +916,10 @@ static void print_header(FILE *f, const struct opts *o, const struct rdmax_daemo
 	char caps[64];
 
 	caps_string(info->capabilities, caps, sizeof(caps));
-	fprintf(f, "rdmax-bench %s%s%s: window %u, batch %u%s, daemon '%s' %s (pid %d, %s)",
+	fprintf(f, "rdmax-bench %s%s%s: window %u, batch %u%s%s, daemon '%s' %s (pid %d, %s)",
 		o->op_name, o->lat ? " --lat" : "", o->mode == MODE_LOCAL ? " same-node" : "",
-		o->window, o->batch, o->has_imm ? ", imm" : "", info->node_name,
-		info->daemon_version, o->daemon_pid, caps);
+		o->window, o->batch, o->has_imm ? ", imm" : "", o->no_ring ? ", no ring" : "",
+		info->node_name, info->daemon_version, o->daemon_pid, caps);
 	if (o->op == RDMAX_OP_PAGED_WRITE) {
 		fprintf(f, ", pages of %" PRIu64 " bytes", o->page_len);
 	} else if (o->op == RDMAX_OP_SCATTER) {
@@ -1011,6 +1014,8 @@ static int run_requester(struct opts *o)
 	if (ret < 0) {
 		return fail("connect", ret);
 	}
+	/* What the connection does, not what was asked: an older daemon offers no ring. */
+	o->no_ring = rdmax_client_uses_ring(b.c) != 1;
 	const struct rdmax_daemon_info *info = rdmax_client_info(b.c);
 	if (o->daemon_pid == 0) {
 		int pid = daemon_pid_of(b.c);
@@ -1140,6 +1145,9 @@ static void usage(FILE *out)
 		"      --dests N        scatter: destinations per job, equal slices (default 4)\n"
 		"      --imm VALUE      writes carry this immediate value\n"
 		"      --lat            latency mode: window 1, batch 1\n"
+		"      --no-ring        jobs and completions over the socket, not the "
+		"shared-memory\n"
+		"                       ring (sets RDMAX_RING=0 for this process)\n"
 		"      --no-verify      skip the read-back check after each size\n"
 		"      --daemon-pid PID the local daemon (default: SO_PEERCRED of the socket)\n"
 		"      --peer-daemon-pid PID  also report the peer daemon's CPU time\n"
@@ -1166,6 +1174,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		OPT_WARMUP = 256,
 		OPT_IMM,
 		OPT_LAT,
+		OPT_NO_RING,
 		OPT_NO_VERIFY,
 		OPT_DAEMON_PID,
 		OPT_PEER_PID,
@@ -1193,6 +1202,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{"warmup", required_argument, NULL, OPT_WARMUP},
 		{"imm", required_argument, NULL, OPT_IMM},
 		{"lat", no_argument, NULL, OPT_LAT},
+		{"no-ring", no_argument, NULL, OPT_NO_RING},
 		{"no-verify", no_argument, NULL, OPT_NO_VERIFY},
 		{"daemon-pid", required_argument, NULL, OPT_DAEMON_PID},
 		{"peer-daemon-pid", required_argument, NULL, OPT_PEER_PID},
@@ -1324,6 +1334,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_LAT:
 			o->lat = true;
+			break;
+		case OPT_NO_RING:
+			o->no_ring = true;
+			setenv("RDMAX_RING", "0", 1);
 			break;
 		case OPT_NO_VERIFY:
 			o->verify = false;

@@ -269,13 +269,16 @@ struct rdmax_daemon_info {
 #define RDMAX_CAP_DMABUF  0x4u
 #define RDMAX_CAP_PEERMEM 0x8u
 #define RDMAX_CAP_AUTH    0x10u
+#define RDMAX_CAP_RING    0x20u /**< shared-memory submission/completion ring */
 /** @} */
 
 /**
  * Connect to rdmaxd and say hello.
  * \param socket_path path of the daemon's client socket; NULL means
  *        $RDMAX_SOCKET, else RDMAX_DEFAULT_SOCKET
- * \param client_name name shown in the daemon's logs; may be NULL
+ * \param client_name name shown in the daemon's logs and metrics, and matched by
+ *        the daemon's [verbs] pin rules, which may bind this client's traffic
+ *        to some RDMA devices (e.g. the NICs nearest its GPU); may be NULL
  * \param ret_client receives the connection on success
  * \return 0 or a negative error
  */
@@ -305,6 +308,17 @@ const struct rdmax_daemon_info *rdmax_client_info(const struct rdmax_client *cli
  * \return the fd (owned by the library)
  */
 int rdmax_client_fd(const struct rdmax_client *client);
+
+/**
+ * Whether this connection submits jobs and receives completions through the
+ * shared-memory ring (docs/protocol.md). rdmax_client_open() sets it up when
+ * the daemon offers it (RDMAX_CAP_RING) unless the environment says
+ * RDMAX_RING=0; without it every job and completion crosses the socket. The
+ * behaviour of every other call is the same either way.
+ * \param client an open connection
+ * \return 1 when the ring is in use, 0 when not, or -EINVAL
+ */
+int rdmax_client_uses_ring(const struct rdmax_client *client);
 
 /**
  * Allocate host memory (a sealed memfd mapped here), register it with the

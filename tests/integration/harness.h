@@ -211,6 +211,7 @@ TCase *itest_tcase_shutdown(void);
 TCase *itest_tcase_same_node(void);
 TCase *itest_tcase_dereg_wait(void);
 TCase *itest_tcase_jobs(void);
+TCase *itest_tcase_ring(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

@@ -26,7 +26,8 @@
 	X(verbs_msg)                                                                               \
 	X(planner_jobs)                                                                            \
 	X(ops)                                                                                     \
-	X(gpu)
+	X(gpu)                                                                                     \
+	X(ring)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)
