@@ -9,7 +9,9 @@
  * (WRITE, READ_REQ) and the daemon that accepted answers them (ACK,
  * READ_RESP) strictly in order, so answers match the oldest request in
  * flight. Payload bytes go straight between the socket and region memory
- * (writev from the mapping, recv into it); the responder validates every
+ * (sendmsg from the mapping, recvmsg into it); only headers, answers and
+ * payloads below RX_DIRECT_MIN pass through the per-connection receive-ahead
+ * buffer, many frames per system call. The responder validates every
  * access with region_get_remote() before touching memory and never writes
  * outside the validated range. Every xfer completes exactly once; a peer's
  * malformed frame closes that connection, never the daemon.
@@ -39,13 +41,17 @@
 #include "transport.h"
 #include "wire.h"
 
-#define IOV_BATCH     64    /* iovecs per sendmsg() */
-#define TX_BUDGET     16    /* sendmsg() calls per readiness callback */
-#define RX_BUDGET     64    /* recv() calls per readiness callback */
-#define ACCEPT_BUDGET 32    /* accept() calls per readiness callback */
-#define ANSWERS_MAX   256   /* queued answers before a responder stops reading */
-#define SCRATCH_BYTES 65536 /* sink for the payload of a refused WRITE */
-#define MSG_BYTES     256
+#define IOV_BATCH      64    /* iovecs per sendmsg() */
+#define TX_BUDGET      16    /* sendmsg() calls per readiness callback */
+#define RX_BUDGET      64    /* recvmsg() calls per readiness callback */
+#define ACCEPT_BUDGET  32    /* accept() calls per readiness callback */
+#define ANSWERS_MAX    256   /* queued answers before a responder stops reading */
+#define SCRATCH_BYTES  65536 /* sink for the payload of a refused WRITE */
+#define RX_STAGE_BYTES 65536 /* per connection: bytes received ahead of the current part */
+#define RX_DIRECT_MIN  8192  /* payloads from this size on go straight into memory */
+#define RX_TAIL_MAX    65536 /* payloads up to this size are read with the next header */
+#define FRAME_CACHE    1024  /* freed frames kept for reuse, per transport */
+#define MSG_BYTES      256
 
 /* Life of a connection. */
 enum conn_state {
@@ -118,6 +124,15 @@ struct tcp_conn {
 	int rx_err;               /* responder: why the WRITE being discarded was refused */
 	char rx_msg[WIRE_MESSAGE_MAX];
 	uint8_t *rx_msgbuf; /* responder: body of the MESSAGE being received */
+	/*
+	 * Receive-ahead: headers and small frames are read many at a time into
+	 * rx_stage and parsed from there; a large payload is read straight into
+	 * its destination, together with at most the next header.
+	 */
+	uint8_t *rx_stage; /* RX_STAGE_BYTES */
+	uint32_t rx_start; /* first byte of rx_stage not yet consumed */
+	uint32_t rx_end;   /* end of the bytes in rx_stage */
+	bool rx_bulk;      /* the last frame's payload was large: expect another */
 };
 
 struct tcp_transport {
@@ -131,6 +146,8 @@ struct tcp_transport {
 	bool shut;
 	struct list_node conns;
 	uint32_t n_conns;
+	struct list_node frame_cache; /* freed frames: one per request and answer otherwise */
+	uint32_t n_cached;
 	uint64_t next_id;
 	struct log_ratelimit rl;
 	/* The last peer parsed: clients send to few peers, and parsing per xfer costs. */
@@ -159,7 +176,8 @@ static bool usable(const struct tcp_conn *conn)
 static bool busy(const struct tcp_conn *conn)
 {
 	return !list_empty(&conn->outq) || !list_empty(&conn->pendq) ||
-	       !list_empty(&conn->inflight) || conn->rx_state != RX_HEADER || conn->rx_got != 0;
+	       !list_empty(&conn->inflight) || conn->rx_state != RX_HEADER || conn->rx_got != 0 ||
+	       conn->rx_end != conn->rx_start;
 }
 
 /* Zeroes the whole storage first, so two results for one peer compare equal with memcmp(). */
@@ -250,6 +268,7 @@ static void on_conn_handle_closed(uv_handle_t *handle)
 	}
 	if (--conn->handles == 0 && conn->state == CONN_CLOSED) {
 		conn->tt->handles--;
+		free(conn->rx_stage);
 		free(conn);
 	}
 }
@@ -261,6 +280,11 @@ static struct tcp_conn *conn_new(struct tcp_transport *tt, bool outgoing)
 	struct tcp_conn *conn = calloc(1, sizeof(*conn));
 
 	if (!conn) {
+		return NULL;
+	}
+	conn->rx_stage = malloc(RX_STAGE_BYTES);
+	if (!conn->rx_stage) {
+		free(conn);
 		return NULL;
 	}
 	conn->tt = tt;
@@ -313,12 +337,23 @@ static void close_socket(struct tcp_conn *conn)
 	}
 }
 
+/* Only the memory: the frame holds no region reference any more. */
+static void frame_release(struct tcp_transport *tt, struct frame *frame)
+{
+	if (tt->n_cached >= FRAME_CACHE) {
+		free(frame);
+		return;
+	}
+	list_add_tail(&tt->frame_cache, &frame->link);
+	tt->n_cached++;
+}
+
 static void frame_free(struct tcp_conn *conn, struct frame *frame)
 {
 	if (frame->region) {
 		region_put(&conn->tt->daemon->regions, frame->region);
 	}
-	free(frame);
+	frame_release(conn->tt, frame);
 }
 
 /* Empty a queue: xfer frames move to `dead` (NULL: there are none), the others are freed. */
@@ -355,6 +390,9 @@ static void rx_reset(struct tcp_conn *conn)
 	free(conn->rx_msgbuf);
 	conn->rx_msgbuf = NULL;
 	conn->rx_req = NULL;
+	conn->rx_start = 0;
+	conn->rx_end = 0;
+	conn->rx_bulk = false;
 	rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES);
 }
 
@@ -393,7 +431,7 @@ static void conn_fail(struct tcp_conn *conn, int err, const char *message)
 		struct frame *frame = container_of(pos, struct frame, link);
 		struct xfer *xfer = frame->xfer;
 		list_del(pos);
-		free(frame);
+		frame_release(tt, frame);
 		xfer->done(xfer, err, message);
 	}
 }
@@ -471,13 +509,23 @@ static void protocol_error(struct tcp_conn *conn, const char *fmt, ...)
 
 /* ---- sending ---- */
 
-static struct frame *frame_new(const struct wire_header *header, const void *body, size_t body_len)
+/* head[] past head_len is never read, so it is not cleared. */
+static struct frame *frame_new(struct tcp_transport *tt, const struct wire_header *header,
+			       const void *body, size_t body_len)
 {
-	struct frame *frame = calloc(1, sizeof(*frame));
+	struct frame *frame;
 
-	if (!frame) {
+	if (!list_empty(&tt->frame_cache)) {
+		frame = container_of(tt->frame_cache.prev, struct frame, link);
+		list_del(&frame->link);
+		tt->n_cached--;
+	} else if (!(frame = malloc(sizeof(*frame)))) {
 		return NULL;
 	}
+	frame->xfer = NULL;
+	frame->region = NULL;
+	frame->payload = NULL;
+	frame->payload_len = 0;
 	wire_header_encode(header, frame->head);
 	if (body_len > 0) {
 		memcpy(frame->head + WIRE_HEADER_BYTES, body, body_len);
@@ -502,7 +550,7 @@ static bool queue_small(struct tcp_conn *conn, uint8_t type, int err, const void
 						      ? conn->rx_h.request_id
 						      : 0,
 				.length = body_len};
-	struct frame *frame = frame_new(&h, body, body_len);
+	struct frame *frame = frame_new(conn->tt, &h, body, body_len);
 
 	if (!frame) {
 		conn_lost(conn, LOG_ERR, "out of memory");
@@ -766,9 +814,10 @@ static void complete_request(struct tcp_conn *conn)
 	struct frame *frame = conn->rx_req;
 	struct xfer *xfer = frame->xfer;
 	char text[WIRE_MESSAGE_MAX + 1];
-	char message[MSG_BYTES] = "";
+	char message[MSG_BYTES];
 	int err = 0;
 
+	message[0] = '\0'; /* not "= {0}": clearing all of it costs more than the rest */
 	if (conn->rx_h.status != 0) {
 		err = map_remote(conn->rx_h.status);
 		wire_text_copy(text, sizeof(text), conn->rx_body, conn->rx_h.length);
@@ -778,7 +827,7 @@ static void complete_request(struct tcp_conn *conn)
 		xfer->bytes_done = xfer->length;
 	}
 	list_del(&frame->link);
-	free(frame);
+	frame_release(conn->tt, frame);
 	conn->rx_req = NULL;
 	xfer->done(xfer, err, message);
 }
@@ -961,7 +1010,7 @@ static void on_request(struct tcp_conn *conn)
 	}
 	struct wire_header resp = {
 		.type = WIRE_READ_RESP, .request_id = h->request_id, .length = h->length};
-	struct frame *frame = frame_new(&resp, NULL, 0);
+	struct frame *frame = frame_new(conn->tt, &resp, NULL, 0);
 	if (!frame) {
 		region_put(&conn->tt->daemon->regions, region);
 		conn_lost(conn, LOG_ERR, "out of memory");
@@ -1000,6 +1049,7 @@ static void on_header(struct tcp_conn *conn)
 		protocol_error(conn, "malformed frame header");
 		return;
 	}
+	conn->rx_bulk = wire_payload_bytes(h) >= RX_DIRECT_MIN;
 	rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES); /* unless a body follows */
 	bool request = h->type == WIRE_WRITE || h->type == WIRE_READ_REQ || h->type == WIRE_MESSAGE;
 	bool answer = h->type == WIRE_ACK || h->type == WIRE_READ_RESP;
@@ -1051,24 +1101,96 @@ static bool reading_paused(const struct tcp_conn *conn)
 	return !conn->outgoing && conn->n_out >= ANSWERS_MAX;
 }
 
-/* Drain the socket in a bounded loop; parts of length 0 complete without a recv(). */
-static void receive(struct tcp_conn *conn)
+static void rx_progress(struct tcp_conn *conn, uint64_t n)
 {
-	for (int i = 0; i < RX_BUDGET && usable(conn) && !reading_paused(conn); i++) {
-		while (usable(conn) && conn->rx_got == conn->rx_len) {
+	conn->rx_got += n;
+	if (conn->rx_state == RX_DATA && conn->rx_req) {
+		conn->rx_req->xfer->bytes_done = conn->rx_got;
+	}
+}
+
+/* Bytes received ahead and not parsed yet, or a finished part not handled yet. */
+static bool rx_pending(const struct tcp_conn *conn)
+{
+	return conn->rx_end != conn->rx_start || conn->rx_got == conn->rx_len;
+}
+
+/*
+ * Hand the staged bytes to the parts they belong to, handling each part as
+ * it completes (parts of length 0 complete without any byte). Returns with
+ * rx_stage empty and the current part waiting for more, or when the
+ * connection failed or stopped reading.
+ */
+static void consume_staged(struct tcp_conn *conn)
+{
+	while (usable(conn) && !reading_paused(conn)) {
+		if (conn->rx_got == conn->rx_len) {
 			on_part_done(conn);
+			continue;
 		}
-		if (!usable(conn) || reading_paused(conn)) {
+		uint64_t take =
+			MIN((uint64_t)(conn->rx_end - conn->rx_start), conn->rx_len - conn->rx_got);
+		if (take == 0) {
 			return;
 		}
-		uint64_t want = conn->rx_len - conn->rx_got;
-		uint8_t *dst = conn->tt->scratch;
-		if (conn->rx_state == RX_DISCARD) {
-			want = MIN(want, sizeof(conn->tt->scratch));
-		} else {
-			dst = conn->rx_dst + conn->rx_got;
+		if (conn->rx_state != RX_DISCARD) {
+			memcpy(conn->rx_dst + conn->rx_got, conn->rx_stage + conn->rx_start, take);
 		}
-		ssize_t n = recv(conn->fd, dst, MIN(want, (uint64_t)1 << 30), MSG_DONTWAIT);
+		conn->rx_start += (uint32_t)take;
+		rx_progress(conn, take);
+	}
+}
+
+/*
+ * Drain the socket in a bounded number of recvmsg() calls. Each call reads
+ * the rest of the current part straight into its destination (region
+ * memory, body buffer, or the discard sink) and, behind it, bytes of the
+ * following frames into rx_stage: a whole stage of them after small
+ * frames, so one call brings in many ACKs, READ_REQs or small WRITEs; only
+ * the next header after a payload of RX_DIRECT_MIN..RX_TAIL_MAX bytes (one
+ * call per 16 KiB page), so the next payload is not copied twice; nothing
+ * after a larger one. rx_stage is only refilled once empty.
+ */
+static void receive(struct tcp_conn *conn)
+{
+	for (int calls = 0;; calls++) {
+		consume_staged(conn);
+		if (!usable(conn) || reading_paused(conn) || calls == RX_BUDGET) {
+			return;
+		}
+		struct iovec iov[2];
+		size_t n_iov = 0;
+		uint64_t direct = 0;
+		uint64_t ahead = conn->rx_bulk ? WIRE_HEADER_BYTES : RX_STAGE_BYTES;
+		if (conn->rx_state != RX_HEADER) {
+			uint64_t want = conn->rx_len - conn->rx_got;
+			if (conn->rx_state == RX_DISCARD) {
+				direct = MIN(want, (uint64_t)SCRATCH_BYTES);
+				iov[0].iov_base = conn->tt->scratch;
+			} else {
+				direct = MIN(want, (uint64_t)1 << 30);
+				iov[0].iov_base = conn->rx_dst + conn->rx_got;
+			}
+			iov[0].iov_len = direct;
+			n_iov = 1;
+			if (direct < want || conn->rx_len > RX_TAIL_MAX) {
+				/*
+				 * Cannot reach the end of the part; or a large payload,
+				 * where the saved call is noise and 1 MiB writes measured
+				 * slower with it (median 19 against 23 Gb/s).
+				 */
+				ahead = 0;
+			} else if (conn->rx_len >= RX_DIRECT_MIN) {
+				ahead = WIRE_HEADER_BYTES;
+			}
+		}
+		if (ahead > 0) {
+			iov[n_iov].iov_base = conn->rx_stage;
+			iov[n_iov].iov_len = ahead;
+			n_iov++;
+		}
+		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n_iov};
+		ssize_t n = recvmsg(conn->fd, &msg, MSG_DONTWAIT);
 		if (n == 0) {
 			conn_lost(conn, LOG_INFO, "peer closed the connection");
 			return;
@@ -1082,15 +1204,16 @@ static void receive(struct tcp_conn *conn)
 			}
 			return;
 		}
-		conn->rx_got += (uint64_t)n;
-		conn->bytes_received += (uint64_t)n;
+		uint64_t got = (uint64_t)n;
+		conn->bytes_received += got;
 		conn->last_io_ms = now_ms();
-		if (conn->rx_state == RX_DATA && conn->rx_req) {
-			conn->rx_req->xfer->bytes_done = conn->rx_got;
+		if (direct > 0) {
+			uint64_t part = MIN(got, direct);
+			rx_progress(conn, part);
+			got -= part;
 		}
-		while (usable(conn) && conn->rx_got == conn->rx_len) {
-			on_part_done(conn);
-		}
+		conn->rx_start = 0;
+		conn->rx_end = (uint32_t)got;
 	}
 }
 
@@ -1142,12 +1265,24 @@ static void on_poll(uv_poll_t *handle, int status, int events)
 		if ((events & UV_WRITABLE) && !flush(conn)) {
 			return;
 		}
-		if (events & UV_READABLE) {
+		if ((events & UV_READABLE) || rx_pending(conn)) {
 			receive(conn);
 		}
 	}
-	if (usable(conn) && !list_empty(&conn->outq) && !flush(conn)) {
-		return;
+	/*
+	 * Answers just queued go out now. Frames already staged raise no
+	 * readiness event, so a responder that paused at ANSWERS_MAX parses
+	 * them here once the flush made room; bounded, the rest waits for the
+	 * next (writable) event.
+	 */
+	for (int round = 0; round < 4; round++) {
+		if (usable(conn) && !list_empty(&conn->outq) && !flush(conn)) {
+			return;
+		}
+		if (!usable(conn) || !rx_pending(conn) || reading_paused(conn)) {
+			break;
+		}
+		receive(conn);
 	}
 	update_poll(conn);
 }
@@ -1398,7 +1533,7 @@ static int tcp_submit(struct transport *transport, struct xfer *xfer)
 		.offset = xfer->remote_offset,
 		.length = xfer->length,
 	};
-	struct frame *frame = frame_new(&h, NULL, 0);
+	struct frame *frame = frame_new(tt, &h, NULL, 0);
 	if (!frame) {
 		return -ENOMEM;
 	}
@@ -1416,12 +1551,12 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 	struct tcp_conn *conn = find_conn(tt, addr);
 	if (!conn) {
 		if (tt->n_conns >= tt->daemon->cfg.max_connections) {
-			free(frame);
+			frame_release(tt, frame);
 			return RDMAX_E_RESOURCE_EXHAUSTED;
 		}
 		conn = conn_new(tt, true);
 		if (!conn) {
-			free(frame);
+			frame_release(tt, frame);
 			return -ENOMEM;
 		}
 		conn->addr = *addr;
@@ -1475,7 +1610,7 @@ static int tcp_send_message(struct transport *transport, struct xfer *xfer)
 		.offset = name_len,
 		.length = name_len + xfer->length,
 	};
-	struct frame *frame = frame_new(&h, xfer->mailbox, name_len);
+	struct frame *frame = frame_new(tt, &h, xfer->mailbox, name_len);
 	if (!frame) {
 		return -ENOMEM;
 	}
@@ -1539,6 +1674,11 @@ static void tcp_destroy(struct transport *transport)
 		log_err("transport_tcp: destroy() before shutdown completed (%u handles open)",
 			tt->handles);
 		return;
+	}
+	while (!list_empty(&tt->frame_cache)) {
+		struct list_node *pos = tt->frame_cache.next;
+		list_del(pos);
+		free(container_of(pos, struct frame, link));
 	}
 	free(tt);
 }
@@ -1694,6 +1834,7 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	tt->base.ordered = true; /* one stream per peer, answered in order */
 	tt->daemon = daemon;
 	list_init(&tt->conns);
+	list_init(&tt->frame_cache);
 	err = listen_open(tt, &fd);
 	if (err < 0) {
 		goto out_free;

@@ -8,6 +8,9 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -17,6 +20,7 @@
 #include "log.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
+#include "status.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -80,6 +84,40 @@ START_TEST(header_layout_little_endian)
 	ck_assert_uint_eq(buf[48], 0x00);
 	ck_assert_uint_eq(buf[49], 0x10);
 	ck_assert_uint_eq(buf[58], 0x10);
+}
+END_TEST
+
+/* Every bit of every field survives, whatever the host's byte order. */
+START_TEST(header_round_trip_extremes)
+{
+	static const uint64_t values[] = {0, 1, 0x80, 0xff00ff00ff00ff00ull, UINT64_MAX};
+
+	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+		uint64_t v = values[i];
+		struct wire_header in = {
+			.type = WIRE_READ_RESP,
+			.status = (uint32_t)v,
+			.request_id = v,
+			.instance = ~v,
+			.region_id = v ^ 0x0123456789abcdefull,
+			.region_key = v,
+			.offset = ~v,
+			.length = 0,
+		};
+		struct wire_header out;
+		uint8_t buf[WIRE_HEADER_BYTES];
+
+		wire_header_encode(&in, buf);
+		ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &out), 0);
+		ck_assert_uint_eq(out.status, in.status);
+		ck_assert_uint_eq(out.request_id, in.request_id);
+		ck_assert_uint_eq(out.instance, in.instance);
+		ck_assert_uint_eq(out.region_id, in.region_id);
+		ck_assert_uint_eq(out.region_key, in.region_key);
+		ck_assert_uint_eq(out.offset, in.offset);
+		ck_assert_uint_eq(buf[16], (uint8_t)v);
+		ck_assert_uint_eq(buf[23], (uint8_t)(v >> 56));
+	}
 }
 END_TEST
 
@@ -856,6 +894,279 @@ START_TEST(tcp_peer_restart)
 }
 END_TEST
 
+/* ---- a raw requester: frames as a hostile or odd peer may send them ---- */
+
+struct raw_peer {
+	int fd;
+	uint8_t *in; /* everything received */
+	size_t in_len, in_cap;
+};
+
+static void raw_pump(struct raw_peer *p)
+{
+	for (;;) {
+		if (p->in_cap - p->in_len < 65536) {
+			p->in_cap = p->in_cap * 2 + 65536;
+			p->in = realloc(p->in, p->in_cap);
+			ck_assert_ptr_nonnull(p->in);
+		}
+		ssize_t n = recv(p->fd, p->in + p->in_len, p->in_cap - p->in_len, MSG_DONTWAIT);
+		if (n <= 0) {
+			return;
+		}
+		p->in_len += (size_t)n;
+	}
+}
+
+/*
+ * Send buf from *off in pieces of the given sizes (cycled), running the
+ * daemons' loop in between. Without reading the answers, stop once the
+ * socket took nothing for 200 ms (the daemon stopped reading).
+ */
+static void raw_send_split(struct raw_peer *p, const uint8_t *buf, size_t len, size_t *off,
+			   const size_t *pieces, size_t n_pieces, bool read_answers)
+{
+	uint64_t start = now_ms(), last = start;
+
+	for (size_t i = 0; *off < len; i++) {
+		size_t want = MIN(pieces[i % n_pieces], len - *off);
+		ssize_t n = send(p->fd, buf + *off, want, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			*off += (size_t)n;
+			last = now_ms();
+		} else {
+			ck_assert(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+			if (!read_answers && now_ms() - last > 200) {
+				return;
+			}
+		}
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+		if (read_answers) {
+			raw_pump(p);
+		}
+		ck_assert_uint_lt(now_ms() - start, 8000);
+	}
+}
+
+/* Run the loop and read until `len` bytes arrived in all. */
+static void raw_expect(struct raw_peer *p, size_t len)
+{
+	uint64_t start = now_ms();
+
+	while (p->in_len < len) {
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+		raw_pump(p);
+		ck_assert_msg(now_ms() - start < 8000, "got %zu of %zu bytes", p->in_len, len);
+	}
+}
+
+static void raw_open(struct raw_peer *p, uint16_t port, int rcvbuf)
+{
+	int one = 1;
+
+	memset(p, 0, sizeof(*p));
+	p->fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(p->fd, 0);
+	if (rcvbuf > 0) {
+		setsockopt(p->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	}
+	setsockopt(p->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(p->fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+}
+
+static void raw_close(struct raw_peer *p)
+{
+	close(p->fd);
+	free(p->in);
+}
+
+static size_t put_frame(uint8_t *buf, uint8_t type, uint64_t id, const struct node *n,
+			const struct region *r, uint64_t offset, uint64_t length)
+{
+	struct wire_header h = {.type = type,
+				.request_id = id,
+				.instance = n->d.instance_id,
+				.region_id = r->id,
+				.region_key = r->key,
+				.offset = offset,
+				.length = length};
+
+	wire_header_encode(&h, buf);
+	return WIRE_HEADER_BYTES;
+}
+
+/* The answer at `off` in what the peer received; returns the offset after it. */
+static size_t check_answer(const struct raw_peer *p, size_t off, uint8_t type, uint64_t id,
+			   int status)
+{
+	struct wire_header h;
+
+	ck_assert_uint_le(off + WIRE_HEADER_BYTES, p->in_len);
+	ck_assert_int_eq(wire_header_decode(p->in + off, WIRE_HEADER_BYTES, &h), 0);
+	ck_assert_uint_eq(h.type, type);
+	ck_assert_uint_eq(h.request_id, id);
+	ck_assert_int_eq((int)h.status, status);
+	return off + WIRE_HEADER_BYTES +
+	       (h.type == WIRE_READ_RESP && h.status == 0 ? h.length : 0) +
+	       (h.type == WIRE_ACK ? h.length : 0);
+}
+
+struct conn_seen {
+	uint32_t max_queued;
+};
+
+static void note_conn(void *arg, const struct transport_conn_info *info)
+{
+	struct conn_seen *seen = arg;
+
+	if (!info->outgoing) {
+		seen->max_queued = MAX(seen->max_queued, info->queued);
+	}
+}
+
+/*
+ * Thousands of small WRITEs, then READ_REQs for far more than the socket
+ * buffers hold, all pipelined behind the HELLO while the peer reads none of
+ * the answers: the responder stops reading at its answer limit with
+ * requests already received ahead, and must resume them once it can send
+ * again, although no new byte arrives to wake it.
+ */
+START_TEST(tcp_pipelined_frames_resume_after_pause)
+{
+	enum { N_WRITE = 4000, LEN = 16, N_READ = 2000, READ_LEN = 16384 };
+	const uint64_t region_len = 65536;
+	struct node b;
+	struct raw_peer p;
+	struct conn_seen seen = {0};
+	size_t cap = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES +
+		     (size_t)N_WRITE * (WIRE_HEADER_BYTES + LEN) +
+		     (size_t)N_READ * WIRE_HEADER_BYTES;
+	uint8_t *buf = malloc(cap);
+
+	node_start(&b, "b", NULL, 0);
+	struct region *r =
+		node_region(&b, region_len, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ);
+	size_t len = raw_hello(buf);
+	for (uint64_t i = 0; i < N_WRITE; i++) {
+		len += put_frame(buf + len, WIRE_WRITE, i + 1, &b, r, i * LEN, LEN);
+		for (int k = 0; k < LEN; k++) {
+			buf[len++] = (uint8_t)(i * 7 + (uint64_t)k);
+		}
+	}
+	/* 32 MB of answers: more than any socket buffer, so the answers back up. */
+	for (uint64_t i = 0; i < N_READ; i++) {
+		len += put_frame(buf + len, WIRE_READ_REQ, N_WRITE + i + 1, &b, r,
+				 (i * 4096) % (region_len - READ_LEN), READ_LEN);
+	}
+
+	raw_open(&p, node_port(&b), 4096);
+	size_t sent = 0;
+	raw_send_split(&p, buf, len, &sent, (size_t[]){len}, 1, false);
+	for (uint64_t start = now_ms(); seen.max_queued < 256 && now_ms() - start < 3000;) {
+		run_for(10);
+		b.t->ops->list_conns(b.t, note_conn, &seen);
+	}
+	ck_assert_uint_ge(seen.max_queued, 256); /* it paused with answers queued */
+	run_for(50);                             /* no new byte arrives while it is paused */
+	raw_send_split(&p, buf, len, &sent, (size_t[]){len}, 1, true);
+
+	size_t want = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES + (size_t)N_WRITE * WIRE_HEADER_BYTES +
+		      (size_t)N_READ * (WIRE_HEADER_BYTES + READ_LEN);
+	raw_expect(&p, want);
+	for (uint64_t i = 0; i < N_WRITE; i++) {
+		for (int k = 0; k < LEN; k++) {
+			ck_assert_uint_eq(r->addr[i * LEN + (uint64_t)k],
+					  (uint8_t)(i * 7 + (uint64_t)k));
+		}
+	}
+	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+	for (uint64_t i = 0; i < N_WRITE; i++) {
+		off = check_answer(&p, off, WIRE_ACK, i + 1, 0);
+	}
+	for (uint64_t i = 0; i < N_READ; i++) {
+		off = check_answer(&p, off, WIRE_READ_RESP, N_WRITE + i + 1, 0);
+		ck_assert_int_eq(memcmp(p.in + off - READ_LEN,
+					r->addr + (i * 4096) % (region_len - READ_LEN), READ_LEN),
+				 0);
+	}
+	ck_assert_uint_eq(off, want);
+	raw_close(&p);
+	free(buf);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&b);
+}
+END_TEST
+
+/*
+ * Frames cut at every kind of boundary (inside headers, payloads, between
+ * frames): small payloads, one large enough to go straight to memory, a
+ * refused one larger than the discard sink, a zero-length one with imm.
+ */
+START_TEST(tcp_frames_split_anywhere)
+{
+	const uint64_t big = 20000, refused = 200000;
+	struct node b;
+	struct raw_peer p;
+	uint8_t *buf = malloc(400000);
+	static const size_t pieces[] = {1, 7, 63, 64, 65, 3, 4096, 13, 100, 9000, 2};
+
+	node_start(&b, "b", NULL, 0);
+	struct region *r = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
+	size_t len = raw_hello(buf);
+	len += put_frame(buf + len, WIRE_WRITE, 1, &b, r, 5, 100);
+	for (int k = 0; k < 100; k++) {
+		buf[len++] = (uint8_t)(k + 1);
+	}
+	len += put_frame(buf + len, WIRE_WRITE, 2, &b, r, 1000, big);
+	for (uint64_t k = 0; k < big; k++) {
+		buf[len++] = (uint8_t)(k * 13 + 5);
+	}
+	len += put_frame(buf + len, WIRE_WRITE, 3, &b, r, 0, refused); /* beyond the region */
+	memset(buf + len, 0xee, refused);
+	len += refused;
+	struct wire_header imm = {.type = WIRE_WRITE,
+				  .flags = WIRE_F_HAS_IMM,
+				  .imm = 77,
+				  .request_id = 4,
+				  .instance = b.d.instance_id,
+				  .region_id = r->id,
+				  .region_key = r->key};
+	wire_header_encode(&imm, buf + len);
+	len += WIRE_HEADER_BYTES;
+
+	raw_open(&p, node_port(&b), 0);
+	size_t sent = 0;
+	raw_send_split(&p, buf, len, &sent, pieces, sizeof(pieces) / sizeof(pieces[0]), true);
+	size_t want = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES + 4 * WIRE_HEADER_BYTES;
+	raw_expect(&p, want); /* the refusal's message comes on top */
+	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+	off = check_answer(&p, off, WIRE_ACK, 1, 0);
+	off = check_answer(&p, off, WIRE_ACK, 2, 0);
+	raw_expect(&p, off + WIRE_HEADER_BYTES);
+	off = check_answer(&p, off, WIRE_ACK, 3, status_from_err(RDMAX_E_OUT_OF_RANGE));
+	raw_expect(&p, off + WIRE_HEADER_BYTES);
+	off = check_answer(&p, off, WIRE_ACK, 4, 0);
+	ck_assert_uint_eq(off, p.in_len);
+	for (int k = 0; k < 100; k++) {
+		ck_assert_uint_eq(r->addr[5 + k], (uint8_t)(k + 1));
+	}
+	for (uint64_t k = 0; k < big; k++) {
+		ck_assert_uint_eq(r->addr[1000 + k], (uint8_t)(k * 13 + 5));
+	}
+	ck_assert_uint_eq(r->addr[0], 0); /* the refused write touched nothing */
+	ck_assert_uint_eq(r->addr[65535], 0);
+	ck_assert_uint_eq(imm_count(&b.d.imm, 77), 1);
+	raw_close(&p);
+	free(buf);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&b);
+}
+END_TEST
+
 Suite *wire_suite(void);
 
 Suite *wire_suite(void)
@@ -866,6 +1177,7 @@ Suite *wire_suite(void)
 	tcase_set_timeout(tc, 5);
 	tcase_add_test(tc, header_round_trip);
 	tcase_add_test(tc, header_layout_little_endian);
+	tcase_add_test(tc, header_round_trip_extremes);
 	tcase_add_test(tc, header_truncated);
 	tcase_add_test(tc, header_garbage);
 	tcase_add_test(tc, header_unknown_types);
@@ -885,6 +1197,8 @@ Suite *wire_suite(void)
 	tcase_add_test(tc, tcp_garbage_closes_connection);
 	tcase_add_test(tc, tcp_silent_peer_times_out);
 	tcase_add_test(tc, tcp_peer_restart);
+	tcase_add_test(tc, tcp_pipelined_frames_resume_after_pause);
+	tcase_add_test(tc, tcp_frames_split_anywhere);
 	suite_add_tcase(s, tc);
 	return s;
 }
