@@ -934,9 +934,9 @@ static void ring_cancel_pending(struct session *s)
 }
 
 /*
- * From the uv_check handle: take what the clients' rings hold; a ring idle
- * for busy_poll_us (and its client without jobs) goes to sleep and waits
- * for a doorbell.
+ * From the uv_check handle: take what the clients' rings hold; a ring with
+ * no entry taken and no completion posted for busy_poll_us goes to sleep and
+ * waits for a doorbell.
  */
 static void poll_rings(struct ipc *ipc)
 {
@@ -948,8 +948,13 @@ static void poll_rings(struct ipc *ipc)
 	{
 		struct session *s = container_of(pos, struct session, ring_link);
 		if (!s->ring.sleeping) {
-			if (ring_take(s, RING_POLL_MAX) == 0 && !s->ring_bad &&
-			    s->owner.outstanding == 0) {
+			/*
+			 * Not kept awake by jobs in flight: a large job completes
+			 * milliseconds apart, and spinning through that costs a core
+			 * (main.c's window follows the same rule). A completion posted
+			 * to the ring restarts the window.
+			 */
+			if (ring_take(s, RING_POLL_MAX) == 0 && !s->ring_bad) {
 				now = now ? now : now_ns();
 				if (now - s->ring_active_ns >= window && !ring_sleep(&s->ring)) {
 					s->ring_active_ns = now;

@@ -33,6 +33,7 @@ struct signals {
 	uv_prepare_t busy_check;
 	uv_idle_t busy_idle;
 	uint64_t last_busy_ns;
+	uint64_t last_outstanding; /* engine_outstanding() at the previous loop turn */
 };
 
 static struct rdmaxd g_daemon;
@@ -279,19 +280,26 @@ static void busy_idle_cb(uv_idle_t *idle)
 }
 
 /*
- * While jobs are outstanding (and a short window after), keep the loop
- * polling with a zero timeout instead of sleeping in epoll: a wake-up costs
- * far more than a job on this path.
+ * For busy_poll_us after jobs arrived or completed, keep the loop polling
+ * with a zero timeout instead of sleeping in epoll: a wake-up costs far more
+ * than a job on this path. Not for as long as jobs are outstanding: large
+ * jobs complete milliseconds apart, and spinning through that costs a core
+ * (with Soft-RoCE, the CPU the emulated NIC needs). Transports poll their own
+ * completions within the same window.
  */
 static void busy_check_cb(uv_prepare_t *prepare)
 {
 	struct rdmaxd *daemon = prepare->data;
 	uint64_t now = now_ns();
+	uint64_t outstanding = daemon->engine ? engine_outstanding(daemon->engine) : 0;
 
-	if (daemon->engine && engine_outstanding(daemon->engine) > 0) {
+	if (outstanding != g_signals.last_outstanding) {
+		g_signals.last_outstanding = outstanding;
 		g_signals.last_busy_ns = now;
 	}
 	bool busy = now - g_signals.last_busy_ns < (uint64_t)daemon->cfg.busy_poll_us * 1000;
+	/* A client's ring is polled from the loop: it bounds its own window. */
+	busy = busy || ipc_rings_awake(daemon->ipc);
 	if (busy && !uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {
 		uv_idle_start(&g_signals.busy_idle, busy_idle_cb);
 	} else if (!busy && uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {

@@ -169,7 +169,8 @@ struct verbs_transport {
 	uv_check_t check;
 	uv_idle_t kick;
 	uv_timer_t tick;
-	uint32_t handles; /* our own loop handles not yet closed (conn timers included) */
+	uint64_t busy_until_ns; /* end of the busy-poll window (now_ns()) */
+	uint32_t handles;       /* our own loop handles not yet closed (conn timers included) */
 	bool handles_open;
 	struct conn_table conns;
 	bool conns_ready;
@@ -1836,14 +1837,15 @@ static void on_check(uv_check_t *check)
 	for (uint32_t i = 0; i < vt->hcas.n; i++) {
 		backlog |= vt->hcas.hcas[i]->backlog;
 	}
-	if (vt->conns.outstanding_wrs > 0 || backlog) {
-		/* busy_poll_us = 0: no spinning, every completion comes through the channel. */
-		vt->hcas.busy = vt->daemon->cfg.busy_poll_us > 0;
-		poll_devices(vt);
-	}
-	if (vt->hcas.busy && vt->conns.outstanding_wrs == 0 && !backlog) {
+	/* The clock only while it matters: without a TSC (emulation) a read is a syscall. */
+	if (vt->hcas.busy && ((vt->conns.outstanding_wrs == 0 && !backlog) ||
+			      now_ns() >= vt->busy_until_ns)) {
 		/* Busy-polling ends: completions must wake the loop again. */
 		vt->hcas.busy = false;
+	}
+	/* Polling when the loop turns anyway costs little and finds completions early. */
+	if ((vt->conns.outstanding_wrs > 0 || backlog) && poll_devices(vt) > 0) {
+		busy_renew(vt);
 	}
 	if (!vt->hcas.busy) {
 		/*
@@ -1896,15 +1898,20 @@ static void progress(struct verbs_transport *vt)
 	if (!vt->conns_ready) {
 		return;
 	}
+	uint64_t posted = vt->conns.outstanding_wrs;
 	conn_table_work(&vt->conns, now_ms());
+	if (vt->conns.outstanding_wrs > posted) {
+		/* Just posted: small WRs complete within the window. */
+		busy_renew(vt);
+	}
 	bool backlog = false;
 	for (uint32_t i = 0; i < vt->hcas.n; i++) {
 		backlog |= vt->hcas.hcas[i]->backlog;
 	}
 	/*
-	 * While WRs are out the loop must not sleep: the CQ is not re-armed then
-	 * (see on_check), and WRs can outlive their job (deadline, cancel, drain),
-	 * so the engine's own busy-poll does not cover them.
+	 * While busy-polling with WRs out the loop must not sleep: the CQs are not
+	 * re-armed then (see on_check), and WRs can outlive their job (deadline,
+	 * cancel, drain), so the engine's own busy-poll does not cover them.
 	 */
 	bool busy = backlog || (vt->hcas.busy && vt->conns.outstanding_wrs > 0);
 	if (vt->handles_open && !vt->conns.dirty && vt->conns.n_results == 0 && !busy &&
