@@ -18,7 +18,19 @@
 # Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT (build/bench),
 # RDMAX_BENCH_REPS (2), RDMAX_BENCH_QPS (2), RDMAX_BENCH_GUEST_TRANSPORT (verbs; tcp exercises this
 # script while the verbs transport is missing: its numbers are not the
-# verbs ratios). Works on a host with real NICs too, given the RDMAX_GUEST_*
+# verbs ratios), RDMAX_BENCH_ONLY (run only the plan rows named here, as
+# TEST or TEST:SIZE separated by spaces or commas, e.g. "write_bw:1048576
+# read_bw"), RDMAX_BENCH_DAEMON_SET (extra `--set section.key=value`
+# options for both rdmaxd, separated by spaces, for A/B runs),
+# RDMAX_BENCH_BW_OPTS (rdmax-bench options of bandwidth runs, default
+# "-w 64 -b 16"), RDMAX_BENCH_CPUSTAT=1 (log per run the machine's CPU
+# time from /proc/stat: user, system, softirq, idle, in clock ticks; and
+# the counters of both devices that moved, from their hw_counters, and
+# both daemons' CPU ticks and sleeps), RDMAX_BENCH_PERF=1 (profile the
+# whole guest with `perf record -a -e cpu-clock` during each run, which needs
+# no PMU, and keep `perf report` by command and by symbol as
+# guest-perf-WHO-TEST-SIZE-rREP.txt). Works on a host with real NICs too,
+# given the RDMAX_GUEST_*
 # variables (see tests/vm/README.md).
 set -u
 
@@ -49,13 +61,100 @@ plan=(
 page_len=16384
 # rdmax-bench settings for bandwidth runs: a deep window and batched submits,
 # as perftest keeps 128 WRs posted.
-bw_opts=(-w 64 -b 16)
+read -r -a bw_opts <<<"${RDMAX_BENCH_BW_OPTS:--w 64 -b 16}"
+only=${RDMAX_BENCH_ONLY:-}
+only=${only//,/ }
+read -r -a daemon_set <<<"${RDMAX_BENCH_DAEMON_SET:-}"
 # QPs per peer on both sides: rxe works each QP serially, so under emulation
 # the QP count alone changes bandwidth; perftest's bandwidth runs get the same
 # number (-q) as rdmaxd (verbs.qps_per_peer).
 qps=${RDMAX_BENCH_QPS:-2}
 
 log() { echo "guest: $*"; }
+
+# profiled NAME COMMAND...: run COMMAND, under a system-wide perf record when
+# RDMAX_BENCH_PERF=1, and leave the report in $out/guest-perf-NAME.txt.
+profiled() {
+	local name=$1 rc
+	shift
+	if [ "${RDMAX_BENCH_PERF:-0}" != 1 ]; then
+		"$@"
+		return
+	fi
+	perf record -q -a -e cpu-clock -F 997 -o "$run/perf.data" -- "$@"
+	rc=$?
+	{
+		perf report -i "$run/perf.data" --stdio --sort comm 2>/dev/null | grep -v '^#' | head -n 12
+		perf report -i "$run/perf.data" --stdio --sort comm,sym 2>/dev/null | grep -v '^#' |
+			head -n 40
+	} >"$out/guest-perf-$name.txt"
+	rm -f "$run/perf.data"
+	return "$rc"
+}
+
+# The machine's CPU time so far: user system softirq idle (clock ticks, all CPUs).
+cpu_ticks() {
+	awk '/^cpu / { print $2 + $3, $4, $8, $5 + $6; exit }' /proc/stat
+}
+
+# Every hw counter of both devices as DEV.NAME=VALUE, one line.
+dev_counters() {
+	local d f
+	for d in "$dev0" "$dev1"; do
+		for f in "/sys/class/infiniband/$d/ports/1/hw_counters/"*; do
+			[ -r "$f" ] && printf '%s.%s=%s ' "$d" "${f##*/}" "$(cat "$f")"
+		done
+	done
+}
+
+# CPU ticks (user + system) and voluntary context switches (sleeps) of both
+# daemons, as counters of the same form.
+daemon_counters() {
+	local n=0 p
+	for p in "${pids[@]}"; do
+		n=$((n + 1))
+		[ -r "/proc/$p/stat" ] || continue
+		printf 'rdmaxd%s.cpu_ticks=%s ' "$n" "$(awk '{ print $14 + $15 }' "/proc/$p/stat")"
+		printf 'rdmaxd%s.sleeps=%s ' "$n" \
+			"$(awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$p/status")"
+	done
+}
+
+# Where packets can be lost on the way: the CPUs' input backlogs (softnet_stat,
+# second column: dropped), the veth pair, UDP (rxe's tunnel).
+net_counters() {
+	local d=0 f n
+	while read -r _ f _; do
+		d=$((d + 16#$f))
+	done </proc/net/softnet_stat
+	printf 'softnet.dropped=%s ' "$d"
+	for n in ${RDMAX_GUEST_NETDEV0:-} ${RDMAX_GUEST_NETDEV1:-}; do
+		for f in rx_dropped tx_dropped; do
+			printf '%s.%s=%s ' "$n" "$f" "$(cat "/sys/class/net/$n/statistics/$f" 2>/dev/null)"
+		done
+	done
+	awk '/^Udp: [0-9]/ { printf "udp.InErrors=%s udp.RcvbufErrors=%s ", $4, $6 }' /proc/net/snmp
+}
+
+stats_now() { echo "$(cpu_ticks) $(dev_counters) $(daemon_counters) $(net_counters)"; }
+
+stats_since() { # output of stats_now: CPU ticks since, and the counters that moved
+	local -a a b
+	local kv name moved=''
+	local -A before
+	read -r -a a <<<"$1"
+	read -r -a b <<<"$(stats_now)"
+	for kv in "${a[@]:4}"; do
+		before[${kv%%=*}]=${kv#*=}
+	done
+	for kv in "${b[@]:4}"; do
+		name=${kv%%=*}
+		[ "${kv#*=}" != "${before[$name]:-0}" ] &&
+			moved+=" $name+$((${kv#*=} - ${before[$name]:-0}))"
+	done
+	echo "cpu ticks: user $((b[0] - a[0])) system $((b[1] - a[1])) softirq $((b[2] - a[2]))" \
+		"idle $((b[3] - a[3])); counters:${moved:- none}"
+}
 
 skip() {
 	echo "$*" >"$out/guest-skip.txt"
@@ -106,6 +205,9 @@ start_daemon() { # NAME DEV IP PORT
 	local -a args=(--node-name "$name" --socket "$run/$name.sock" --transport "$transport"
 		--listen "$ip" --port "$port" --log-level notice)
 	[ "$transport" = verbs ] && args+=(--set "verbs.devices=$dev" --set "verbs.qps_per_peer=$qps")
+	for i in "${daemon_set[@]}"; do
+		args+=(--set "$i")
+	done
 	"$build/rdmaxd" "${args[@]}" 2>"$run/$name.log" &
 	pids+=($!)
 	for ((i = 0; i < 100; i++)); do
@@ -159,10 +261,14 @@ perftest_once() {
 		kill -0 "$spid" 2>/dev/null || break
 		sleep 0.05
 	done
-	timeout 60 "$prog" -d "$dev0" -x "$gid0" "${common[@]}" "$ip1" >"$file.tmp" 2>&1
+	local c0
+	c0=$(stats_now)
+	profiled "ref-$test-$size-r$rep" timeout 60 "$prog" -d "$dev0" -x "$gid0" "${common[@]}" \
+		"$ip1" >"$file.tmp" 2>&1
 	rc=$?
 	wait "$spid"
 	src=$?
+	[ "${RDMAX_BENCH_CPUSTAT:-0}" = 1 ] && log "$prog $size B: $(stats_since "$c0")"
 	perf_port=$((perf_port + 1))
 	if [ "$rc" != 0 ] || [ "$src" != 0 ]; then
 		log "$prog $size B: client exit $rc, server exit $src (left out)"
@@ -194,8 +300,12 @@ rdmax() { # TEST SIZE ITERS REP
 		[ "$test" = read_bw ] && netdev=${RDMAX_GUEST_NETDEV1:-}
 		[ -n "$netdev" ] && before=$(tx_bytes "$netdev")
 	fi
-	timeout 120 "$build/rdmax-bench" "${args[@]}" >"$run/bench.out" 2>&1
+	local c0
+	c0=$(stats_now)
+	profiled "rdmax-$test-$size-r$rep" timeout 120 "$build/rdmax-bench" "${args[@]}" \
+		>"$run/bench.out" 2>&1
 	rc=$?
+	[ "${RDMAX_BENCH_CPUSTAT:-0}" = 1 ] && log "rdmax $test $size B: $(stats_since "$c0")"
 	if [ "$rc" = 0 ] && [ -n "$netdev" ]; then
 		sent=$(($(tx_bytes "$netdev") - before))
 		if [ "$sent" -lt $((size * iters)) ]; then
@@ -218,6 +328,8 @@ mkdir -p "$out" || exit 1
 gid0=$(gid_index "$dev0" "$ip0")
 gid1=$(gid_index "$dev1" "$ip1")
 log "$dev0 ($ip0, GID index ${gid0:-?}) and $dev1 ($ip1, GID index ${gid1:-?}), transport $transport, $reps reps"
+[ -n "$only" ] && log "only: $only"
+[ "${#daemon_set[@]}" -gt 0 ] && log "rdmaxd --set: ${daemon_set[*]}"
 if [ -z "$gid0" ] || [ -z "$gid1" ]; then
 	log "no RoCE v2 GID found: perftest runs are left out"
 fi
@@ -235,8 +347,19 @@ for ((i = 0; i < 100; i++)); do
 done
 [ -e "$run/b.desc" ] || skip "rdmax-bench serve did not publish a descriptor: $(tail -n 1 "$run/serve.log")"
 
+# RDMAX_BENCH_ONLY: is the plan row TEST SIZE selected?
+selected() {
+	local w
+	[ -z "$only" ] && return 0
+	for w in $only; do
+		[ "$w" = "$1" ] || [ "$w" = "$1:$2" ] && return 0
+	done
+	return 1
+}
+
 for item in "${plan[@]}"; do
 	read -r test size iters <<<"$item"
+	selected "$test" "$size" || continue
 	for ((rep = 1; rep <= reps; rep++)); do
 		# Alternate which side goes first, so drift within a pair cancels over reps.
 		if ((rep % 2)); then

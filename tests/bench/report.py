@@ -199,6 +199,57 @@ def find(rows, part, test, size, metric, transport=None):
     return None
 
 
+def scaling(out_dir):
+    """Rows of tests/bench/scaling.sh: totals per number of client processes."""
+    pat = re.compile(r"^host-scale-(bw|rate)-(\d+)-p(\d+)\.json$")
+    per = {}
+    for path in glob.glob(os.path.join(out_dir, "host-scale-*.json")):
+        m = pat.match(os.path.basename(path))
+        if not m:
+            continue
+        val = parse_json(path)
+        key = (m.group(1), int(m.group(2)))
+        per.setdefault(key, []).append(val)
+    rss = {}
+    try:
+        rss = json.load(open(os.path.join(out_dir, "host-scale-rss.json")))
+    except (OSError, ValueError):
+        pass
+    rows = []
+    for n in sorted({k[1] for k in per}):
+        row = {"clients": n}
+        for test, field in (("bw", "Gbps"), ("rate", "jobs_per_s")):
+            vals = per.get((test, n), [])
+            ok = [v for v in vals if v and v.get(field)]
+            row[test] = sum(v[field] for v in ok) if len(ok) == n else None
+            row[test + "_peak_rss_kib"] = rss.get("peak_kib", {}).get(f"{test}-{n}")
+        rows.append(row)
+    return rows, rss
+
+
+def print_scaling(rows, rss):
+    if not rows:
+        return
+    print()
+    print("scaling (host, TCP transport, N client processes on one daemon; sums over the "
+          "processes)")
+    header = (f"{'clients':>7} {'1MiB Gb/s':>10} {'per client':>10} {'64B jobs/s':>11} "
+              f"{'per client':>10} {'RSS MiB bw':>10} {'RSS MiB rate':>12}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        n = r["clients"]
+
+        def mib(k):
+            return "n/a" if r.get(k) is None else f"{r[k] / 1024:.1f}"
+        print(f"{n:>7} {fmt(r['bw']):>10} {fmt(r['bw'] / n if r['bw'] else None):>10} "
+              f"{fmt(r['rate']):>11} {fmt(r['rate'] / n if r['rate'] else None):>10} "
+              f"{mib('bw_peak_rss_kib'):>10} {mib('rate_peak_rss_kib'):>12}")
+    if rss:
+        print(f"daemon RSS: {rss.get('idle_kib', 0) / 1024:.1f} MiB idle before, "
+              f"{rss.get('after_kib', 0) / 1024:.1f} MiB idle after")
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "build/bench"
     runs = load(out_dir)
@@ -236,8 +287,11 @@ def main():
         "same_node@1MiB": find(rows, "host", "same_node", 1 << 20, "Gb/s"),
     }
     line = "ratios: " + " ".join(f"{k}={r(v)}" for k, v in summary.items())
+    scale_rows, rss = scaling(out_dir)
+    print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump({"rows": rows, "ratios": summary, "line": line}, f, indent=1)
+        json.dump({"rows": rows, "ratios": summary, "line": line, "scaling": scale_rows,
+                   "rss": rss}, f, indent=1)
     print(line)
 
 

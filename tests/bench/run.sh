@@ -6,7 +6,9 @@
 #       against rdmax-bench between two rdmaxd over the verbs transport;
 #   (b) host: two rdmaxd on loopback over the TCP transport against one raw
 #       TCP stream (tests/bench/tcp-stream), and same-node copies (two clients
-#       of one daemon) against memcpy.
+#       of one daemon) against memcpy;
+#   (c) scaling (tests/bench/scaling.sh): 1, 2, 4, 8 client processes on one
+#       daemon, bandwidth, job rate and the daemon's RSS.
 # Reference and rdmax alternate per size. Then tests/bench/report.py prints
 # one table of ratios and the `ratios:` line; raw results stay in
 # $RDMAX_BUILD/bench (*.json, perftest *.txt, summary.json).
@@ -14,7 +16,9 @@
 # Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT ($RDMAX_BUILD/bench),
 # RDMAX_BENCH_REPS (2), RDMAX_BENCH_QPS (2), RDMAX_BENCH_SECONDS (1, per host run),
 # RDMAX_BENCH_SKIP_GUEST=1, RDMAX_BENCH_GUEST_TRANSPORT (verbs),
-# RDMAX_BENCH_GUEST_TIMEOUT (240).
+# RDMAX_BENCH_GUEST_TIMEOUT (240); RDMAX_BENCH_ONLY, RDMAX_BENCH_DAEMON_SET,
+# RDMAX_BENCH_BW_OPTS, RDMAX_BENCH_CPUSTAT and RDMAX_BENCH_PERF go to the
+# guest part (see tests/bench/guest.sh).
 # A part that cannot run says `SKIP <part>: <reason>` and its ratios are n/a;
 # the exit status is 0 unless the host part itself failed.
 set -u
@@ -53,6 +57,10 @@ else
 		-e RDMAX_BUILD="$build" -e RDMAX_BENCH_OUT="$out" -e RDMAX_BENCH_REPS="$reps" \
 		-e RDMAX_BENCH_GUEST_TRANSPORT="${RDMAX_BENCH_GUEST_TRANSPORT:-verbs}" \
 		-e RDMAX_BENCH_QPS="${RDMAX_BENCH_QPS:-2}" \
+		-e RDMAX_BENCH_ONLY="${RDMAX_BENCH_ONLY:-}" \
+		-e RDMAX_BENCH_DAEMON_SET="${RDMAX_BENCH_DAEMON_SET:-}" \
+		-e RDMAX_BENCH_BW_OPTS="${RDMAX_BENCH_BW_OPTS:-}" \
+		-e RDMAX_BENCH_CPUSTAT="${RDMAX_BENCH_CPUSTAT:-0}" -e RDMAX_BENCH_PERF="${RDMAX_BENCH_PERF:-0}" \
 		-- tests/bench/guest.sh 2>"$out/guest.stderr"
 	rc=$?
 	case $rc in
@@ -189,6 +197,13 @@ fi
 cleanup
 trap - EXIT
 echo "== host part took $(($(date +%s) - t0)) s"
+
+# ---- (c) scaling: 1, 2, 4, 8 clients on one daemon, and its memory ----
+echo "== scaling part: 1/2/4/8 client processes on one daemon (TCP, loopback)"
+t0=$(date +%s)
+RDMAX_BUILD=$build RDMAX_BENCH_OUT=$out RDMAX_BENCH_SECONDS=$secs tests/bench/scaling.sh ||
+	host_failed=1
+echo "== scaling part took $(($(date +%s) - t0)) s"
 machine
 
 echo "== results (medians of $reps runs; ratio: higher is better; raw data in $out)"
