@@ -40,7 +40,7 @@
 #include "rdmax_ring.h"
 
 /* Busy-poll window before blocking: a blocking wake-up costs ~20 µs per hop. */
-#define SPIN_NS 50000
+#define SPIN_NS 1000000
 /* The Hello is the only request that can meet something that is not rdmaxd. */
 #define HELLO_TIMEOUT_MS 10000
 /* Receive buffer before the Welcome says better, and its floor afterwards. */

@@ -929,7 +929,7 @@ void config_defaults(struct config *cfg)
 	cfg->idle_timeout_s = 300;
 
 	cfg->chunk_bytes = 1 * MiB;
-	cfg->busy_poll_us = 50;
+	cfg->busy_poll_us = 1000;
 
 	snprintf(cfg->devices, sizeof(cfg->devices), "%s", "auto");
 	cfg->rail_retry_ms = 5000;

@@ -56,6 +56,7 @@ plan=(
 	"read_bw 1048576 100"
 	"read_bw 65536 1000"
 	"write_lat 64 2000"
+	"write_rtt 64 2000"
 	"paged_bw 1048576 100"
 )
 page_len=16384
@@ -252,7 +253,15 @@ perftest_once() {
 		size=$page_len
 	fi
 	common=(-F -s "$size" -n "$iters" -p "$perf_port")
-	[ "$test" != write_lat ] && common+=(--report_gbits -q "$qps")
+	if [ "$test" = write_rtt ]; then
+		# One write in flight, each waited for: the time of a write with its
+		# completion (the ACK's round trip), which is what an rdmax job's
+		# latency is; ib_write_lat reports half a ping-pong instead.
+		prog=ib_write_bw
+		common+=(-t 1 --report_gbits -q 1)
+	elif [ "$test" != write_lat ]; then
+		common+=(--report_gbits -q "$qps")
+	fi
 	[ -n "$gid0" ] || return 1
 	timeout 60 "$prog" -d "$dev1" -x "$gid1" "${common[@]}" >"$run/perf-server.log" 2>&1 &
 	spid=$!
@@ -290,7 +299,7 @@ rdmax() { # TEST SIZE ITERS REP
 	case $test in
 	write_bw) args+=(-o write "${bw_opts[@]}") ;;
 	read_bw) args+=(-o read "${bw_opts[@]}") ;;
-	write_lat) args+=(-o write --lat) ;;
+	write_lat | write_rtt) args+=(-o write --lat) ;;
 	paged_bw) args+=(-o paged --page-len "$page_len" "${bw_opts[@]}") ;;
 	esac
 	# In the guest, the payload must cross the veth pair (writes leave through

@@ -121,7 +121,7 @@ START_TEST(defaults_are_valid)
 	ck_assert_uint_eq(cfg.peer_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.idle_timeout_s, 300);
 	ck_assert_uint_eq(cfg.chunk_bytes, 1048576);
-	ck_assert_uint_eq(cfg.busy_poll_us, 50);
+	ck_assert_uint_eq(cfg.busy_poll_us, 1000);
 	ck_assert_str_eq(cfg.devices, "auto");
 	ck_assert_uint_eq(cfg.qps_per_peer, 2);
 	ck_assert_uint_eq(cfg.inline_threshold, 64);
