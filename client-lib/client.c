@@ -550,6 +550,22 @@ static int ring_progress(struct rdmax_client *c)
 	return got || n > 0;
 }
 
+/* Block in poll() on the socket until readable or \p deadline (ns, -1: none), \p now being now. */
+static int sleep_on_socket(struct rdmax_client *c, int64_t deadline, int64_t now)
+{
+	int timeout_ms = -1;
+
+	if (deadline >= 0) {
+		int64_t ms = (deadline - now + 999999) / 1000000;
+		timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
+	}
+	struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+	if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
+		return fail(c, -errno);
+	}
+	return 0;
+}
+
 /* recv_one() with a ring: spin on the ring, then sleep on the socket for a RingNotify. */
 static int ring_wait(struct rdmax_client *c, int64_t deadline)
 {
@@ -586,14 +602,9 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 		if (r != 0) {
 			return r < 0 ? r : 1;
 		}
-		int timeout_ms = -1;
-		if (deadline >= 0) {
-			int64_t ms = (deadline - t + 999999) / 1000000;
-			timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
-		}
-		struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-		if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
-			return fail(c, -errno);
+		r = sleep_on_socket(c, deadline, t);
+		if (r < 0) {
+			return r;
 		}
 		ring_unwake(c);
 	}
@@ -621,14 +632,9 @@ static int recv_one(struct rdmax_client *c, int64_t deadline)
 		if (t < spin_end) {
 			continue;
 		}
-		int timeout_ms = -1;
-		if (deadline >= 0) {
-			int64_t ms = (deadline - t + 999999) / 1000000;
-			timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
-		}
-		struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-		if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
-			return fail(c, -errno);
+		r = sleep_on_socket(c, deadline, t);
+		if (r < 0) {
+			return r;
 		}
 	}
 }

@@ -69,12 +69,16 @@ struct job_node {
 	bool has_imm; /* the node's last xfer carries the job's imm */
 	bool held;    /* that last xfer waits until in_flight is 0 (unordered transport) */
 	/*
-	 * Device pairs (rails) to stripe chunks over: bit i names endpoint i of
-	 * job->remote. Set only for single-node jobs with two or more usable
-	 * endpoints of the node's transport; 0 otherwise (every xfer goes to peer).
+	 * Device pairs (rails) to stripe chunks over: bit i names rail_eps[i],
+	 * the endpoints of the node's descriptor (job->remote, a peer group
+	 * member's, or a copy the job owns when rail_eps_owned). Set only with
+	 * two or more usable endpoints of the node's transport; 0 otherwise
+	 * (every xfer goes to peer).
 	 */
 	uint8_t rails;
 	uint8_t n_rails;
+	bool rail_eps_owned;
+	const struct endpoint *rail_eps;
 	struct plan_run held_run;
 };
 
@@ -194,6 +198,11 @@ static void deadline_closed(uv_handle_t *handle)
 /* The job's own allocations and the job; references are the caller's to drop. */
 static void job_free_memory(struct job *job)
 {
+	for (uint32_t i = 0; i < job->n_nodes; i++) {
+		if (job->nodes[i].rail_eps_owned) {
+			free((void *)job->nodes[i].rail_eps);
+		}
+	}
 	if (job->nodes != &job->node1) {
 		free(job->nodes);
 	}
@@ -361,7 +370,7 @@ static const struct endpoint *pick_rail(struct job *job, const struct job_node *
 	uint32_t start = job->engine->rail_next++;
 	uint64_t now = now_ms();
 	for (uint32_t k = 0; k < n; k++) {
-		const struct endpoint *ep = &job->remote.endpoints[idx[(start + k) % n]];
+		const struct endpoint *ep = &node->rail_eps[idx[(start + k) % n]];
 		if (avoid && endpoint_same_peer(ep, avoid)) {
 			continue;
 		}
@@ -369,7 +378,7 @@ static const struct endpoint *pick_rail(struct job *job, const struct job_node *
 			return ep;
 		}
 	}
-	return avoid ? NULL : &job->remote.endpoints[idx[start % n]];
+	return avoid ? NULL : &node->rail_eps[idx[start % n]];
 }
 
 /*
@@ -416,7 +425,8 @@ static bool reissue(struct job_xfer *slot, int err, const char *message)
 	slot->tries++;
 	engine->reissued++;
 	log_ratelimited(&engine->rail_rl, LOG_NOTICE,
-			"job %" PRIu64 ": %" PRIu64 " bytes re-issued to %s port %u (peer device '%s') "
+			"job %" PRIu64 ": %" PRIu64
+			" bytes re-issued to %s port %u (peer device '%s') "
 			"after the pair to %s port %u (peer device '%s') failed: %s",
 			job->id, xfer->length, next->addr, next->port, next->device, failed.addr,
 			failed.port, failed.device, message ? message : rdmax_strerror(err));
@@ -429,29 +439,33 @@ uint64_t engine_reissued_chunks(const struct engine *engine)
 }
 
 /*
- * The rails of a single-node job: the endpoints of its descriptor that use
- * the node's transport and, for a pinned client, a device it may use.
- * Nodes with one rail keep their peer and never stripe.
+ * The rails of a node: the endpoints of its descriptor (eps, n_eps) that use
+ * the node's transport and, for a pinned client, a device it may use. A node
+ * with one rail keeps its peer and never stripes. With `copy`, eps is scratch
+ * and the node keeps its own copy when it stripes.
  */
-static int set_rails(struct job *job, struct job_node *node, char *why, size_t why_size)
+static int set_rails(struct job *job, struct job_node *node, const struct endpoint *eps,
+		     uint32_t n_eps, bool copy, const char *node_name, char *why, size_t why_size)
 {
-	const struct remote_desc *desc = &job->remote;
 	const char *pin = job->owner->pinned_devices;
 	uint32_t mask = 0, n = 0, candidates = 0;
 
 	node->rails = 0;
 	node->n_rails = 0;
+	node->rail_eps = NULL;
+	node->rail_eps_owned = false;
 	if (!node->transport || !node->transport->ops->route || job->kind == JOB_SEND) {
 		return 0;
 	}
-	for (uint32_t i = 0; i < desc->n_endpoints; i++) {
-		candidates += desc->endpoints[i].transport == node->transport->kind;
+	n_eps = MIN(n_eps, (uint32_t)DESC_MAX_ENDPOINTS);
+	for (uint32_t i = 0; i < n_eps; i++) {
+		candidates += eps[i].transport == node->transport->kind;
 	}
 	if (candidates < 2 && !pin[0]) {
 		return 0; /* the common case costs nothing */
 	}
-	for (uint32_t i = 0; i < desc->n_endpoints && i < DESC_MAX_ENDPOINTS; i++) {
-		const struct endpoint *ep = &desc->endpoints[i];
+	for (uint32_t i = 0; i < n_eps; i++) {
+		const struct endpoint *ep = &eps[i];
 		char device[sizeof(ep->device)] = "";
 		if (ep->transport != node->transport->kind) {
 			continue;
@@ -467,17 +481,28 @@ static int set_rails(struct job *job, struct job_node *node, char *why, size_t w
 		n++;
 	}
 	if (n == 0) {
-		snprintf(why, why_size,
-			 "this client is pinned to device%s '%.40s' ([verbs] pin), and none of them "
-			 "reaches node '%.32s'",
-			 strchr(pin, ',') ? "s" : "", pin, desc->node_name);
+		snprintf(
+			why, why_size,
+			"this client is pinned to device%s '%.40s' ([verbs] pin), and none of them "
+			"reaches node '%.32s'",
+			strchr(pin, ',') ? "s" : "", pin, node_name);
 		return RDMAX_E_UNREACHABLE;
 	}
 	if (n > 1) {
+		if (copy) {
+			struct endpoint *own = malloc(n_eps * sizeof(*own));
+			if (!own) {
+				snprintf(why, why_size, "out of memory");
+				return -ENOMEM;
+			}
+			memcpy(own, eps, n_eps * sizeof(*own));
+			eps = own;
+			node->rail_eps_owned = true;
+		}
+		node->rail_eps = eps;
 		node->rails = (uint8_t)mask;
 		node->n_rails = (uint8_t)n;
 	}
-	job->peer = node->peer;
 	return 0;
 }
 
@@ -929,7 +954,10 @@ static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinar
 	job->n_runs = 1;
 	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
 		    job->remote.region_key);
-	return set_rails(job, &job->node1, why, why_size);
+	ret = set_rails(job, &job->node1, job->remote.endpoints, job->remote.n_endpoints, false,
+			job->remote.node_name, why, why_size);
+	job->peer = job->node1.peer;
+	return ret;
 }
 
 static struct plan_pages page_list(const Rdmax__V1__PageList *list)
@@ -990,7 +1018,10 @@ static int prepare_paged(struct job *job, const Rdmax__V1__PagedWriteJob *pw, ch
 	}
 	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
 		    job->remote.region_key);
-	return set_rails(job, &job->node1, why, why_size);
+	ret = set_rails(job, &job->node1, job->remote.endpoints, job->remote.n_endpoints, false,
+			job->remote.node_name, why, why_size);
+	job->peer = job->node1.peer;
+	return ret;
 }
 
 /*
@@ -1002,10 +1033,27 @@ struct node_map {
 	uint32_t special[2]; /* node + 1 of instance 0 and UINT64_MAX; 0: none yet */
 };
 
-/* The node of a daemon, added on first sight; its index, or -ENOMEM. */
-static int64_t node_for(struct job *job, struct node_map *m, uint64_t instance,
-			struct transport *transport, const struct endpoint *peer)
+/* A peer or a group member, as a job sees it. */
+struct target {
+	uint64_t instance;
+	uint64_t region_id;
+	uint64_t region_key;
+	uint64_t length;
+	struct transport *transport;
+	struct endpoint peer;
+	const struct endpoint *endpoints; /* of its descriptor, for the rails */
+	uint32_t n_endpoints;
+	bool endpoints_scratch; /* endpoints do not outlive the job's preparation */
+	const char *node_name;
+};
+
+/* The node of a target's daemon, added (with its rails) on first sight; its index or an error. */
+static int64_t node_for(struct job *job, struct node_map *m, const struct target *t, char *why,
+			size_t why_size)
 {
+	uint64_t instance = t->instance;
+	struct transport *transport = t->transport;
+	const struct endpoint *peer = &t->peer;
 	uint32_t *special = instance == 0            ? &m->special[0]
 			    : instance == UINT64_MAX ? &m->special[1]
 						     : NULL;
@@ -1022,13 +1070,19 @@ static int64_t node_for(struct job *job, struct node_map *m, uint64_t instance,
 	if (special) {
 		*special = n + 1;
 	} else if (hmap_put(&m->map, instance, (void *)(uintptr_t)(n + 1)) < 0) {
+		snprintf(why, why_size, "out of memory");
 		return -ENOMEM;
 	}
 	job->n_nodes++;
+	int ret = set_rails(job, &job->nodes[n], t->endpoints, t->n_endpoints, t->endpoints_scratch,
+			    t->node_name, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
 	if (transport && !job->transport) {
 		/* Metrics and the admin socket show one peer per job: the first remote one. */
 		job->transport = transport;
-		job->peer = *peer;
+		job->peer = job->nodes[n].peer;
 	}
 	return n;
 }
@@ -1045,16 +1099,6 @@ static int alloc_plan(struct job *job, size_t n, char *why, size_t why_size)
 	}
 	return 0;
 }
-
-/* A peer or a group member, as a job sees it. */
-struct target {
-	uint64_t instance;
-	uint64_t region_id;
-	uint64_t region_key;
-	uint64_t length;
-	struct transport *transport;
-	struct endpoint peer;
-};
 
 /* Descriptor bytes of entry i, resolved; the reason names the entry. */
 static int target_from_desc(struct job *job, ProtobufCBinaryData bytes, size_t i,
@@ -1078,6 +1122,10 @@ static int target_from_desc(struct job *job, ProtobufCBinaryData bytes, size_t i
 	ret_target->region_id = desc->region_id;
 	ret_target->region_key = desc->region_key;
 	ret_target->length = desc->length;
+	ret_target->endpoints = desc->endpoints;
+	ret_target->n_endpoints = desc->n_endpoints;
+	ret_target->endpoints_scratch = true;
+	ret_target->node_name = desc->node_name;
 	return 0;
 }
 
@@ -1088,7 +1136,10 @@ static void target_from_member(const struct peer_member *m, struct target *ret_t
 				      .region_key = m->region_key,
 				      .length = m->length,
 				      .transport = m->transport,
-				      .peer = m->peer};
+				      .peer = m->peer,
+				      .endpoints = m->endpoints,
+				      .n_endpoints = m->n_endpoints,
+				      .node_name = ""};
 }
 
 /* The group a job names, referenced by the job. */
@@ -1183,9 +1234,8 @@ static int prepare_scatter(struct job *job, const Rdmax__V1__ScatterJob *sj, cha
 		} else {
 			target_from_member(&job->group->members[d->peer_index], &t);
 		}
-		int64_t node = node_for(job, &map, t.instance, t.transport, &t.peer);
+		int64_t node = node_for(job, &map, &t, why, why_size);
 		if (node < 0) {
-			snprintf(why, why_size, "out of memory");
 			ret = (int)node;
 			goto out;
 		}
@@ -1254,9 +1304,8 @@ static int prepare_barrier(struct job *job, const Rdmax__V1__BarrierJob *bj, cha
 			}
 		}
 		uint32_t before = job->n_nodes;
-		int64_t node = node_for(job, &map, t.instance, t.transport, &t.peer);
+		int64_t node = node_for(job, &map, &t, why, why_size);
 		if (node < 0) {
-			snprintf(why, why_size, "out of memory");
 			ret = (int)node;
 		} else if (job->n_nodes > before) {
 			uint32_t k = job->n_dests++;

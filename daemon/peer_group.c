@@ -114,6 +114,8 @@ int peer_group_create(struct rdmaxd *daemon, struct peer_group_table *table,
 		m->region_id = desc.region_id;
 		m->region_key = desc.region_key;
 		m->length = desc.length;
+		m->n_endpoints = desc.n_endpoints;
+		memcpy(m->endpoints, desc.endpoints, desc.n_endpoints * sizeof(desc.endpoints[0]));
 		m->node = node_of(group, (uint32_t)i, desc.instance_id);
 	}
 	group->handle = table->next_handle;

@@ -29,6 +29,9 @@ struct peer_member {
 	uint32_t node;               /* index of the member's daemon within the group */
 	struct transport *transport; /* NULL: this daemon */
 	struct endpoint peer;        /* where the transport reaches it */
+	/* Every endpoint of its descriptor: the device pairs jobs stripe over. */
+	uint32_t n_endpoints;
+	struct endpoint endpoints[DESC_MAX_ENDPOINTS];
 };
 
 struct peer_group {

@@ -306,7 +306,8 @@ static const struct listener *source_for(const struct verbs_transport *vt,
  * nodes on one host must not loop inside a device.
  */
 static struct sockaddr *source_addr(const struct verbs_transport *vt,
-				    const struct sockaddr_storage *dst, struct sockaddr_storage *buf)
+				    const struct sockaddr_storage *dst,
+				    struct sockaddr_storage *buf)
 {
 	const struct listener *l = source_for(vt, dst);
 
@@ -1209,8 +1210,8 @@ static int imm_record_land(struct rdmaxd *d, const uint8_t *rec, size_t len, cha
 	uint64_t instance = get_le64(rec), id = get_le64(rec + 8), key = get_le64(rec + 16);
 	uint32_t imm = (uint32_t)rec[24] | (uint32_t)rec[25] << 8 | (uint32_t)rec[26] << 16 |
 		       (uint32_t)rec[27] << 24;
-	int err = region_get_remote(&d->regions, instance, id, key, 0, 0,
-				    RDMAX_ACCESS_REMOTE_WRITE, &region);
+	int err = region_get_remote(&d->regions, instance, id, key, 0, 0, RDMAX_ACCESS_REMOTE_WRITE,
+				    &region);
 	if (err == 0 && !region->writable) {
 		err = RDMAX_E_PERMISSION_DENIED;
 	}
@@ -1220,12 +1221,14 @@ static int imm_record_land(struct rdmaxd *d, const uint8_t *rec, size_t len, cha
 		return 0;
 	}
 	if (err == RDMAX_E_PERMISSION_DENIED) {
-		snprintf(text, text_size, "region %" PRIu64 " of node '%s' does not take remote writes",
-			 id, d->node_name);
+		snprintf(text, text_size,
+			 "region %" PRIu64 " of node '%s' does not take remote writes", id,
+			 d->node_name);
 		return RDMAX_E_REMOTE_ACCESS;
 	}
-	snprintf(text, text_size, "unknown region %" PRIu64 " on node '%s': stale or forged descriptor",
-		 id, d->node_name);
+	snprintf(text, text_size,
+		 "unknown region %" PRIu64 " on node '%s': stale or forged descriptor", id,
+		 d->node_name);
 	return err == RDMAX_E_NOT_FOUND ? RDMAX_E_NOT_FOUND : wire_status(err);
 }
 
@@ -1399,7 +1402,8 @@ static int listener_bind(struct verbs_transport *vt, struct listener *l)
 }
 
 /* Bind a listener on addr; keep it when the address belongs to a device we use. */
-static void try_listener(struct verbs_transport *vt, const char *addr, uint32_t prefix_len, int prio)
+static void try_listener(struct verbs_transport *vt, const char *addr, uint32_t prefix_len,
+			 int prio)
 {
 	const struct config *cfg = &vt->daemon->cfg;
 	struct listener *l = calloc(1, sizeof(*l));
@@ -1838,8 +1842,8 @@ static void on_check(uv_check_t *check)
 		backlog |= vt->hcas.hcas[i]->backlog;
 	}
 	/* The clock only while it matters: without a TSC (emulation) a read is a syscall. */
-	if (vt->hcas.busy && ((vt->conns.outstanding_wrs == 0 && !backlog) ||
-			      now_ns() >= vt->busy_until_ns)) {
+	if (vt->hcas.busy &&
+	    ((vt->conns.outstanding_wrs == 0 && !backlog) || now_ns() >= vt->busy_until_ns)) {
 		/* Busy-polling ends: completions must wake the loop again. */
 		vt->hcas.busy = false;
 	}

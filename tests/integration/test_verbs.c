@@ -301,8 +301,8 @@ static void wait_port_active(const char *dev)
 	ck_abort_msg("port 1 of '%s' did not come back ACTIVE", dev);
 }
 
-static struct itest_daemon *rail_daemon(const char *name, const char *devices, const char *advertise,
-					const char *pin)
+static struct itest_daemon *rail_daemon(const char *name, const char *devices,
+					const char *advertise, const char *pin)
 {
 	struct itest_daemon *d = itest_daemon_new(name, "0.0.0.0");
 	itest_daemon_set(d, "verbs.devices=%s", devices);
@@ -316,15 +316,15 @@ static struct itest_daemon *rail_daemon(const char *name, const char *devices, c
 
 /* Submit `count` writes of `size` bytes at distinct offsets; all complete OK, once each. */
 static void rail_writes(struct rdmax_client *c, struct rdmax_region *src,
-			const struct rdmax_desc *desc, uint64_t first_id, size_t count, uint64_t size,
-			bool take_down)
+			const struct rdmax_desc *desc, uint64_t first_id, size_t count,
+			uint64_t size, bool take_down)
 {
 	struct rdmax_event *ev = calloc(count, sizeof(*ev));
 	bool *seen = calloc(count, sizeof(*seen));
 	ck_assert(ev && seen);
 	for (size_t i = 0; i < count; i++) {
-		struct rdmax_job job =
-			itest_job(first_id + i, RDMAX_OP_WRITE, src, i * size, desc, i * size, size);
+		struct rdmax_job job = itest_job(first_id + i, RDMAX_OP_WRITE, src, i * size, desc,
+						 i * size, size);
 		ck_assert_int_eq(rdmax_submit(c, &job, 1), 0);
 	}
 	size_t got = 0;
@@ -393,6 +393,31 @@ START_TEST(verbs_rails_stripe_pin_failover)
 	ck_assert_msg(d0 >= count * size / 4 && d1 >= count * size / 4,
 		      "not striped: %s sent %" PRIu64 " bytes, %s %" PRIu64 " of %" PRIu64, net0,
 		      d0, net1, d1, (uint64_t)(count * size));
+
+	/* A scatter's destinations on that node stripe too. */
+	struct rdmax_scatter_dest sd[8];
+	for (size_t i = 0; i < 8; i++) {
+		sd[i] = (struct rdmax_scatter_dest){.remote = &desc,
+						    .local_offset = i * size,
+						    .remote_offset = (63 - i) * size,
+						    .length = size};
+	}
+	itest_fill(itest_bytes(src), 8 * size, itest_seed() + 44);
+	struct rdmax_job sj = itest_job(900, RDMAX_OP_SCATTER, src, 0, NULL, 0, 0);
+	sj.u.scatter.dests = sd;
+	sj.u.scatter.count = 8;
+	tx0 = tx_bytes(net0);
+	tx1 = tx_bytes(net1);
+	struct rdmax_event sev = itest_run_job(ca, &sj, ITEST_WAIT_MS);
+	ck_assert_msg(sev.status == 0, "scatter failed: %s", sev.message);
+	d0 = tx_bytes(net0) - tx0;
+	d1 = tx_bytes(net1) - tx1;
+	for (size_t i = 0; i < 8; i++) {
+		itest_assert_mem_eq(itest_bytes(dst) + (63 - i) * size, itest_bytes(src) + i * size,
+				    size, "scatter destination");
+	}
+	ck_assert_msg(d0 >= 2 * size && d1 >= 2 * size,
+		      "scatter not striped: %s sent %" PRIu64 ", %s %" PRIu64, net0, d0, net1, d1);
 
 	/* 2. Pinned: a client named 'pinned' uses only its device. */
 	struct rdmax_client *cp = itest_client(a, "pinned");

@@ -618,8 +618,8 @@ START_TEST(pin_rules)
 	ck_assert_int_eq(config_pin_devices("", "any", devs, sizeof(devs)), 0);
 	ck_assert_int_eq(config_pin_devices(rules, "decode", devs, 4), -ENAMETOOLONG);
 
-	const char *bad[] = {"decode", "=mlx5_0", "decode=", "decode=mlx5_0+", "a=b c",
-			     "a=mlx5 0", "a=ml/x"};
+	const char *bad[] = {"decode", "=mlx5_0",  "decode=", "decode=mlx5_0+",
+			     "a=b c",  "a=mlx5 0", "a=ml/x"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		why = NULL;
 		ck_assert_msg(config_pin_check(bad[i], &why) == -EINVAL, "'%s' accepted", bad[i]);
@@ -715,17 +715,17 @@ START_TEST(restart_keys_follow_reload_rules)
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 24);
-	ck_assert_str_eq(names,
-			 "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
-			 "[daemon] socket_mode, "
-			 "[daemon] node_name, [transport] type, [transport] listen, "
-			 "[transport] port, [transport] advertise, [limits] max_message_bytes, "
-			 "[peers] connect_timeout_ms, "
-			 "[peers] connect_retries, [peers] retry_backoff_ms, "
-			 "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, [verbs] pin, "
-			 "[verbs] qps_per_peer, [verbs] inline_threshold, "
-			 "[verbs] signal_interval, [metrics] textfile_dir, "
-			 "[metrics] textfile_interval_s, [gpu] registration, [gpu] pool_bytes");
+	ck_assert_str_eq(
+		names, "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
+		       "[daemon] socket_mode, "
+		       "[daemon] node_name, [transport] type, [transport] listen, "
+		       "[transport] port, [transport] advertise, [limits] max_message_bytes, "
+		       "[peers] connect_timeout_ms, "
+		       "[peers] connect_retries, [peers] retry_backoff_ms, "
+		       "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, [verbs] pin, "
+		       "[verbs] qps_per_peer, [verbs] inline_threshold, "
+		       "[verbs] signal_interval, [metrics] textfile_dir, "
+		       "[metrics] textfile_interval_s, [gpu] registration, [gpu] pool_bytes");
 }
 END_TEST
 

@@ -793,6 +793,51 @@ START_TEST(engine_reissues_failed_rail_once)
 }
 END_TEST
 
+/* Scatter destinations stripe and fail over like single-node jobs. */
+START_TEST(engine_scatter_stripes_over_rails)
+{
+	two_rails();
+	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+	Rdmax__V1__ScatterJob sj = RDMAX__V1__SCATTER_JOB__INIT;
+	Rdmax__V1__ScatterDest d[2] = {RDMAX__V1__SCATTER_DEST__INIT,
+				       RDMAX__V1__SCATTER_DEST__INIT};
+	Rdmax__V1__ScatterDest *ptrs[2] = {&d[0], &d[1]};
+	for (int i = 0; i < 2; i++) {
+		d[i].has_remote_desc = 1;
+		d[i].remote_desc.data = F.desc;
+		d[i].remote_desc.len = F.desc_len;
+		d[i].local_offset = d[i].remote_offset = (uint64_t)i * 8192;
+		d[i].length = 8192;
+	}
+	sj.local_region = F.local->id;
+	sj.dests = ptrs;
+	sj.n_dests = 2;
+	job.job_id = 1;
+	job.kind_case = RDMAX__V1__JOB__KIND_SCATTER;
+	job.scatter = &sj;
+	engine_submit(F.engine, &F.owner, &job);
+	ck_assert_int_eq(F.ft.n, 4);
+	int on1 = 0;
+	for (int i = 0; i < 4; i++) {
+		on1 += strcmp(F.ft.xfers[i]->peer.addr, "10.0.0.1") == 0;
+	}
+	ck_assert_int_eq(on1, 2);
+	/* A failed rail: its chunk goes over the other one. */
+	struct xfer *x = F.ft.xfers[0];
+	char first[46];
+	strcpy(first, x->peer.addr);
+	finish(0, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(F.ft.n, 5);
+	ck_assert_str_ne(F.ft.xfers[4]->peer.addr, first);
+	for (int i = 1; i < 5; i++) {
+		finish(i, 0);
+	}
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+	ck_assert_uint_eq(g_done[0].bytes, 16384);
+}
+END_TEST
+
 START_TEST(engine_imm_chunk_not_reissued)
 {
 	two_rails();
@@ -853,6 +898,7 @@ Suite *validate_suite(void)
 	tcase_add_test(tc, engine_stripes_over_rails);
 	tcase_add_test(tc, engine_reissues_failed_rail_once);
 	tcase_add_test(tc, engine_imm_chunk_not_reissued);
+	tcase_add_test(tc, engine_scatter_stripes_over_rails);
 	tcase_add_test(tc, engine_pinned_client);
 	suite_add_tcase(s, tc);
 	return s;
