@@ -104,19 +104,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_daemon() { # NAME
-	local i
-	# Port 0: the kernel picks free ports, descriptors carry them.
-	"$build/rdmaxd" --node-name "$1" --socket "$run/$1.sock" --transport tcp \
-		--listen 127.0.0.1 --port 0 --log-level notice 2>"$run/$1.log" &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -S "$run/$1.sock" ] && return 0
-		sleep 0.05
-	done
-	echo "SKIP host part: rdmaxd '$1' did not start: $(tail -n 2 "$run/$1.log" | tr '\n' ' ')"
-	return 1
-}
+. "$(dirname "$0")/lib.sh"
 
 ref() { # TEST SIZE REP
 	local test=$1 size=$2 rep=$3 file="$out/host-ref-$1-$2-r$3.json"
@@ -172,7 +160,7 @@ plan=(
 	"same_node 65536"
 )
 
-if start_daemon a && start_daemon b; then
+if start_daemon a "host part" && start_daemon b "host part"; then
 	"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/b.desc" --size 8M \
 		2>"$run/serve.log" &
 	serve_pid=$!

@@ -34,22 +34,11 @@ trap cleanup EXIT
 
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 
-start_daemon() { # NAME
-	local i
-	"$build/rdmaxd" --node-name "$1" --socket "$run/$1.sock" --transport tcp \
-		--listen 127.0.0.1 --port 0 --log-level notice 2>"$run/$1.log" &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -S "$run/$1.sock" ] && return 0
-		sleep 0.05
-	done
-	echo "SKIP scaling: rdmaxd '$1' did not start: $(tail -n 2 "$run/$1.log" | tr '\n' ' ')"
-	return 1
-}
+. "$(dirname "$0")/lib.sh"
 
 mkdir -p "$out" || exit 1
 rm -f "$out"/host-scale-*
-start_daemon a && start_daemon b || exit 1
+start_daemon a "scaling" && start_daemon b "scaling" || exit 1
 apid=${pids[0]}
 "$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/b.desc" --size 8M \
 	2>"$run/serve.log" &
