@@ -40,7 +40,11 @@ CUDA_CFLAGS := $(if $(CUDA_INC),-I$(CUDA_INC) -DRDMAX_HAVE_CUDA_H=1,)
 
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wmissing-prototypes
-CPPFLAGS_ALL := -D_GNU_SOURCE -I$(BUILD)/gen -Iclient-lib/include -Idaemon -Iproto $(PKG_CFLAGS)
+# Every daemon folder is on the include path: a header is named by its file name alone, and
+# tests/check-layout keeps includes pointing down the layers of docs/architecture.md.
+DAEMON_DIRS := $(sort $(dir $(shell find daemon -name '*.[ch]')))
+CPPFLAGS_ALL := -D_GNU_SOURCE -I$(BUILD)/gen -Iclient-lib/include $(addprefix -I,$(DAEMON_DIRS)) \
+	-Iproto -Iproto/common $(PKG_CFLAGS)
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC $(CPPFLAGS_ALL)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
@@ -55,13 +59,16 @@ PROTO_SRC := proto/rdmax.proto
 GEN_C := $(BUILD)/gen/rdmax.pb-c.c
 GEN_H := $(BUILD)/gen/rdmax.pb-c.h
 
-DAEMON_SRCS := $(wildcard daemon/*.c)
-DAEMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(DAEMON_SRCS)) $(BUILD)/gen/rdmax.pb-c.o \
-	$(BUILD)/client-lib/strerror.o $(BUILD)/client-lib/cuda_table.o
+# Code both the daemon and the library build from (error names, the CUDA driver table).
+COMMON_SRCS := $(wildcard proto/common/*.c)
+COMMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(COMMON_SRCS))
+
+DAEMON_SRCS := $(shell find daemon -name '*.c' | sort)
+DAEMON_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(DAEMON_SRCS)) $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS)
 DAEMON_LIB_OBJS := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJS))
 
 CLIENT_SRCS := $(wildcard client-lib/*.c)
-CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb-c.o
+CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS)
 
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream
@@ -116,7 +123,7 @@ $(BUILD)/%: tools/%.c $(BUILD)/$(LIB_SONAME)
 $(BUILD)/tests/unit-tests: $(UNIT_SRCS) $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ $(UNIT_SRCS) $(DAEMON_LIB_OBJS) \
-		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(BUILD)/client-lib/strerror.o $(BUILD)/client-lib/cuda_table.o,$(CLIENT_OBJS)) $(LDFLAGS_ALL) $(LIBS_DAEMON) $(LIBS_CHECK)
+		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) $(LDFLAGS_ALL) $(LIBS_DAEMON) $(LIBS_CHECK)
 
 # The raw-protocol abuse cases speak protobuf directly: link the generated code.
 $(BUILD)/tests/itest: $(ITEST_SRCS) $(wildcard tests/integration/*.h) $(BUILD)/$(LIB_SONAME) $(BUILD)/gen/rdmax.pb-c.o
@@ -125,9 +132,9 @@ $(BUILD)/tests/itest: $(ITEST_SRCS) $(wildcard tests/integration/*.h) $(BUILD)/$
 		$(LDFLAGS_ALL) $(LIBS_CHECK) $(LIBS_CLIENT) -lm
 
 # The GPU node check's helper: libcuda through dlopen, so it builds without a GPU or CUDA.
-$(GPU_CHECK): tests/gpu/check-gpu.c client-lib/cuda_table.c client-lib/cuda_table.h
+$(GPU_CHECK): tests/gpu/check-gpu.c proto/common/cuda_table.c proto/common/cuda_table.h
 	@mkdir -p $(dir $@)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/check-gpu.c client-lib/cuda_table.c \
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/check-gpu.c proto/common/cuda_table.c \
 		$(LDFLAGS_ALL) $(shell pkg-config --libs libibverbs) -ldl
 
 # Raw reference programs for `make bench`: plain C, no project code.
@@ -193,7 +200,7 @@ bench: $(BUILD)/rdmaxd $(BUILD)/rdmax-bench $(BENCH_TOOLS)
 	RDMAX_BUILD=$(BUILD) tests/bench/run.sh
 
 format:
-	clang-format -i daemon/*.[ch] client-lib/*.[ch] client-lib/include/*.h tools/*.c \
+	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c \
 		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c docs/examples/*.c
 
 install: all $(BUILD)/librdmax.pc

@@ -29,7 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../client-lib/cuda_table.h"
+#include "cuda_table.h"
 
 #define DMA_BUF_FS_MAGIC 0x444d4142
 #define ALLOC_BYTES      (8u << 20)

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../client-lib/cuda_table.h"
+#include "cuda_table.h"
 
 #define FAKE_CUDA_DEVICES 4
 #define FAKE_CUDA_ALLOCS  64

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../client-lib/cuda_table.h"
+#include "cuda_table.h"
 #include "config.h"
 #include "region.h"
 
