@@ -307,6 +307,24 @@ static void busy_check_cb(uv_prepare_t *prepare)
 	}
 }
 
+static void note_dmabuf(void *arg, const struct transport_port_info *info)
+{
+	bool *dmabuf = arg;
+
+	*dmabuf = *dmabuf || info->dmabuf;
+}
+
+/* Whether one port of the verbs transport registers dma-bufs (GPU memory without peermem). */
+static bool verbs_dmabuf(struct transport *verbs)
+{
+	bool dmabuf = false;
+
+	if (verbs && verbs->ops->list_ports) {
+		verbs->ops->list_ports(verbs, note_dmabuf, &dmabuf);
+	}
+	return dmabuf;
+}
+
 static int start_transports(struct rdmaxd *daemon)
 {
 	enum config_transport want = daemon->cfg.transport;
@@ -345,6 +363,7 @@ static int start_transports(struct rdmaxd *daemon)
 int main(int argc, char **argv)
 {
 	struct rdmaxd *daemon = &g_daemon;
+	struct transport *verbs;
 	bool check_only = false;
 	char err[CONFIG_ERR_MAX];
 	int ret;
@@ -370,6 +389,7 @@ int main(int argc, char **argv)
 	daemon->loop = uv_default_loop();
 	signal(SIGPIPE, SIG_IGN);
 	daemon->started_ms = now_ms();
+	counters_init(&daemon->counters);
 	ret = svc_listen_fds(daemon);
 	if (ret < 0) {
 		goto out;
@@ -391,8 +411,9 @@ int main(int argc, char **argv)
 	if (ret < 0) {
 		goto out_engine;
 	}
+	verbs = daemon->transports[ENDPOINT_VERBS];
 	/* After the transports: GPU pools are registered through their region hooks. */
-	ret = gpu_start(daemon, &daemon->gpu);
+	ret = gpu_start(daemon, verbs != NULL, verbs_dmabuf(verbs), &daemon->gpu);
 	if (ret < 0) {
 		goto out_transports;
 	}

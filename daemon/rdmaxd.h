@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "counters.h"
 #include "desc.h"
 #include "imm.h"
 #include "region.h"
@@ -38,6 +39,7 @@ struct rdmaxd {
 	uint8_t auth_key[RDMAXD_AUTH_KEY_MAX];
 	size_t auth_key_len; /* 0: authentication off */
 	bool stopping;
+	struct counters counters; /* what the data path records; ops/metrics.c renders it */
 	/* Operations (sd.c, admin.c, metrics.c). */
 	struct metrics *metrics;
 	struct admin *admin;

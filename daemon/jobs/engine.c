@@ -28,7 +28,7 @@
 #include "engine.h"
 #include "log.h"
 #include "mailbox.h"
-#include "metrics.h"
+#include "counters.h"
 #include "peer_group.h"
 #include "planner.h"
 #include "rdmax.h"
@@ -256,9 +256,9 @@ static void complete_job(struct job *job, int err, const char *fmt, ...)
 		va_end(ap);
 	}
 	engine->outstanding--;
-	metrics_job_done(engine->daemon->metrics, job->kind, err,
-			 err ? job->bytes_done : job->length, now_ns() - job->started_ns,
-			 job->transport ? &job->peer : NULL, job->has_imm);
+	counters_job_done(&engine->daemon->counters, job->kind, err,
+			  err ? job->bytes_done : job->length, now_ns() - job->started_ns,
+			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
 	if (job->owner) {
 		struct job_owner *owner = job->owner;
 		hmap_del(&owner->jobs, job->id + 1);
@@ -717,59 +717,7 @@ static void deadline_fired(uv_timer_t *timer)
 	job_free_if_done(job);
 }
 
-/*
- * First transport (verbs preferred) with an endpoint in the descriptor; with
- * need_message only transports that carry SEND messages, and *ret_lacking
- * names a matching transport that cannot.
- */
-static struct transport *pick_transport(struct rdmaxd *daemon, const struct remote_desc *remote,
-					bool need_message, struct endpoint *ret_peer,
-					const char **ret_lacking)
-{
-	/* Prefer RDMA when both sides have it. */
-	static const enum endpoint_transport order[] = {ENDPOINT_VERBS, ENDPOINT_TCP};
-
-	for (size_t k = 0; k < ARRAY_SIZE(order); k++) {
-		struct transport *transport = daemon->transports[order[k]];
-		if (!transport) {
-			continue;
-		}
-		for (uint32_t i = 0; i < remote->n_endpoints; i++) {
-			if (remote->endpoints[i].transport != order[k]) {
-				continue;
-			}
-			if (need_message && !transport->ops->send_message) {
-				if (ret_lacking && !*ret_lacking) {
-					*ret_lacking = transport->ops->name;
-				}
-				break;
-			}
-			*ret_peer = remote->endpoints[i];
-			return transport;
-		}
-	}
-	return NULL;
-}
-
-int engine_resolve_peer(struct rdmaxd *daemon, const struct remote_desc *desc,
-			struct transport **ret_transport, struct endpoint *ret_peer)
-{
-	struct endpoint peer;
-	struct transport *transport = NULL;
-
-	memset(&peer, 0, sizeof(peer));
-	if (desc->instance_id != daemon->instance_id) {
-		transport = pick_transport(daemon, desc, false, &peer, NULL);
-		if (!transport) {
-			return RDMAX_E_UNREACHABLE;
-		}
-	}
-	*ret_transport = transport;
-	*ret_peer = peer;
-	return 0;
-}
-
-/* Like engine_resolve_peer(), with the reason in why; SEND needs send_message. */
+/* Like transport_resolve_peer(), with the reason in why; SEND needs send_message. */
 static int resolve(struct job *job, const struct remote_desc *desc,
 		   struct transport **ret_transport, struct endpoint *ret_peer, char *why,
 		   size_t why_size)
@@ -784,7 +732,7 @@ static int resolve(struct job *job, const struct remote_desc *desc,
 		*ret_transport = NULL;
 		return 0;
 	}
-	transport = pick_transport(daemon, desc, job->kind == JOB_SEND, &peer, &lacking);
+	transport = transport_pick(daemon, desc, job->kind == JOB_SEND, &peer, &lacking);
 	if (!transport && lacking) {
 		snprintf(
 			why, why_size,

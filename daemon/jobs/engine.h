@@ -80,14 +80,6 @@ int engine_cancel(struct engine *engine, struct job_owner *owner, uint64_t job_i
 int engine_job_progress(struct engine *engine, struct job_owner *owner, uint64_t job_id,
 			uint64_t *ret_done, uint64_t *ret_total);
 
-/*
- * Which transport reaches the daemon of a descriptor (verbs preferred), and
- * through which endpoint. *ret_transport is NULL for this daemon itself.
- * RDMAX_E_UNREACHABLE when no endpoint uses a transport of this daemon.
- */
-int engine_resolve_peer(struct rdmaxd *daemon, const struct remote_desc *desc,
-			struct transport **ret_transport, struct endpoint *ret_peer);
-
 /* Chunks re-issued on another device pair after theirs failed (for metrics and tests). */
 uint64_t engine_reissued_chunks(const struct engine *engine);
 

@@ -11,9 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
 #include "peer_group.h"
 #include "rdmax.h"
+#include "rdmaxd.h"
+#include "transport.h"
 
 int peer_group_table_init(struct peer_group_table *table)
 {
@@ -102,7 +103,7 @@ int peer_group_create(struct rdmaxd *daemon, struct peer_group_table *table,
 			snprintf(why, why_size, "descriptor %zu is malformed", i);
 			goto out_free;
 		}
-		ret = engine_resolve_peer(daemon, &desc, &m->transport, &m->peer);
+		ret = transport_resolve_peer(daemon, &desc, &m->transport, &m->peer);
 		if (ret < 0) {
 			snprintf(why, why_size,
 				 "descriptor %zu (node '%s'): no endpoint uses a transport of this "

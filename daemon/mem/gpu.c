@@ -31,7 +31,6 @@
 #include "log.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
-#include "transport.h"
 #include "util.h"
 
 /* <linux/magic.h>: the dma-buf pseudo file system (Linux 5.3 and later). */
@@ -1314,27 +1313,17 @@ void gpu_for_each_pool(const struct gpu *gpu, gpu_pool_cb cb, void *arg)
 
 /* -------------------------------------------------------- start and stop */
 
-static void note_dmabuf(void *arg, const struct transport_port_info *info)
+int gpu_start(struct rdmaxd *daemon, bool verbs, bool dmabuf, struct gpu **ret_gpu)
 {
-	bool *dmabuf = arg;
-
-	*dmabuf = *dmabuf || info->dmabuf;
-}
-
-int gpu_start(struct rdmaxd *daemon, struct gpu **ret_gpu)
-{
-	struct transport *verbs = daemon->transports[ENDPOINT_VERBS];
 	struct gpu_params params = {
 		.mode = daemon->cfg.gpu_registration,
 		.pool_bytes = daemon->cfg.gpu_pool_bytes,
-		.verbs = verbs != NULL,
+		.verbs = verbs,
+		.dmabuf = dmabuf,
 	};
 	struct gpu *gpu;
 	int ret;
 
-	if (verbs && verbs->ops->list_ports) {
-		verbs->ops->list_ports(verbs, note_dmabuf, &params.dmabuf);
-	}
 	ret = gpu_create(&params, &gpu);
 	if (ret < 0) {
 		log_err("cannot set up GPU support: %s", strerror(-ret));

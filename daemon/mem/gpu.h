@@ -106,11 +106,12 @@ struct gpu_params {
 int gpu_create(const struct gpu_params *params, struct gpu **ret_gpu);
 
 /*
- * Start-up: the parameters from the configuration and the running
- * transports, then the pools (fails when pools are configured but cannot
- * be made).
+ * Start-up: the parameters from the configuration and what the running
+ * transports offer (verbs: a verbs transport runs; dmabuf: one of its ports
+ * registers dma-bufs), then the pools (fails when pools are configured but
+ * cannot be made).
  */
-int gpu_start(struct rdmaxd *daemon, struct gpu **ret_gpu);
+int gpu_start(struct rdmaxd *daemon, bool verbs, bool dmabuf, struct gpu **ret_gpu);
 
 /* Deregister the pools nobody leases (shutdown, before the transports go). */
 void gpu_stop(struct gpu *gpu, struct region_table *table);

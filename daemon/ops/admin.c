@@ -274,7 +274,6 @@ static int cmd_status(struct admin *a, struct json *j, int argc, char **argv, ch
 {
 	struct rdmaxd *d = a->daemon;
 	struct conn_list_ctx conns = {0};
-	uint64_t jobs = 0, bytes = 0;
 
 	json_str(j, "version", RDMAXD_VERSION);
 	json_u64(j, "protocol", RDMAX_PROTOCOL_VERSION);
@@ -324,9 +323,8 @@ static int cmd_status(struct admin *a, struct json *j, int argc, char **argv, ch
 	json_u64(j, "connections_ready", conns.ready);
 	json_u64(j, "jobs_in_flight", d->engine ? engine_outstanding(d->engine) : 0);
 	json_u64(j, "chunks_reissued", d->engine ? engine_reissued_chunks(d->engine) : 0);
-	metrics_totals(d->metrics, &jobs, &bytes);
-	json_u64(j, "jobs_total", jobs);
-	json_u64(j, "bytes_total", bytes);
+	json_u64(j, "jobs_total", d->counters.total_jobs);
+	json_u64(j, "bytes_total", d->counters.total_bytes);
 	return 0;
 }
 

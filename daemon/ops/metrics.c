@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "counters.h"
 #include "engine.h"
 #include "ipc.h"
 #include "json.h"
@@ -32,8 +33,10 @@
 #include "transport.h"
 
 /* Room for every Status value; only the values the protocol defines are printed. */
-#define STATUS_SLOTS 32
-_Static_assert(RDMAX__V1__STATUS__GPU_ADDRESS_REUSED < STATUS_SLOTS, "STATUS_SLOTS too small");
+#define STATUS_SLOTS COUNTERS_STATUSES
+_Static_assert(JOB_KIND_MAX <= COUNTERS_KINDS, "COUNTERS_KINDS too small");
+_Static_assert(ENDPOINT_TCP == 0 && ENDPOINT_VERBS == 1 && ENDPOINT_MAX + 1 == COUNTERS_TRANSPORTS,
+	       "counters_transport_names follows enum endpoint_transport");
 
 /* The i-th Status value the protocol defines (they need not be contiguous). */
 static int status_value(unsigned i)
@@ -41,56 +44,11 @@ static int status_value(unsigned i)
 	return rdmax__v1__status__descriptor.values[i].value;
 }
 
-/* Peers tracked by name; later ones are counted under "other" so labels stay bounded. */
-#define PEERS_MAX     64
-#define PEER_NAME_MAX 64
 #define TEXTFILE_NAME "rdmaxd.prom"
 
-/* Upper bounds of the latency buckets, in seconds (+Inf is implicit). */
-static const double g_latency_bounds[] = {
-	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-	0.05,    0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,
-};
-#define LATENCY_BUCKETS (sizeof(g_latency_bounds) / sizeof(g_latency_bounds[0]))
-
-/* Upper bounds of the job size buckets, in bytes. */
-static const double g_size_bounds[] = {
-	4096, 65536, 1048576, 16777216, 268435456, 4294967296.0,
-};
-#define SIZE_BUCKETS (sizeof(g_size_bounds) / sizeof(g_size_bounds[0]))
-
-struct histogram {
-	uint64_t buckets[32]; /* non-cumulative counts; last used slot is +Inf */
-	uint64_t count;
-	double sum;
-};
-
-struct peer_stats {
-	char name[PEER_NAME_MAX];
-	/* The lookup key: comparing it is cheaper than formatting name per job. */
-	char addr[sizeof(((struct endpoint *)0)->addr)];
-	uint16_t port;
-	uint64_t jobs_ok[JOB_KIND_MAX];
-	uint64_t jobs_failed[JOB_KIND_MAX];
-	uint64_t bytes[JOB_KIND_MAX];
-};
-
+/* The renderer: counters live in the daemon (daemon->counters), gauges in the modules. */
 struct metrics {
 	struct rdmaxd *daemon;
-	uint64_t jobs[JOB_KIND_MAX][STATUS_SLOTS];
-	uint64_t bytes[JOB_KIND_MAX][STATUS_SLOTS];
-	uint64_t local_jobs; /* jobs between two regions of this daemon */
-	struct histogram latency[JOB_KIND_MAX];
-	struct histogram size[JOB_KIND_MAX];
-	struct peer_stats peers[PEERS_MAX];
-	uint32_t n_peers;
-	struct peer_stats other; /* peers beyond PEERS_MAX */
-	/* conn_events[transport][event]; transports by endpoint kind, unknown ones last */
-	uint64_t conn_events[ENDPOINT_MAX + 1][METRICS_CONN_EVENT_MAX];
-	uint64_t imm_writes; /* jobs carrying an imm that completed OK here */
-	uint64_t imm_fired;  /* ExpectImm claims that reached their count */
-	uint64_t total_jobs;
-	uint64_t total_bytes;
 	/* metrics_rates() state */
 	uint64_t rate_ms;
 	uint64_t rate_jobs;
@@ -98,18 +56,6 @@ struct metrics {
 	/* textfile */
 	uv_timer_t *timer; /* own allocation, freed in its close callback */
 	char textfile_dir[256];
-};
-
-static const char *const g_conn_event_names[METRICS_CONN_EVENT_MAX] = {
-	[METRICS_CONN_ESTABLISHED] = "established",
-	[METRICS_CONN_FAILED] = "failed",
-	[METRICS_CONN_CLOSED] = "closed",
-};
-
-static const char *const g_transport_names[ENDPOINT_MAX + 1] = {
-	[ENDPOINT_TCP] = "tcp",
-	[ENDPOINT_VERBS] = "verbs",
-	[ENDPOINT_MAX] = "other",
 };
 
 int metrics_create(struct rdmaxd *daemon, struct metrics **ret_metrics)
@@ -120,7 +66,6 @@ int metrics_create(struct rdmaxd *daemon, struct metrics **ret_metrics)
 		return -ENOMEM;
 	}
 	m->daemon = daemon;
-	snprintf(m->other.name, sizeof(m->other.name), "other");
 	m->rate_ms = now_ms();
 	*ret_metrics = m;
 	return 0;
@@ -150,123 +95,20 @@ void metrics_destroy(struct metrics *metrics)
 	free(metrics);
 }
 
-static void histogram_add(struct histogram *h, const double *bounds, size_t n_bounds, double v)
-{
-	size_t i = 0;
-
-	while (i < n_bounds && v > bounds[i]) {
-		i++;
-	}
-	h->buckets[i]++;
-	h->count++;
-	h->sum += v;
-}
-
-static struct peer_stats *peer_slot(struct metrics *m, const struct endpoint *peer)
-{
-	for (uint32_t i = 0; i < m->n_peers; i++) {
-		struct peer_stats *p = &m->peers[i];
-
-		if (p->port == peer->port && strcmp(p->addr, peer->addr) == 0) {
-			return p;
-		}
-	}
-	if (m->n_peers == PEERS_MAX) {
-		return &m->other;
-	}
-	struct peer_stats *p = &m->peers[m->n_peers++];
-	snprintf(p->addr, sizeof(p->addr), "%s", peer->addr);
-	p->port = peer->port;
-	/* An address is at most 45 characters, so name is never cut short. */
-	if (strchr(peer->addr, ':')) {
-		snprintf(p->name, sizeof(p->name), "[%s]:%u", peer->addr, peer->port);
-	} else {
-		snprintf(p->name, sizeof(p->name), "%s:%u", peer->addr, peer->port);
-	}
-	return p;
-}
-
-void metrics_job_done(struct metrics *metrics, int op, int err, uint64_t bytes, uint64_t latency_ns,
-		      const struct endpoint *peer, bool had_imm)
-{
-	int status = status_from_err(err);
-
-	if (!metrics) {
-		return;
-	}
-	if (op < 0 || op >= JOB_KIND_MAX) {
-		op = JOB_WRITE;
-	}
-	if (status < 0 || status >= (int)STATUS_SLOTS) {
-		status = RDMAX__V1__STATUS__INTERNAL;
-	}
-	metrics->jobs[op][status]++;
-	metrics->bytes[op][status] += bytes;
-	metrics->total_jobs++;
-	metrics->total_bytes += bytes;
-	histogram_add(&metrics->latency[op], g_latency_bounds, LATENCY_BUCKETS,
-		      (double)latency_ns / 1e9);
-	if (err == 0) {
-		histogram_add(&metrics->size[op], g_size_bounds, SIZE_BUCKETS, (double)bytes);
-		if (had_imm) {
-			metrics->imm_writes++;
-		}
-	}
-	if (!peer) {
-		metrics->local_jobs++;
-		return;
-	}
-	struct peer_stats *p = peer_slot(metrics, peer);
-	if (err == 0) {
-		p->jobs_ok[op]++;
-	} else {
-		p->jobs_failed[op]++;
-	}
-	p->bytes[op] += bytes;
-}
-
-void metrics_conn_event(struct metrics *metrics, const char *transport,
-			enum metrics_conn_event event)
-{
-	size_t t = ENDPOINT_MAX;
-
-	if (!metrics || (unsigned)event >= METRICS_CONN_EVENT_MAX) {
-		return;
-	}
-	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
-		if (transport && strcmp(transport, g_transport_names[k]) == 0) {
-			t = k;
-		}
-	}
-	metrics->conn_events[t][event]++;
-}
-
-void metrics_imm_fired(struct metrics *metrics)
-{
-	if (metrics) {
-		metrics->imm_fired++;
-	}
-}
-
 void metrics_rates(struct metrics *metrics, double *ret_jobs_per_s, double *ret_bytes_per_s)
 {
+	const struct counters *c = &metrics->daemon->counters;
 	uint64_t now = now_ms();
 	double secs = (double)(now - metrics->rate_ms) / 1000.0;
 
 	if (secs <= 0) {
 		secs = 1e-3;
 	}
-	*ret_jobs_per_s = (double)(metrics->total_jobs - metrics->rate_jobs) / secs;
-	*ret_bytes_per_s = (double)(metrics->total_bytes - metrics->rate_bytes) / secs;
+	*ret_jobs_per_s = (double)(c->total_jobs - metrics->rate_jobs) / secs;
+	*ret_bytes_per_s = (double)(c->total_bytes - metrics->rate_bytes) / secs;
 	metrics->rate_ms = now;
-	metrics->rate_jobs = metrics->total_jobs;
-	metrics->rate_bytes = metrics->total_bytes;
-}
-
-void metrics_totals(const struct metrics *metrics, uint64_t *ret_jobs, uint64_t *ret_bytes)
-{
-	*ret_jobs = metrics ? metrics->total_jobs : 0;
-	*ret_bytes = metrics ? metrics->total_bytes : 0;
+	metrics->rate_jobs = c->total_jobs;
+	metrics->rate_bytes = c->total_bytes;
 }
 
 /* ------------------------------------------------------------ rendering */
@@ -438,7 +280,7 @@ static void render_client_outstanding(void *arg, const struct ipc_client_info *i
 
 static void render_peer(struct text *t, const char *metric, const struct peer_stats *p, int what)
 {
-	char name[PEER_NAME_MAX * 2];
+	char name[COUNTERS_PEER_NAME * 2];
 
 	label_escape(p->name, name, sizeof(name));
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
@@ -465,9 +307,10 @@ static bool peer_used(const struct peer_stats *p)
 	return false;
 }
 
-int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
+int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len)
 {
-	struct rdmaxd *daemon = m->daemon;
+	const struct counters *m = &metrics->daemon->counters;
+	struct rdmaxd *daemon = metrics->daemon;
 	struct text t = {0};
 	char status[32];
 	char node[160];
@@ -485,8 +328,8 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 	text_printf(&t, "rdmaxd_draining %d\n", daemon->draining ? 1 : 0);
 	family(&t, "rdmaxd_transport_up", "gauge", "1 for each transport this daemon runs.");
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
-		text_printf(&t, "rdmaxd_transport_up{transport=\"%s\"} %d\n", g_transport_names[k],
-			    daemon->transports[k] ? 1 : 0);
+		text_printf(&t, "rdmaxd_transport_up{transport=\"%s\"} %d\n",
+			    counters_transport_names[k], daemon->transports[k] ? 1 : 0);
 	}
 
 	family(&t, "rdmaxd_jobs_total", "counter", "Completed jobs by operation and status.");
@@ -523,12 +366,13 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 	       "Time from submission to completion of a job.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
 		render_histogram(&t, "rdmaxd_job_duration_seconds", &m->latency[op],
-				 g_latency_bounds, LATENCY_BUCKETS, engine_job_kind_name((int)op));
+				 counters_latency_bounds, counters_latency_buckets,
+				 engine_job_kind_name((int)op));
 	}
 	family(&t, "rdmaxd_job_size_bytes", "histogram", "Length of jobs that completed OK.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
-		render_histogram(&t, "rdmaxd_job_size_bytes", &m->size[op], g_size_bounds,
-				 SIZE_BUCKETS, engine_job_kind_name((int)op));
+		render_histogram(&t, "rdmaxd_job_size_bytes", &m->size[op], counters_size_bounds,
+				 counters_size_buckets, engine_job_kind_name((int)op));
 	}
 
 	family(&t, "rdmaxd_peer_jobs_total", "counter", "Completed jobs by peer daemon.");
@@ -549,14 +393,14 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 	family(&t, "rdmaxd_connection_events_total", "counter",
 	       "Connections to peer daemons established, failed and closed.");
 	for (size_t k = 0; k <= ENDPOINT_MAX; k++) {
-		for (size_t e = 0; e < METRICS_CONN_EVENT_MAX; e++) {
+		for (size_t e = 0; e < COUNTERS_CONN_EVENT_MAX; e++) {
 			if (k == ENDPOINT_MAX && m->conn_events[k][e] == 0) {
 				continue;
 			}
 			text_printf(&t,
 				    "rdmaxd_connection_events_total{transport=\"%s\",event=\"%s\"} "
 				    "%" PRIu64 "\n",
-				    g_transport_names[k], g_conn_event_names[e],
+				    counters_transport_names[k], counters_conn_event_names[e],
 				    m->conn_events[k][e]);
 		}
 	}
@@ -574,10 +418,10 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 		}
 		text_printf(&t,
 			    "rdmaxd_connections{transport=\"%s\",state=\"ready\"} %" PRIu64 "\n",
-			    g_transport_names[k], counts[k].ready);
+			    counters_transport_names[k], counts[k].ready);
 		text_printf(&t,
 			    "rdmaxd_connections{transport=\"%s\",state=\"other\"} %" PRIu64 "\n",
-			    g_transport_names[k], counts[k].total - counts[k].ready);
+			    counters_transport_names[k], counts[k].total - counts[k].ready);
 	}
 	family(&t, "rdmaxd_connection_requests_in_flight", "gauge",
 	       "Requests sent to peers whose answer is pending.");
@@ -587,7 +431,7 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 				&t,
 				"rdmaxd_connection_requests_in_flight{transport=\"%s\"} %" PRIu64
 				"\n",
-				g_transport_names[k], counts[k].in_flight);
+				counters_transport_names[k], counts[k].in_flight);
 		}
 	}
 
@@ -632,8 +476,9 @@ int metrics_prometheus(struct metrics *m, char **ret_text, size_t *ret_len)
 	return 0;
 }
 
-void metrics_json(struct metrics *m, struct json *j, const char *key)
+void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 {
+	const struct counters *m = &metrics->daemon->counters;
 	char status[32];
 
 	json_obj_open(j, key);
@@ -665,11 +510,11 @@ void metrics_json(struct metrics *m, struct json *j, const char *key)
 		json_double(j, "mean_s", h->count ? h->sum / (double)h->count : 0);
 		json_arr_open(j, "buckets");
 		uint64_t cum = 0;
-		for (size_t i = 0; i <= LATENCY_BUCKETS; i++) {
+		for (size_t i = 0; i <= counters_latency_buckets; i++) {
 			cum += h->buckets[i];
 			json_obj_open(j, NULL);
-			if (i < LATENCY_BUCKETS) {
-				json_double(j, "le", g_latency_bounds[i]);
+			if (i < counters_latency_buckets) {
+				json_double(j, "le", counters_latency_bounds[i]);
 			} else {
 				json_str(j, "le", "+Inf");
 			}
@@ -702,26 +547,26 @@ void metrics_json(struct metrics *m, struct json *j, const char *key)
 	json_arr_close(j);
 	json_arr_open(j, "connection_events");
 	for (size_t k = 0; k <= ENDPOINT_MAX; k++) {
-		for (size_t e = 0; e < METRICS_CONN_EVENT_MAX; e++) {
+		for (size_t e = 0; e < COUNTERS_CONN_EVENT_MAX; e++) {
 			if (m->conn_events[k][e] == 0) {
 				continue;
 			}
 			json_obj_open(j, NULL);
-			json_str(j, "transport", g_transport_names[k]);
-			json_str(j, "event", g_conn_event_names[e]);
+			json_str(j, "transport", counters_transport_names[k]);
+			json_str(j, "event", counters_conn_event_names[e]);
 			json_u64(j, "count", m->conn_events[k][e]);
 			json_obj_close(j);
 		}
 	}
 	json_arr_close(j);
-	json_u64(j, "regions", m->daemon->regions.count);
-	json_u64(j, "registered_bytes", m->daemon->regions.total_bytes);
+	json_u64(j, "regions", metrics->daemon->regions.count);
+	json_u64(j, "registered_bytes", metrics->daemon->regions.total_bytes);
 	json_u64(j, "registrations_total",
-		 m->daemon->regions.next_id ? m->daemon->regions.next_id - 1 : 0);
+		 metrics->daemon->regions.next_id ? metrics->daemon->regions.next_id - 1 : 0);
 	json_u64(j, "imm_writes_total", m->imm_writes);
 	json_u64(j, "imm_fired_total", m->imm_fired);
-	json_u64(j, "imm_dropped_total", m->daemon->imm.dropped);
-	json_u64(j, "imm_counters", m->daemon->imm.counters.count);
+	json_u64(j, "imm_dropped_total", metrics->daemon->imm.dropped);
+	json_u64(j, "imm_counters", metrics->daemon->imm.counters.count);
 	json_obj_close(j);
 }
 

@@ -33,7 +33,7 @@
 #include "ipc.h"
 #include "log.h"
 #include "mailbox.h"
-#include "metrics.h"
+#include "counters.h"
 #include "peer_group.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
@@ -380,7 +380,7 @@ void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
 	if (s->closing) {
 		return;
 	}
-	metrics_imm_fired(s->ipc->daemon->metrics);
+	counters_imm_fired(&s->ipc->daemon->counters);
 	/* Completions of the writes that led here go first. */
 	flush_completions(s);
 	ev.imm = imm;

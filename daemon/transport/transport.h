@@ -155,6 +155,22 @@ struct transport {
 	bool ordered;
 };
 
+/*
+ * Which transport reaches the daemon of a descriptor (verbs preferred), and
+ * through which endpoint. *ret_transport is NULL for this daemon itself.
+ * RDMAX_E_UNREACHABLE when no endpoint uses a transport of this daemon.
+ */
+int transport_resolve_peer(struct rdmaxd *daemon, const struct remote_desc *desc,
+			   struct transport **ret_transport, struct endpoint *ret_peer);
+/*
+ * The first transport of this daemon (verbs, then TCP) that reaches an endpoint of remote, or
+ * NULL; with need_message only one that carries SEND messages, and *ret_lacking (when not NULL
+ * and not yet set) names a transport that was passed over for lacking them.
+ */
+struct transport *transport_pick(struct rdmaxd *daemon, const struct remote_desc *remote,
+				 bool need_message, struct endpoint *ret_peer,
+				 const char **ret_lacking);
+
 /* TCP transport: listens on cfg listen_addr:listen_port. */
 int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport);
 

@@ -33,7 +33,7 @@
 #include "imm.h"
 #include "log.h"
 #include "mailbox.h"
-#include "metrics.h"
+#include "counters.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "region.h"
@@ -411,7 +411,7 @@ static void conn_fail(struct tcp_conn *conn, int err, const char *message)
 		return;
 	}
 	if (conn->ever_ready) {
-		metrics_conn_event(tt->daemon->metrics, "tcp", METRICS_CONN_CLOSED);
+		counters_conn_event(&tt->daemon->counters, "tcp", COUNTERS_CONN_CLOSED);
 	}
 	list_init(&dead);
 	rx_reset(conn);
@@ -441,7 +441,7 @@ static void attempt_failed(struct tcp_conn *conn, const char *reason)
 	const struct config *c = cfg(conn);
 	char message[MSG_BYTES];
 
-	metrics_conn_event(conn->tt->daemon->metrics, "tcp", METRICS_CONN_FAILED);
+	counters_conn_event(&conn->tt->daemon->counters, "tcp", COUNTERS_CONN_FAILED);
 	close_socket(conn);
 	drain_queue(conn, &conn->outq, NULL); /* handshake frames only: data waits in pendq */
 	conn->n_out = 0;
@@ -695,7 +695,7 @@ static void conn_ready(struct tcp_conn *conn)
 
 	conn->state = CONN_READY;
 	conn->ever_ready = true;
-	metrics_conn_event(conn->tt->daemon->metrics, "tcp", METRICS_CONN_ESTABLISHED);
+	counters_conn_event(&conn->tt->daemon->counters, "tcp", COUNTERS_CONN_ESTABLISHED);
 	conn->attempts = 0;
 	uv_timer_stop(&conn->timer);
 	list_for_each_safe(pos, tmp, &conn->pendq)

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The daemon's counters and histograms: what the data path records (jobs by kind and status,
+ * bytes, latency and size histograms, peers, connection events, imm counters). A leaf: it
+ * knows no module above it, so the engine, sessions and transports record without depending on
+ * the renderer (ops/metrics.c), which reads this struct when a scrape asks.
+ */
+#ifndef RDMAXD_COUNTERS_H
+#define RDMAXD_COUNTERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define COUNTERS_KINDS      8  /* room for every enum job_kind (engine.h asserts it) */
+#define COUNTERS_STATUSES   32 /* room for every protocol Status value */
+#define COUNTERS_PEERS      64 /* peers tracked by name; later ones count under "other" */
+#define COUNTERS_PEER_NAME  64
+#define COUNTERS_TRANSPORTS 3 /* "tcp", "verbs", and "other" last */
+
+/* Connection events a transport reports. */
+enum counters_conn_event {
+	COUNTERS_CONN_ESTABLISHED, /* handshake done, data may flow */
+	COUNTERS_CONN_FAILED,      /* a connection attempt failed */
+	COUNTERS_CONN_CLOSED,      /* an established connection went away */
+	COUNTERS_CONN_EVENT_MAX,   /* terminator */
+};
+
+/* Upper bounds of the latency (seconds) and size (bytes) buckets; +Inf is implicit. */
+extern const double counters_latency_bounds[];
+extern const size_t counters_latency_buckets;
+extern const double counters_size_bounds[];
+extern const size_t counters_size_buckets;
+/* "tcp", "verbs", "other": the names of conn_events' first index. */
+extern const char *const counters_transport_names[COUNTERS_TRANSPORTS];
+extern const char *const counters_conn_event_names[COUNTERS_CONN_EVENT_MAX];
+
+struct histogram {
+	uint64_t buckets[32]; /* non-cumulative counts; last used slot is +Inf */
+	uint64_t count;
+	double sum;
+};
+
+struct peer_stats {
+	char name[COUNTERS_PEER_NAME];
+	/* The lookup key: comparing it is cheaper than formatting name per job. */
+	char addr[46];
+	uint16_t port;
+	uint64_t jobs_ok[COUNTERS_KINDS];
+	uint64_t jobs_failed[COUNTERS_KINDS];
+	uint64_t bytes[COUNTERS_KINDS];
+};
+
+struct counters {
+	uint64_t jobs[COUNTERS_KINDS][COUNTERS_STATUSES];
+	uint64_t bytes[COUNTERS_KINDS][COUNTERS_STATUSES];
+	uint64_t local_jobs; /* jobs between two regions of this daemon */
+	struct histogram latency[COUNTERS_KINDS];
+	struct histogram size[COUNTERS_KINDS];
+	struct peer_stats peers[COUNTERS_PEERS];
+	uint32_t n_peers;
+	struct peer_stats other; /* peers beyond COUNTERS_PEERS */
+	uint64_t conn_events[COUNTERS_TRANSPORTS][COUNTERS_CONN_EVENT_MAX];
+	uint64_t imm_writes; /* jobs carrying an imm that completed OK here */
+	uint64_t imm_fired;  /* ExpectImm claims that reached their count */
+	uint64_t total_jobs;
+	uint64_t total_bytes;
+};
+
+void counters_init(struct counters *c);
+
+/*
+ * A job completed (exactly once per job). kind is an enum job_kind, err 0 or a negative error,
+ * bytes what moved, latency from submission to completion; peer_addr is NULL for a job between
+ * two regions of this daemon.
+ */
+void counters_job_done(struct counters *c, int kind, int err, uint64_t bytes, uint64_t latency_ns,
+		       const char *peer_addr, uint16_t peer_port, bool had_imm);
+/* transport is the transport's name ("tcp", "verbs"). */
+void counters_conn_event(struct counters *c, const char *transport, enum counters_conn_event event);
+/* An ExpectImm of a client reached its count. */
+void counters_imm_fired(struct counters *c);
+
+#endif
