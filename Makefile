@@ -143,6 +143,9 @@ $(BUILD)/tests/bench/%: tests/bench/%.c
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< $(LDFLAGS_ALL) -lm
 
 check: all
+	@echo "== layout (include direction, cycles, verbs wall) and man pages"
+	tests/check-layout
+	tests/check-man
 	@echo "== unit tests"
 	$(BUILD)/tests/unit-tests
 	@echo "== integration tests (TCP transport, host)"
@@ -153,6 +156,10 @@ check: all
 	RDMAX_BUILD=$(BUILD) docs/examples/run.sh
 	@echo "== integration tests (verbs transport, Soft-RoCE guest)"
 	RDMAX_BUILD=$(BUILD) tests/run-verbs-suite
+
+check-layout:
+	tests/check-layout
+	tests/check-man
 
 check-unit: $(BUILD)/tests/unit-tests
 	$(BUILD)/tests/unit-tests
@@ -228,7 +235,7 @@ install: all $(BUILD)/librdmax.pc
 clean:
 	rm -rf build build-san
 
-.PHONY: all check check-unit check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
+.PHONY: all check check-layout check-unit check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
 	bench format install clean
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
