@@ -238,44 +238,57 @@ static void client_labels(const struct ipc_client_info *info, char *buf, size_t 
 		 info->id);
 }
 
+/* The per-client families, each rendered in one pass over the sessions. */
+enum client_family {
+	CLIENT_JOBS,        /* rdmaxd_client_jobs_total, by result */
+	CLIENT_BYTES,       /* rdmaxd_client_bytes_total */
+	CLIENT_REGISTERED,  /* rdmaxd_client_registered_bytes */
+	CLIENT_OUTSTANDING, /* rdmaxd_client_jobs_outstanding */
+	CLIENT_FAMILY_MAX,  /* terminator */
+};
+
+static const struct {
+	const char *name, *type, *help;
+} g_client_families[CLIENT_FAMILY_MAX] = {
+	[CLIENT_JOBS] = {"rdmaxd_client_jobs_total", "counter",
+			 "Completed jobs by client session."},
+	[CLIENT_BYTES] = {"rdmaxd_client_bytes_total", "counter", "Bytes moved by client session."},
+	[CLIENT_REGISTERED] = {"rdmaxd_client_registered_bytes", "gauge",
+			       "Bytes registered by client session."},
+	[CLIENT_OUTSTANDING] = {"rdmaxd_client_jobs_outstanding", "gauge",
+				"Jobs in flight by client session."},
+};
+
+struct client_render {
+	struct text *t;
+	enum client_family family;
+};
+
 static void render_client(void *arg, const struct ipc_client_info *info)
 {
-	struct text *t = arg;
+	const struct client_render *r = arg;
+	const char *name = g_client_families[r->family].name;
 	char labels[224];
 
 	client_labels(info, labels, sizeof(labels));
-	text_printf(t, "rdmaxd_client_jobs_total{%s,result=\"ok\"} %" PRIu64 "\n", labels,
-		    info->jobs_ok);
-	text_printf(t, "rdmaxd_client_jobs_total{%s,result=\"error\"} %" PRIu64 "\n", labels,
-		    info->jobs_failed);
-}
-
-static void render_client_bytes(void *arg, const struct ipc_client_info *info)
-{
-	struct text *t = arg;
-	char labels[224];
-
-	client_labels(info, labels, sizeof(labels));
-	text_printf(t, "rdmaxd_client_bytes_total{%s} %" PRIu64 "\n", labels, info->bytes);
-}
-
-static void render_client_regions(void *arg, const struct ipc_client_info *info)
-{
-	struct text *t = arg;
-	char labels[224];
-
-	client_labels(info, labels, sizeof(labels));
-	text_printf(t, "rdmaxd_client_registered_bytes{%s} %" PRIu64 "\n", labels,
-		    info->registered_bytes);
-}
-
-static void render_client_outstanding(void *arg, const struct ipc_client_info *info)
-{
-	struct text *t = arg;
-	char labels[224];
-
-	client_labels(info, labels, sizeof(labels));
-	text_printf(t, "rdmaxd_client_jobs_outstanding{%s} %u\n", labels, info->outstanding);
+	switch (r->family) {
+	case CLIENT_JOBS:
+		text_printf(r->t, "%s{%s,result=\"ok\"} %" PRIu64 "\n", name, labels,
+			    info->jobs_ok);
+		text_printf(r->t, "%s{%s,result=\"error\"} %" PRIu64 "\n", name, labels,
+			    info->jobs_failed);
+		break;
+	case CLIENT_BYTES:
+		text_printf(r->t, "%s{%s} %" PRIu64 "\n", name, labels, info->bytes);
+		break;
+	case CLIENT_REGISTERED:
+		text_printf(r->t, "%s{%s} %" PRIu64 "\n", name, labels, info->registered_bytes);
+		break;
+	case CLIENT_OUTSTANDING:
+	case CLIENT_FAMILY_MAX:
+		text_printf(r->t, "%s{%s} %u\n", name, labels, info->outstanding);
+		break;
+	}
 }
 
 static void render_peer(struct text *t, const char *metric, const struct peer_stats *p, int what)
@@ -437,15 +450,13 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 
 	family(&t, "rdmaxd_clients", "gauge", "Clients connected to the client socket.");
 	text_printf(&t, "rdmaxd_clients %u\n", ipc_client_count(daemon->ipc));
-	family(&t, "rdmaxd_client_jobs_total", "counter", "Completed jobs by client session.");
-	ipc_for_each_client(daemon->ipc, render_client, &t);
-	family(&t, "rdmaxd_client_bytes_total", "counter", "Bytes moved by client session.");
-	ipc_for_each_client(daemon->ipc, render_client_bytes, &t);
-	family(&t, "rdmaxd_client_registered_bytes", "gauge",
-	       "Bytes registered by client session.");
-	ipc_for_each_client(daemon->ipc, render_client_regions, &t);
-	family(&t, "rdmaxd_client_jobs_outstanding", "gauge", "Jobs in flight by client session.");
-	ipc_for_each_client(daemon->ipc, render_client_outstanding, &t);
+	for (int k = 0; k < CLIENT_FAMILY_MAX; k++) {
+		struct client_render r = {.t = &t, .family = (enum client_family)k};
+
+		family(&t, g_client_families[k].name, g_client_families[k].type,
+		       g_client_families[k].help);
+		ipc_for_each_client(daemon->ipc, render_client, &r);
+	}
 
 	family(&t, "rdmaxd_regions", "gauge", "Registered regions.");
 	text_printf(&t, "rdmaxd_regions %u\n", daemon->regions.count);
