@@ -48,8 +48,12 @@ log "per-client series present and valid"
 
 # Textfile: rewritten every second, valid, never a partial file with a .prom name.
 wait_for 50 test -s "$T/textfile/rdmaxd.prom" || fail "no textfile written"
-sleep 1.5
-grep -q '^rdmaxd_jobs_total{op="write",status="ok"} 259$' "$T/textfile/rdmaxd.prom" || fail "textfile is stale"
+# Fresh: a rewrite after the last job shows its count (the interval is one second).
+wait_for 100 grep -q '^rdmaxd_jobs_total{op="write",status="ok"} 259$' "$T/textfile/rdmaxd.prom" ||
+	fail "textfile is stale"
+written=$(stat -c %.9Y "$T/textfile/rdmaxd.prom")
+wait_for 50 sh -c "[ \"\$(stat -c %.9Y '$T/textfile/rdmaxd.prom')\" != '$written' ]" ||
+	fail "textfile not rewritten within 5 s (interval 1 s)"
 out=$("$promtool" check metrics <"$T/textfile/rdmaxd.prom" 2>&1) || fail "promtool on the textfile: $out"
 leftovers=$(find "$T/textfile" -type f ! -name rdmaxd.prom)
 [ -z "$leftovers" ] || fail "temporary files left in the textfile directory: $leftovers"
