@@ -866,6 +866,12 @@ static int hello(struct rdmax_client *c, const char *client_name)
 	info_from_welcome(&c->info, reply->welcome);
 	if (c->info.max_message_bytes) {
 		c->max_tx = c->info.max_message_bytes;
+		/*
+		 * A datagram larger than the send buffer fails with EMSGSIZE (about 212 KB
+		 * by default); the kernel caps this at net.core.wmem_max.
+		 */
+		int sndbuf = c->max_tx > INT_MAX / 4 ? INT_MAX : (int)c->max_tx * 4;
+		(void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 	}
 	size_t rx_size = c->info.max_message_bytes;
 	rx_size = rx_size < RX_MIN_BYTES ? RX_MIN_BYTES : rx_size;
