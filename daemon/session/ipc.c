@@ -582,9 +582,17 @@ static void handle_register(struct session *s, uint64_t seq, const Rdmax__V1__Re
 	if (rr->kind != RDMAX__V1__REGION_KIND__REGION_HOST_FD) {
 		const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
 			&rdmax__v1__region_kind__descriptor, rr->kind);
-		reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
-			     "region kind %s cannot be registered (slices come from PoolAlloc)",
-			     v ? v->name : "?");
+		if (v) {
+			reply_status(
+				s, seq, RDMAX_E_INVALID_ARGUMENT,
+				"region kind %s cannot be registered (slices come from PoolAlloc)",
+				v->name);
+		} else {
+			reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
+				     "unknown region kind %d (this daemon knows REGION_HOST_FD, "
+				     "REGION_GPU_DMABUF and REGION_GPU_CUDA_IPC)",
+				     (int)rr->kind);
+		}
 		return;
 	}
 	uint32_t idx = rr->has_fd_index ? rr->fd_index : 0;

@@ -121,6 +121,13 @@ Rdmax__V1__DaemonMsg *raw_recv(int fd, int timeout_ms, bool *ret_closed)
 	}
 }
 
+static char g_last_message[512];
+
+const char *raw_last_error_message(void)
+{
+	return g_last_message;
+}
+
 int raw_recv_status_at(const char *file, int line, int fd, uint64_t seq)
 {
 	bool closed;
@@ -132,6 +139,8 @@ int raw_recv_status_at(const char *file, int line, int fd, uint64_t seq)
 		      "%s:%d: expected an Error reply to seq %" PRIu64 ", got DaemonMsg body %d",
 		      file, line, seq, (int)m->body_case);
 	int got = raw_err_from_status((int)m->error->status);
+	snprintf(g_last_message, sizeof(g_last_message), "%s",
+		 m->error->message ? m->error->message : "");
 	if (got != 0) {
 		ck_assert_msg(m->error->message && m->error->message[0],
 			      "%s:%d: error reply %s has no message", file, line,

@@ -31,6 +31,8 @@ Rdmax__V1__DaemonMsg *raw_recv(int fd, int timeout_ms, bool *ret_closed);
  */
 #define raw_recv_status(fd, seq) raw_recv_status_at(__FILE__, __LINE__, fd, seq)
 int raw_recv_status_at(const char *file, int line, int fd, uint64_t seq);
+/* The message of the last Error reply raw_recv_status() or raw_expect_status() took. */
+const char *raw_last_error_message(void);
 /* Receive a message that must be an Error carrying `err` (0 or RDMAX_E_*) and echo `seq`. */
 #define raw_expect_status(fd, seq, err) raw_expect_status_at(__FILE__, __LINE__, fd, seq, err)
 void raw_expect_status_at(const char *file, int line, int fd, uint64_t seq, int err);

@@ -442,6 +442,11 @@ START_TEST(bad_register)
 	raw_expect_status(fd, 17, RDMAX_E_INVALID_ARGUMENT);
 	send_register(fd, 18, RDMAX__V1__REGION_KIND__REGION_HOST_FD, 0x80, 0, 4096, 0, &sealed, 1);
 	raw_expect_status(fd, 18, RDMAX_E_INVALID_ARGUMENT);
+	/* A kind this daemon does not know is named by its number. */
+	send_register(fd, 30, (Rdmax__V1__RegionKind)99, 0, 0, 4096, 0, &sealed, 1);
+	raw_expect_status(fd, 30, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_msg(strstr(raw_last_error_message(), "unknown region kind 99"),
+		      "unknown kind answered '%s'", raw_last_error_message());
 	send_register(fd, 19, RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF, 0, 0, 4096, 0, &sealed, 1);
 	/* TCP: no RDMA device; Soft-RoCE: no dma-buf; a real NIC: not a dma-buf. */
 	int status = raw_recv_status(fd, 19);
