@@ -67,4 +67,28 @@ static inline void list_del(struct list_node *node)
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                           \
 	     (pos) = (tmp), (tmp) = (pos)->next)
 
+/* Little-endian fields of wire formats, at any alignment. */
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++) {
+		p[i] = (uint8_t)(v >> (8 * i));
+	}
+}
+
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+	put_le32(p, (uint32_t)v);
+	put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t get_le64(const uint8_t *p)
+{
+	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
 #endif

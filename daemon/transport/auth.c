@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "util.h"
 #include "rdmax.h"
 
 _Static_assert(AUTH_MAC_BYTES == crypto_auth_hmacsha256_BYTES, "MAC size");
@@ -34,13 +35,6 @@ void auth_nonce(uint8_t *nonce)
 	randombytes_buf(nonce, AUTH_NONCE_BYTES);
 }
 
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++) {
-		p[i] = (uint8_t)(v >> (8 * i));
-	}
-}
-
 int auth_compute(const uint8_t *key, size_t key_len, enum auth_role role,
 		 const struct auth_transcript *transcript, uint8_t *ret_mac)
 {
@@ -51,8 +45,8 @@ int auth_compute(const uint8_t *key, size_t key_len, enum auth_role role,
 	if (!key || key_len == 0 || (unsigned)role >= AUTH_ROLE_MAX) {
 		return -EINVAL;
 	}
-	put_u64(ids, transcript->client_instance);
-	put_u64(ids + 8, transcript->server_instance);
+	put_le64(ids, transcript->client_instance);
+	put_le64(ids + 8, transcript->server_instance);
 	/* The label is sent with its NUL so one label can never be a prefix of the other's input.
 	 */
 	crypto_hash_sha256(hashed_key, key, key_len);
@@ -80,4 +74,9 @@ int auth_verify(const uint8_t *key, size_t key_len, enum auth_role role,
 	err = sodium_memcmp(expected, mac, AUTH_MAC_BYTES) == 0 ? 0 : RDMAX_E_PERMISSION_DENIED;
 	sodium_memzero(expected, sizeof(expected));
 	return err;
+}
+
+bool auth_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	return sodium_memcmp(a, b, n) == 0;
 }

@@ -9,6 +9,7 @@
 #ifndef RDMAXD_AUTH_H
 #define RDMAXD_AUTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,5 +56,8 @@ int auth_compute(const uint8_t *key, size_t key_len, enum auth_role role,
  */
 int auth_verify(const uint8_t *key, size_t key_len, enum auth_role role,
 		const struct auth_transcript *transcript, const uint8_t *mac);
+
+/* Whether n bytes of a and b are equal, in constant time (proofs must not leak a prefix). */
+bool auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
 #endif

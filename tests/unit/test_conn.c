@@ -4,7 +4,7 @@
  *  - suite "conn": the connection state machine driven by synthetic rdma_cm
  *    events, work completions and timer firings through fake conn_ops, the
  *    private data of connection set-up, and the work-completion error map;
- *  - suite "planner": the send-queue planner (credits, selective signaling,
+ *  - suite "sq_plan": the send-queue planner (credits, selective signaling,
  *    inline decision, multi-WR xfers, retirement after errors and drains);
  *  - in suite "conn", SEND messages: frames planned as SENDs on one link, the
  *    answer completing them in either order with the send completion, answers
@@ -25,7 +25,7 @@
 #include "verbs.h"
 
 Suite *conn_suite(void);
-Suite *planner_suite(void);
+Suite *sq_plan_suite(void);
 
 /* ------------------------------------------------------------- test xfers */
 
@@ -1503,9 +1503,9 @@ START_TEST(planner_drain_keeps_confirmed_successes)
 }
 END_TEST
 
-Suite *planner_suite(void)
+Suite *sq_plan_suite(void)
 {
-	Suite *s = suite_create("planner");
+	Suite *s = suite_create("sq_plan");
 	TCase *tc = tcase_create("send queue");
 
 	tcase_set_timeout(tc, 10);

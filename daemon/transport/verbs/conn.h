@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Connections of the verbs transport, as pure logic: the connection state
- * machine, the send-queue planner (credits, selective signaling, inline,
- * post lists) and the private-data formats of connection set-up. Nothing here
+ * machine (conn.c) over the send-queue planner (sq_plan.h), the private-data
+ * formats of connection set-up (conn_pd.c) and message framing (conn_msg.c). Nothing here
  * calls rdma-core: every rdma_cm or verbs step goes through struct conn_ops,
  * which the transport implements with real calls and the unit tests with
  * fakes, so every transition can be driven by synthetic events.
@@ -22,121 +22,13 @@
 
 #include "hmap.h"
 #include "rdmax.h"
+#include "conn_msg.h"
+#include "sq_plan.h"
 #include "transport.h"
 #include "util.h"
 
 #define CONN_MAX_LINKS 64
 #define CONN_NAME_MAX  64
-#define CONN_MSG_MAX   RDMAX_MESSAGE_MAX
-
-/* ================================================================ planner */
-
-/* What one send work request does. */
-enum wr_kind {
-	WR_WRITE,     /* RDMA WRITE of part of an xfer */
-	WR_WRITE_IMM, /* RDMA WRITE with immediate: the last WR of an xfer that carries imm */
-	WR_READ,      /* RDMA READ of part of an xfer */
-	WR_SEND,      /* two-sided SEND of one frame of a message (from its staging) */
-	WR_MARKER,   /* signaled empty WRITE after the QP went to error: its flush ends the drain */
-	WR_KIND_MAX, /* terminator */
-};
-
-/* One WR as planned; the transport turns it into an ibv_send_wr. */
-struct wr_desc {
-	struct xfer *xfer; /* NULL for the marker */
-	enum wr_kind kind;
-	uint64_t seq;    /* wr_id: position in the send queue's history */
-	uint64_t offset; /* bytes into the xfer (local and remote); WR_SEND: into the staging */
-	uint64_t length;
-	bool signaled;
-	bool inline_data;
-};
-
-struct sq_slot {
-	struct xfer *xfer; /* NULL for the marker */
-	bool last;         /* the xfer's last WR: retiring it completes the xfer */
-	bool signaled;
-};
-
-/* How a retired xfer ended. */
-enum sq_outcome {
-	SQ_OK,           /* every WR of the xfer completed */
-	SQ_FAILED_CAUSE, /* a WR of this xfer completed with the error status */
-	SQ_FAILED_FLUSH, /* flushed (or unknown) because the queue pair failed */
-	SQ_OUTCOME_MAX,  /* terminator */
-};
-
-typedef void (*sq_retire_cb)(void *arg, struct xfer *xfer, enum sq_outcome outcome);
-
-/*
- * Send-queue accounting of one QP. A slot is held from posting until a
- * signaled WR at or after it completes (an unsignaled WR gives no completion
- * of its own), so credits come back only with signaled completions. One slot
- * is always kept for the drain marker.
- */
-struct sq_plan {
-	uint32_t depth;           /* WRs the send queue holds (max_send_wr) */
-	uint32_t signal_interval; /* at most this many WRs per signaled one */
-	uint32_t max_inline;      /* writes of 1..max_inline bytes go inline */
-	uint64_t max_wr_bytes;    /* largest message of one WR */
-	uint64_t next_seq;        /* seq of the next WR */
-	uint64_t done_seq;        /* every WR below it is retired */
-	uint32_t since_signal;    /* WRs posted since the last signaled one */
-	bool failed;              /* a WR failed or the QP is draining */
-	uint64_t fail_seq;        /* WRs from here on fail unless a success confirms them */
-	uint64_t cause_seq;       /* the WR whose error started it, UINT64_MAX when a flush */
-	struct xfer *cause_xfer;  /* its xfer, once retired */
-	bool marker_posted;
-	uint64_t marker_seq;
-	struct sq_slot *ring; /* depth slots, indexed by seq % depth */
-};
-
-/*
- * \param depth send queue size (>= 2: one slot is the marker's)
- * \param max_wr_bytes largest WR message (> 0)
- */
-int sq_plan_init(struct sq_plan *plan, uint32_t depth, uint32_t signal_interval,
-		 uint32_t max_inline, uint64_t max_wr_bytes);
-void sq_plan_fini(struct sq_plan *plan);
-/* WRs that may still be posted (the marker's slot excluded). */
-uint32_t sq_plan_credits(const struct sq_plan *plan);
-/* WRs posted and not yet retired. */
-uint32_t sq_plan_outstanding(const struct sq_plan *plan);
-/* WRs an xfer needs (a message: one per frame). */
-uint64_t sq_plan_wrs_for(const struct sq_plan *plan, const struct xfer *xfer);
-
-/*
- * Plan whole xfers from the head of queue (linked by xfer->link) into at most
- * max WRs; planned xfers leave the queue and *queued drops by their number.
- * Every signal_interval-th WR is signaled, and so is the last one returned,
- * so that every planned WR is eventually retired.
- * \return the number of WRs written to out
- */
-size_t sq_plan_build(struct sq_plan *plan, struct list_node *queue, uint32_t *queued, size_t max,
-		     struct wr_desc *out);
-
-/*
- * The QP is being drained: whatever is outstanding fails unless a successful
- * completion still confirms it (an unsignaled WR may have been flushed
- * without a completion of its own).
- */
-void sq_plan_begin_drain(struct sq_plan *plan);
-
-/* Plan the drain marker into *out (uses the reserved slot). */
-void sq_plan_marker(struct sq_plan *plan, struct wr_desc *out);
-
-/*
- * A completion for WR seq arrived with status ok / failed: every WR before it
- * completed successfully (RC completes in order) unless the queue already
- * failed. Each xfer whose last slot is retired is reported once to cb.
- * Completions for retired or unknown seqs are ignored.
- * \return the number of WRs retired
- */
-uint32_t sq_plan_complete(struct sq_plan *plan, uint64_t seq, bool ok, bool flush, sq_retire_cb cb,
-			  void *arg);
-
-/* Retire everything still outstanding as failed (drain finished or given up). */
-uint32_t sq_plan_fail_all(struct sq_plan *plan, sq_retire_cb cb, void *arg);
 
 /* ============================================================ connections */
 
@@ -465,6 +357,16 @@ struct conn_request {
 	bool has_mac;
 };
 
+/*
+ * The transcript both proofs of a connect request cover: the request, the
+ * address and port the requester dialled, and the accepting daemon's
+ * instance, so a request cannot be replayed to another daemon.
+ */
+struct auth_transcript;
+void conn_pd_transcript(struct auth_transcript *tr, const uint8_t *req,
+			const uint8_t server_addr[16], uint16_t server_port,
+			uint64_t server_instance);
+
 /* The 16-byte (IPv4-mapped) address and port of a sockaddr; -EAFNOSUPPORT otherwise. */
 int conn_addr_bytes(const struct sockaddr *sa, uint8_t ret_addr[16], uint16_t *ret_port);
 /* Same from a numeric address string. */
@@ -528,97 +430,6 @@ int conn_table_group_add(struct conn_table *table, uint64_t instance, uint32_t g
 void conn_table_group_del(struct conn_table *table, uint64_t instance, uint32_t group);
 
 /* ============================================================== messages */
-
-/*
- * SEND messages (mailboxes) ride the same QPs as one-sided xfers. The
- * requester cuts a message into frames, each one two-sided SEND into one
- * receive buffer of the peer's SRQ (CONN_FRAME_MAX bytes), and the peer
- * answers with one frame carrying the mailbox's status; the answer completes
- * the message. Every frame repeats the message's id and sizes, so the
- * receiver checks each one on its own before it copies a byte.
- *
- * Frame header (CONN_FRAME_HDR bytes, little-endian):
- *   0 magic u32 "RXM1" | 4 version u8 | 5 type u8 | 6 name_len u8 | 7 from_len u8
- *   8 id u64 | 16 payload_len u32 (answer: status i32) | 20 offset u32 (answer:
- *   text_len u32) | 24..31 zero
- * Message frame data: bytes [offset, offset + n) of the body, which is the
- * mailbox name, the sender's node name and the payload; every frame but the
- * last carries CONN_FRAME_DATA bytes. Answer data: the text (no NUL).
- */
-#define CONN_FRAME_MAX  4096 /* bytes of one frame: every SRQ receive buffer holds one */
-#define CONN_FRAME_HDR  32
-#define CONN_FRAME_DATA (CONN_FRAME_MAX - CONN_FRAME_HDR)
-#define CONN_FROM_MAX   63 /* bytes of the sender's node name */
-#define CONN_MSG_BODY_MAX                                                                          \
-	(TRANSPORT_MAILBOX_NAME_MAX + CONN_FROM_MAX + TRANSPORT_MESSAGE_PAYLOAD_MAX)
-#define CONN_MSG_FRAMES_MAX ((CONN_MSG_BODY_MAX + CONN_FRAME_DATA - 1) / CONN_FRAME_DATA)
-/* Staging of one message: frame i at i * CONN_FRAME_MAX. */
-#define CONN_MSG_STAGING     (CONN_MSG_FRAMES_MAX * CONN_FRAME_MAX)
-#define CONN_ANSWER_TEXT_MAX (CONN_MSG_MAX - 1)
-#define CONN_ANSWER_MAX      (CONN_FRAME_HDR + CONN_ANSWER_TEXT_MAX)
-#define CONN_FRAME_MAGIC     0x314d5852u /* "RXM1" little-endian */
-
-enum conn_frame_type {
-	CONN_FRAME_MESSAGE = 1, /* part of a message, requester -> owner of the mailbox */
-	CONN_FRAME_ANSWER = 2,  /* the mailbox's status for a message, back */
-	CONN_FRAME_TYPE_MAX,    /* terminator */
-};
-
-/* A checked frame; data points into the buffer it was decoded from. */
-struct conn_frame {
-	enum conn_frame_type type;
-	uint64_t id; /* the requester's message id, never 0 */
-	uint8_t name_len;
-	uint8_t from_len;
-	uint32_t payload_len;
-	uint32_t offset;     /* body bytes before this frame's data */
-	int status;          /* answer: 0 or RDMAX_E_* */
-	const uint8_t *data; /* message: body bytes; answer: text */
-	uint32_t data_len;
-};
-
-/* Frames of a message body of body_len bytes, and the wire length of frame i. */
-uint32_t conn_msg_frames(uint64_t body_len);
-uint32_t conn_msg_frame_len(uint64_t body_len, uint32_t index);
-
-/*
- * Lay out a message's frames in staging (size >= CONN_MSG_STAGING for the
- * largest message): frame i at i * CONN_FRAME_MAX.
- * \param from the sender's node name (0..CONN_FROM_MAX bytes)
- * \return the body length, or RDMAX_E_INVALID_ARGUMENT / -ENOSPC
- */
-int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name, const char *from,
-		    const uint8_t *payload, uint32_t payload_len);
-
-/* An answer frame (text cut to CONN_ANSWER_TEXT_MAX); returns its length or -ENOSPC. */
-int conn_answer_encode(uint8_t *buf, size_t size, uint64_t id, int status, const char *text);
-
-/*
- * Check one received frame of len bytes without trusting any of it: sizes
- * within their limits, the data exactly where the sizes put it, statuses
- * that exist. \return 0 or RDMAX_E_PROTOCOL_ERROR
- */
-int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_frame);
-
-/* Reassembly of one QP's incoming message (RC keeps its frames in order). */
-struct conn_msg_rx {
-	uint64_t id;
-	uint8_t name_len;
-	uint8_t from_len;
-	uint32_t payload_len;
-	uint32_t got;        /* body bytes so far */
-	const uint8_t *body; /* name | from | payload once complete */
-	uint8_t *owned;      /* the reassembly buffer (NULL for a one-frame message) */
-};
-
-/*
- * Feed a decoded message frame. Returns 1 when the message is complete (body
- * valid until conn_msg_rx_reset()), 0 when more frames follow, or
- * RDMAX_E_PROTOCOL_ERROR (out of order, sizes that change, a sender name that
- * is not printable) / -ENOMEM; the caller then resets.
- */
-int conn_msg_rx_feed(struct conn_msg_rx *rx, const struct conn_frame *frame);
-void conn_msg_rx_reset(struct conn_msg_rx *rx);
 
 /*
  * A message as the connection carries it: the transport stages its frames

@@ -1180,23 +1180,6 @@ static int wire_status(int err)
 #define IMM_MAILBOX    " imm"
 #define IMM_RECORD_LEN 28 /* instance, region id, key (u64 each), imm (u32), little-endian */
 
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--) {
-		v = (v << 8) | p[i];
-	}
-	return v;
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++) {
-		p[i] = (uint8_t)(v >> (8 * i));
-	}
-}
-
 /* An imm record from a peer: the region must exist, match its key and take writes. */
 static int imm_record_land(struct rdmaxd *d, const uint8_t *rec, size_t len, char *text,
 			   size_t text_size)
