@@ -22,7 +22,7 @@
 	X(auth)                                                                                    \
 	X(client)                                                                                  \
 	X(conn)                                                                                    \
-	X(planner)                                                                                 \
+	X(sq_plan)                                                                                 \
 	X(verbs_msg)                                                                               \
 	X(planner_jobs)                                                                            \
 	X(ops)                                                                                     \
