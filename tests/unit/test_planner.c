@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "engine.h"
 #include "mailbox.h"
 #include "peer_group.h"
@@ -527,15 +528,6 @@ struct fixture {
 
 static struct fixture F;
 
-static int sealed_memfd(size_t len)
-{
-	int fd = memfd_create("unit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
-	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
-	return fd;
-}
-
 static size_t encode_remote(uint8_t *buf, uint64_t instance, uint64_t region, uint16_t port,
 			    enum endpoint_transport kind)
 {
@@ -581,14 +573,14 @@ static void fixture_setup(void)
 	F.d.transports[ENDPOINT_VERBS] = &F.verbs.base;
 	ck_assert_int_eq(engine_create(&F.d, on_complete, &F.engine), 0);
 	ck_assert_int_eq(job_owner_init(&F.owner), 0);
-	int fd = sealed_memfd(1 << 20);
+	int fd = unit_sealed_memfd(1 << 20, F_SEAL_SHRINK);
 	ck_assert_int_eq(
 		region_register_host_fd(&F.d.regions, &F.owner, fd, 0, 1 << 20, 0, &F.local), 0);
 	close(fd);
 	for (size_t i = 0; i < (1 << 20); i++) {
 		F.local->addr[i] = (uint8_t)(i * 7 + 3);
 	}
-	fd = sealed_memfd(1 << 20);
+	fd = unit_sealed_memfd(1 << 20, F_SEAL_SHRINK);
 	ck_assert_int_eq(region_register_host_fd(&F.d.regions, &F.other_owner, fd, 0, 1 << 20,
 						 RDMAX_ACCESS_REMOTE_WRITE, &F.target),
 			 0);

@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "../../client-lib/internal.h"
 #include "rdmax.h"
 #include "ring.h"
@@ -71,17 +72,6 @@ START_TEST(ring_sizes)
 }
 END_TEST
 
-static int sealed_memfd(size_t size, int seals)
-{
-	int fd = memfd_create("ring-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
-	if (seals) {
-		ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
-	}
-	return fd;
-}
-
 START_TEST(ring_map_refuses)
 {
 	size_t need = rdmax_ring_bytes(SQ, SQE, CQ);
@@ -89,22 +79,22 @@ START_TEST(ring_map_refuses)
 	int fd, pipefd[2];
 
 	/* A client that could shrink or grow the file under the daemon's mapping. */
-	fd = sealed_memfd(need, 0);
+	fd = unit_sealed_memfd(need, 0);
 	ck_assert_int_eq(ring_map(fd, SQ, SQE, CQ, &r), RDMAX_E_PERMISSION_DENIED);
 	close(fd);
-	fd = sealed_memfd(need, F_SEAL_SHRINK);
+	fd = unit_sealed_memfd(need, F_SEAL_SHRINK);
 	ck_assert_int_eq(ring_map(fd, SQ, SQE, CQ, &r), RDMAX_E_PERMISSION_DENIED);
 	close(fd);
 	/* Truncated before sealing: smaller than the sizes need. */
-	fd = sealed_memfd(need - 1, F_SEAL_SHRINK | F_SEAL_GROW);
+	fd = unit_sealed_memfd(need - 1, F_SEAL_SHRINK | F_SEAL_GROW);
 	ck_assert_int_eq(ring_map(fd, SQ, SQE, CQ, &r), RDMAX_E_OUT_OF_RANGE);
 	close(fd);
 	/* Sealed against writes: the daemon could not post completions. */
-	fd = sealed_memfd(need, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+	fd = unit_sealed_memfd(need, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
 	ck_assert_int_eq(ring_map(fd, SQ, SQE, CQ, &r), RDMAX_E_PERMISSION_DENIED);
 	close(fd);
 	/* Read-only fd of a good file. */
-	fd = sealed_memfd(need, F_SEAL_SHRINK | F_SEAL_GROW);
+	fd = unit_sealed_memfd(need, F_SEAL_SHRINK | F_SEAL_GROW);
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	int ro = open(path, O_RDONLY | O_CLOEXEC);

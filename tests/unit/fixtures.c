@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/* What several unit suites build their cases from. */
+#include "fixtures.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int unit_sealed_memfd(size_t len, unsigned seals)
+{
+	int fd = memfd_create("unit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+	if (seals) {
+		ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, (int)seals), 0);
+	}
+	return fd;
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests of hmap: the hash map: put, get, delete, growth, reserved keys. */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hmap.h"
+
+Suite *hmap_suite(void);
+
+START_TEST(hmap_put_get_del_grow)
+{
+	struct hmap map;
+	ck_assert_int_eq(hmap_init(&map, 4), 0);
+	for (uintptr_t k = 1; k <= 10000; k++) {
+		ck_assert_int_eq(hmap_put(&map, k, (void *)(k * 3)), 0);
+	}
+	ck_assert_uint_eq(map.count, 10000);
+	for (uintptr_t k = 1; k <= 10000; k++) {
+		ck_assert_ptr_eq(hmap_get(&map, k), (void *)(k * 3));
+	}
+	for (uintptr_t k = 1; k <= 10000; k += 2) {
+		ck_assert_ptr_eq(hmap_del(&map, k), (void *)(k * 3));
+	}
+	ck_assert_uint_eq(map.count, 5000);
+	ck_assert_ptr_null(hmap_get(&map, 1));
+	ck_assert_ptr_eq(hmap_get(&map, 2), (void *)6);
+	/* Tombstones are reused and lookups still find keys past them. */
+	for (uintptr_t k = 1; k <= 10000; k += 2) {
+		ck_assert_int_eq(hmap_put(&map, k, (void *)k), 0);
+	}
+	ck_assert_uint_eq(map.count, 10000);
+	ck_assert_ptr_eq(hmap_get(&map, 9999), (void *)9999);
+	size_t iter = 0, seen = 0;
+	uint64_t key;
+	void *value;
+	while (hmap_next(&map, &iter, &key, &value)) {
+		seen++;
+	}
+	ck_assert_uint_eq(seen, 10000);
+	hmap_fini(&map);
+}
+END_TEST
+
+START_TEST(hmap_reserved_keys_refused)
+{
+	struct hmap map;
+	ck_assert_int_eq(hmap_init(&map, 0), 0);
+	ck_assert_int_eq(hmap_put(&map, 0, &map), -EINVAL);
+	ck_assert_int_eq(hmap_put(&map, UINT64_MAX, &map), -EINVAL);
+	ck_assert_ptr_null(hmap_get(&map, 0));
+	ck_assert_ptr_null(hmap_del(&map, UINT64_MAX));
+	ck_assert_int_eq(hmap_put(&map, 5, &map), 0);
+	ck_assert_int_eq(hmap_put(&map, 5, NULL), 0);
+	ck_assert_uint_eq(map.count, 1);
+	hmap_fini(&map);
+}
+END_TEST
+
+Suite *hmap_suite(void)
+{
+	Suite *s = suite_create("hmap");
+	TCase *tc = tcase_create("hmap");
+	tcase_set_timeout(tc, 10);
+	tcase_add_test(tc, hmap_put_get_del_grow);
+	tcase_add_test(tc, hmap_reserved_keys_refused);
+	suite_add_tcase(s, tc);
+	return s;
+}
