@@ -898,6 +898,12 @@ out_free:
 	return ret;
 }
 
+int gpu_flush_writes(struct gpu *gpu)
+{
+	(void)gpu;
+	return 0;
+}
+
 const char *gpu_region_bus_id(const struct region *region)
 {
 	const struct gpu_region *gr;

@@ -165,6 +165,18 @@ int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 		 const struct gpu_reg_req *req, char *why, size_t why_size,
 		 struct region **ret_region);
 
+/*
+ * Make GPUDirect RDMA writes that landed so far visible to the kernels of
+ * every GPU holding a registered region, before an imm counter tells a
+ * client they arrived: cuFlushGPUDirectRDMAWrites() in the GPU's primary
+ * context where CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING is
+ * below OWNER, nothing elsewhere. Loads libcuda only when a GPU region
+ * exists. Accepts NULL.
+ * \return the number of GPUs flushed, -EOPNOTSUPP when a GPU needs a flush
+ *         it does not support (logged once), or RDMAX_E_GPU_DRIVER_MISSING
+ */
+int gpu_flush_writes(struct gpu *gpu);
+
 /* The PCI bus id of a GPU region or pool slice ("" when unknown), NULL for host memory. */
 const char *gpu_region_bus_id(const struct region *region);
 
