@@ -524,7 +524,9 @@ static void handle_register_gpu(struct session *s, uint64_t seq,
 	char why[320];
 	int ret;
 
-	if (rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF) {
+	/* A dma-buf registration without an fd names one the client sent before (buffer id). */
+	if (rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF &&
+	    (rr->has_fd_index || n_fds > 0)) {
 		uint32_t idx = rr->has_fd_index ? rr->fd_index : 0;
 		if (idx >= n_fds) {
 			reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,

@@ -743,7 +743,7 @@ START_TEST(client_memory_kinds)
 	/* cudaMallocAsync on a GPU without dma-buf: no handle to fall back on. */
 	cu.dmabuf[0] = false;
 	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)pool, page, 0, &r),
-			 RDMAX_E_GPU_NO_DMABUF);
+			 RDMAX_E_GPU_NOT_EXPORTABLE);
 	cu.dmabuf[0] = true;
 	/* Managed memory migrates: never registered. */
 	CUdeviceptr managed = fake_cuda_alloc_kind(&cu, FAKE_MANAGED, 4 * MiB, 0);
