@@ -381,6 +381,8 @@ void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
 		return;
 	}
 	metrics_imm_fired(s->ipc->daemon->metrics);
+	/* GPU kernels must see the writes that led here before the client hears of them. */
+	gpu_flush_writes(s->ipc->daemon->gpu);
 	/* Completions of the writes that led here go first. */
 	flush_completions(s);
 	ev.imm = imm;

@@ -1525,6 +1525,7 @@ START_TEST(daemon_shared_dmabuf)
 	p.sysfs_root = root;
 	table_with_hook(&t, &h);
 	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	int fd2 = memfd_of(10 * MiB);
 	int fds_before = count_fds();
 	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &r[0]), 0);
 	/* The daemon keeps one reference to the dma-buf for later slices. */
@@ -1543,7 +1544,6 @@ START_TEST(daemon_shared_dmabuf)
 	ck_assert_int_eq(count_fds(), fds_before + 1);
 	ck_assert_int_eq(h.live_mrs, 6);
 	/* Charged once: 10 MiB of 16, so another 10 MiB allocation does not fit. */
-	int fd2 = memfd_of(10 * MiB);
 	struct gpu_reg_req other_alloc = req;
 	other_alloc.fd = fd2;
 	other_alloc.offset = 0;
