@@ -10,7 +10,9 @@
  *
  * Never calls verbs: it tells the verbs transport what to register on each
  * device (gpu_mr_plan) and gpu_verbs.c executes that. Never touches GPU
- * memory contents, and never keeps a dma-buf fd past its registration.
+ * memory contents. Keeps a client's dma-buf fd only while regions of that
+ * allocation are registered (one export and one BAR1 charge per allocation);
+ * loads CUDA for the dma-buf path only to flush writes where a GPU needs it.
  * Everything that can be known at registration is refused there with a
  * named error and a hint, never left to fail at the first transfer.
  */

@@ -1154,6 +1154,8 @@ struct hook {
 	uint64_t iova;
 	bool fd_open;
 	off_t fd_size;
+	const int *watch;     /* a counter to note when an MR goes (order checks) */
+	int watch_at_removal; /* its value then */
 };
 
 /* The verbs transport's iova: high bits from the key, low bits from the memory. */
@@ -1198,6 +1200,7 @@ static void hook_removed(void *ctx, struct region *region)
 	struct hook *h = ctx;
 
 	h->removed++;
+	h->watch_at_removal = h->watch ? *h->watch : 0;
 	if (region->transport_data[0] && region->gpu && !gpu_region_shares_mrs(region)) {
 		free(region->transport_data[0]);
 		h->live_mrs--;
@@ -1703,6 +1706,51 @@ START_TEST(daemon_flushes_before_imm)
 }
 END_TEST
 
+START_TEST(daemon_peermem_owner_gone)
+{
+	struct region_table t;
+	struct hook h;
+	struct gpu *gpu;
+	struct fake_cuda cu;
+	struct region *r;
+	CUipcMemHandle handle;
+	char root[64], why[320] = "";
+	int owner;
+
+	fake_cuda_init(&cu);
+	make_sysfs(root, sizeof(root), 0, true);
+	table_with_hook(&t, &h);
+	h.watch = &cu.ipc_closes;
+	CUdeviceptr alloc = fake_cuda_alloc(&cu, 4 * MiB, 0);
+	ck_assert_int_eq(fake_cuda_ipc_handle(&cu, alloc, &handle), CUDA_SUCCESS);
+	struct gpu_params p = {.sysfs_root = root, .verbs = true, .cuda = &cu.table};
+	struct gpu_reg_req req = {.kind = REGION_GPU_CUDA_IPC,
+				  .length = MiB,
+				  .bus_id = "0000:3b:00.0",
+				  .ipc_handle = (const uint8_t *)&handle,
+				  .ipc_handle_len = sizeof(handle)};
+	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &r), 0);
+	/* The client dies with a job still using the region (session_close deregisters). */
+	region_get(r);
+	region_deregister(&t, r, NULL, NULL);
+	ck_assert_int_eq(fake_cuda_mappings(&cu), 1);
+	ck_assert_int_eq(h.live_mrs, 1);
+	/* The last job lets go: the MR goes first, then the mapping, nothing later. */
+	region_put(&t, r);
+	ck_assert_int_eq(h.live_mrs, 0);
+	ck_assert_int_eq(h.watch_at_removal, 0);
+	ck_assert_int_eq(cu.ipc_closes, 1);
+	ck_assert_int_eq(fake_cuda_mappings(&cu), 0);
+	ck_assert_int_eq(cu.ctx_depth, 0);
+	gpu_destroy(gpu);
+	ck_assert_int_eq(cu.retains, cu.releases);
+	region_table_fini(&t);
+	rm_tree(root);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
 START_TEST(daemon_peermem_open_close)
 {
 	struct region_table t;
@@ -2142,6 +2190,7 @@ Suite *gpu_suite(void)
 	tcase_add_test(tc, daemon_checks_bus_id);
 	tcase_add_test(tc, daemon_flushes_before_imm);
 	tcase_add_test(tc, daemon_peermem_open_close);
+	tcase_add_test(tc, daemon_peermem_owner_gone);
 	tcase_add_test(tc, daemon_pools);
 	tcase_add_test(tc, daemon_pools_peermem_and_off);
 	tcase_add_test(tc, engine_refuses_same_node_gpu_copies);
