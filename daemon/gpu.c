@@ -130,6 +130,10 @@ struct gpu {
 		int state; /* FLUSH_* */
 	} flush[GPU_MAX];
 	uint32_t n_flush;
+	/* The GPUs holding registered memory, found again only after regions changed. */
+	char buses[GPU_MAX][RDMAX_CUDA_BUS_ID_MAX];
+	uint32_t n_buses;
+	bool buses_stale;
 };
 
 enum {
@@ -622,6 +626,7 @@ static int check_bar1(const struct gpu *gpu, int index, uint64_t charge, char *w
 
 static void link_region(struct gpu *gpu, struct gpu_region *gr)
 {
+	gpu->buses_stale = true;
 	gr->prev = NULL;
 	gr->next = gpu->regions;
 	if (gpu->regions) {
@@ -632,6 +637,7 @@ static void link_region(struct gpu *gpu, struct gpu_region *gr)
 
 static void unlink_region(struct gpu *gpu, struct gpu_region *gr)
 {
+	gpu->buses_stale = true;
 	if (gr->prev) {
 		gr->prev->next = gr->next;
 	} else if (gpu->regions == gr) {
@@ -1142,26 +1148,32 @@ static int flush_state(struct gpu *gpu, const char *bus_id)
 
 int gpu_flush_writes(struct gpu *gpu)
 {
-	char buses[GPU_MAX][RDMAX_CUDA_BUS_ID_MAX];
+	char(*buses)[RDMAX_CUDA_BUS_ID_MAX];
 	uint32_t n = 0;
 	int flushed = 0, err = 0;
 
 	if (!gpu || !gpu->regions) {
 		return 0;
 	}
-	/* The GPUs holding registered memory (client regions, pools, slices). */
-	for (const struct gpu_region *gr = gpu->regions; gr && n < GPU_MAX; gr = gr->next) {
-		uint32_t k = 0;
-		if (!gr->bus_id[0]) {
-			continue;
+	buses = gpu->buses;
+	if (gpu->buses_stale) {
+		/* The GPUs holding registered memory (client regions, pools, slices). */
+		for (const struct gpu_region *gr = gpu->regions; gr && n < GPU_MAX; gr = gr->next) {
+			uint32_t k = 0;
+			if (!gr->bus_id[0]) {
+				continue;
+			}
+			while (k < n && strcmp(buses[k], gr->bus_id) != 0) {
+				k++;
+			}
+			if (k == n) {
+				snprintf(buses[n++], RDMAX_CUDA_BUS_ID_MAX, "%s", gr->bus_id);
+			}
 		}
-		while (k < n && strcmp(buses[k], gr->bus_id) != 0) {
-			k++;
-		}
-		if (k == n) {
-			snprintf(buses[n++], RDMAX_CUDA_BUS_ID_MAX, "%s", gr->bus_id);
-		}
+		gpu->n_buses = n;
+		gpu->buses_stale = false;
 	}
+	n = gpu->n_buses;
 	if (n == 0) {
 		return 0;
 	}

@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,10 @@ static void on_register(struct server *s, uint64_t seq, const Rdmax__V1__Registe
 
 	pthread_mutex_lock(&s->lock);
 	ret = gpu_register(s->gpu, &s->table, s, &req, s->why, sizeof(s->why), &region);
+	/* Before the reply: the client counts the dma-bufs this process holds. */
+	for (int i = 0; i < n_fds; i++) {
+		close(fds[i]);
+	}
 	if (ret < 0) {
 		pthread_mutex_unlock(&s->lock);
 		reply_status(s, seq, ret, s->why);
@@ -180,8 +185,11 @@ static void on_register(struct server *s, uint64_t seq, const Rdmax__V1__Registe
 	}
 	r.region_id = region->id;
 	r.desc.data = desc;
-	r.desc.len = (size_t)region_desc_encode(&s->table, region, "device-check", NULL, 0, desc,
-						sizeof(desc));
+	/* A descriptor needs an endpoint; nothing connects to this one. */
+	struct endpoint ep = {.transport = ENDPOINT_TCP, .port = 9};
+	snprintf(ep.addr, sizeof(ep.addr), "127.0.0.1");
+	ret = region_desc_encode(&s->table, region, "device-check", &ep, 1, desc, sizeof(desc));
+	r.desc.len = ret > 0 ? (size_t)ret : 0;
 	r.has_length = 1;
 	r.length = region->length;
 	pthread_mutex_unlock(&s->lock);
@@ -243,6 +251,7 @@ static void *server_main(void *arg)
 			on_hello(s, m->seq);
 		} else if (m->body_case == RDMAX__V1__CLIENT_MSG__BODY_REGISTER_REGION) {
 			on_register(s, m->seq, m->register_region, fds, n_fds);
+			n_fds = 0; /* closed there */
 		} else if (m->body_case == RDMAX__V1__CLIENT_MSG__BODY_DEREGISTER_REGION) {
 			on_deregister(s, m->seq, m->deregister_region->region_id);
 		} else {
@@ -479,6 +488,17 @@ struct access_desc {
 	int flags; /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 */
 };
 
+#if defined(RDMAX_HAVE_CUDA_H)
+_Static_assert(sizeof(struct alloc_prop) == sizeof(CUmemAllocationProp), "CUmemAllocationProp");
+_Static_assert(offsetof(struct alloc_prop, flags.gpu_direct_rdma_capable) ==
+		       offsetof(CUmemAllocationProp, allocFlags.gpuDirectRDMACapable),
+	       "gpuDirectRDMACapable");
+_Static_assert(sizeof(struct access_desc) == sizeof(CUmemAccessDesc), "CUmemAccessDesc");
+_Static_assert(CU_MEM_ALLOCATION_TYPE_PINNED == 1 && CU_MEM_LOCATION_TYPE_DEVICE == 1 &&
+		       CU_MEM_ACCESS_FLAGS_PROT_READWRITE == 3,
+	       "VMM constants");
+#endif
+
 static void steps_vmm(struct ctx *c, bool rdma)
 {
 	const char *tag = rdma ? "vmm-rdma" : "vmm-no-rdma-flag";
@@ -568,8 +588,8 @@ static void steps_kinds(struct ctx *c)
 	if (c->x.mem_host_alloc && c->x.mem_host_alloc(&host, 4 * MiB, 0) == CUDA_SUCCESS) {
 		ret = rdmax_region_register_gpu(c->client, host, c->page, 0, &r);
 		if (ret == 0) {
-			step("pinned-host", "PASS", "exported as a dma-buf (%s)",
-			     c->srv->seen.check == 0 ? "dma-buf fs" : "not a dma-buf?");
+			step("pinned-host", "PASS", "exported as a dma-buf of %" PRIu64 " bytes",
+			     c->srv->seen.dmabuf_size);
 			rdmax_region_deregister(c->client, r);
 		} else if (ret == RDMAX_E_GPU_NO_DMABUF) {
 			step("pinned-host", "PASS", "refused by name: the driver cannot export it");
