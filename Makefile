@@ -133,7 +133,7 @@ $(GPU_CHECK): tests/gpu/check-gpu.c client-lib/cuda_table.c client-lib/cuda_tabl
 		$(LDFLAGS_ALL) $(shell pkg-config --libs libibverbs) -ldl
 
 # The device check's helper: the client library and the daemon's GPU module in one program.
-$(DEVICE_CHECK): tests/gpu/device-check.c $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
+$(DEVICE_CHECK): tests/gpu/device-check.c tests/unit/recv_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/device-check.c $(DAEMON_LIB_OBJS) \
 		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(BUILD)/client-lib/strerror.o $(BUILD)/client-lib/cuda_table.o,$(CLIENT_OBJS)) \

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "../../client-lib/cuda_table.h"
+#include "../unit/recv_fds.h"
 #include "gpu.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
@@ -220,28 +221,10 @@ static void *server_main(void *arg)
 
 	s->cfd = accept(s->lfd, NULL, NULL);
 	while (s->cfd >= 0) {
-		union {
-			char buf[CMSG_SPACE(8 * sizeof(int))];
-			struct cmsghdr align;
-		} ctl;
-		struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
-		struct msghdr mh = {.msg_iov = &iov,
-				    .msg_iovlen = 1,
-				    .msg_control = ctl.buf,
-				    .msg_controllen = sizeof(ctl.buf)};
-		int fds[8], n_fds = 0;
-		ssize_t n = recvmsg(s->cfd, &mh, MSG_CMSG_CLOEXEC);
+		int fds[TEST_RECV_FDS_MAX], n_fds = 0;
+		ssize_t n = test_recv_fds(s->cfd, buf, sizeof(buf), fds, &n_fds);
 		if (n <= 0) {
 			break;
-		}
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-				size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-				for (size_t i = 0; i < k && n_fds < 8; i++) {
-					memcpy(&fds[n_fds++], CMSG_DATA(c) + i * sizeof(int),
-					       sizeof(int));
-				}
-			}
 		}
 		Rdmax__V1__ClientMsg *m = rdmax__v1__client_msg__unpack(NULL, (size_t)n, buf);
 		if (!m) {

@@ -27,6 +27,7 @@
 #include "../../client-lib/internal.h"
 #include "engine.h"
 #include "fake_cuda.h"
+#include "recv_fds.h"
 #include "gpu.h"
 #include "rdmaxd.h"
 #include "rdmax.h"
@@ -236,28 +237,10 @@ static void *fd_main(void *arg)
 		return NULL;
 	}
 	for (;;) {
-		union {
-			char buf[CMSG_SPACE(8 * sizeof(int))];
-			struct cmsghdr align;
-		} ctl;
-		struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
-		struct msghdr mh = {.msg_iov = &iov,
-				    .msg_iovlen = 1,
-				    .msg_control = ctl.buf,
-				    .msg_controllen = sizeof(ctl.buf)};
-		int fds[8], n_fds = 0;
-		ssize_t n = recvmsg(f->cfd, &mh, MSG_CMSG_CLOEXEC);
+		int fds[TEST_RECV_FDS_MAX], n_fds = 0;
+		ssize_t n = test_recv_fds(f->cfd, buf, sizeof(buf), fds, &n_fds);
 		if (n <= 0) {
 			break;
-		}
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-				size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-				for (size_t i = 0; i < k && n_fds < 8; i++) {
-					memcpy(&fds[n_fds++], CMSG_DATA(c) + i * sizeof(int),
-					       sizeof(int));
-				}
-			}
 		}
 		Rdmax__V1__ClientMsg *m = rdmax__v1__client_msg__unpack(NULL, (size_t)n, buf);
 		if (!m) {
@@ -1690,13 +1673,14 @@ START_TEST(daemon_flushes_before_imm)
 	/* A GPU that needs the flush but cannot do it: said once, not pretended. */
 	cu.flush_options[0] = 0;
 	region_deregister(&t, r0, NULL, NULL);
+	region_deregister(&t, r1, NULL, NULL);
 	gpu_destroy(gpu);
 	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
 	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r0), 0);
 	ck_assert_int_eq(gpu_flush_writes(gpu), -EOPNOTSUPP);
 	ck_assert_int_eq(cu.flushes, 2);
 	region_deregister(&t, r0, NULL, NULL);
-	region_deregister(&t, r1, NULL, NULL);
+	ck_assert_int_eq(h.live_mrs, 0);
 	gpu_destroy(gpu);
 	ck_assert_int_eq(cu.retains, cu.releases);
 	region_table_fini(&t);
