@@ -1368,7 +1368,7 @@ static int pool_create(struct gpu *gpu, struct region_table *table, struct gpu_p
 	struct gpu_region *gr;
 	struct region *region;
 	unsigned int one = 1;
-	int supported = 0, fd = -1, ret;
+	int supported = 0, c2c = 0, fd = -1, ret;
 	CUresult r;
 
 	if (!push_ctx(gpu, pool->cdev)) {
@@ -1389,7 +1389,17 @@ static int pool_create(struct gpu *gpu, struct region_table *table, struct gpu_p
 		cu->pointer_set_attribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, pool->base);
 		cu->device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
 					 pool->cdev->dev);
-		if (want_dmabuf && supported &&
+		/* Grace (C2C): ask for the PCIe BAR1 mapping; drivers before 12.8 do not know it.
+		 */
+		cu->device_get_attribute(&c2c, CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED,
+					 pool->cdev->dev);
+		if (want_dmabuf && supported && c2c &&
+		    cu->mem_get_handle_for_address_range(
+			    &fd, pool->base, (size_t)bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+			    CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) != CUDA_SUCCESS) {
+			fd = -1;
+		}
+		if (want_dmabuf && supported && fd < 0 &&
 		    cu->mem_get_handle_for_address_range(&fd, pool->base, (size_t)bytes,
 							 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
 							 0) != CUDA_SUCCESS) {

@@ -1882,8 +1882,10 @@ START_TEST(daemon_pools)
 	ck_assert_uint_eq(t.count, 0);
 
 	cu.dmabuf[1] = true;
+	cu.c2c[1] = true; /* a Grace GPU: its pool's dma-buf is mapped through PCIe */
 	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
 	ck_assert_int_eq(gpu_pools_start(gpu, &t), 0);
+	ck_assert_uint_eq(cu.last_export_flags, CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
 	ck_assert_int_eq(cu.ctx_depth, 0);
 	ck_assert_uint_eq(t.count, 2); /* one registration per GPU */
 	ck_assert_int_eq(h.plan.how, GPU_MR_DMABUF);
