@@ -9,9 +9,11 @@
  * The daemon can only register what it can import, and whatever goes wrong
  * must show at registration, never at the first transfer: every property
  * the library can check (device memory, exportability, driver support,
- * address reuse) is checked here before anything is sent. Never logs; all
- * CUDA calls go through the table so that the unit tests can drive every
- * branch with a fake driver.
+ * address reuse) is checked here before anything is sent. Every CUDA call
+ * runs in the primary context of the memory's device and leaves the
+ * caller's context as it found it. Never logs; all CUDA calls go through
+ * the table so that the unit tests can drive every branch with a fake
+ * driver.
  */
 #include <errno.h>
 #include <stdlib.h>
