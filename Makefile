@@ -73,12 +73,14 @@ CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
 BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
+DEVICE_CHECK := $(BUILD)/tests/gpu/device-check-helper
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 EXAMPLES := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(wildcard docs/examples/*.c))
 ITEST_SRCS := $(wildcard tests/integration/*.c)
 
 all: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(BUILD)/librdmax.a $(BUILD)/librdmax.pc $(TOOLS) \
-	$(BUILD)/tests/unit-tests $(BUILD)/tests/itest $(BENCH_TOOLS) $(GPU_CHECK) $(EXAMPLES)
+	$(BUILD)/tests/unit-tests $(BUILD)/tests/itest $(BENCH_TOOLS) $(GPU_CHECK) $(DEVICE_CHECK) \
+	$(EXAMPLES)
 
 $(GEN_C) $(GEN_H): $(PROTO_SRC)
 	@mkdir -p $(BUILD)/gen
@@ -137,6 +139,25 @@ $(GPU_CHECK): tests/gpu/check-gpu.c proto/common/cuda_table.c proto/common/cuda_
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/check-gpu.c proto/common/cuda_table.c \
 		$(LDFLAGS_ALL) $(shell pkg-config --libs libibverbs) -ldl
 
+# The device check's helper: the client library and the daemon's GPU module in one program.
+$(DEVICE_CHECK): tests/gpu/device-check.c tests/unit/recv_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/device-check.c $(DAEMON_LIB_OBJS) \
+		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) \
+		$(LDFLAGS_ALL) $(LIBS_DAEMON) -ldl -lpthread
+
+# Every library the helper needs, the C library and its loader included (libcuda
+# is the GPU machine's own), so that the build folder starts on a bare GPU
+# machine whatever its distribution (docs/gpu.md).
+device-check-bundle: $(DEVICE_CHECK)
+	@mkdir -p $(BUILD)/tests/gpu/lib
+	ldd $(DEVICE_CHECK) | awk '$$3 ~ /^\// {print $$3} $$1 ~ /^\/.*ld-linux/ {print $$1}' \
+		| xargs -r cp -L -t $(BUILD)/tests/gpu/lib
+	for l in libdl.so.2 libpthread.so.0 librt.so.1 libm.so.6; do \
+		p=$$(ldconfig -p | awk -v l=$$l '$$1 == l && /x86-64|AArch64/ {print $$NF; exit}'); \
+		[ -z "$$p" ] || cp -L $$p $(BUILD)/tests/gpu/lib/; \
+	done
+
 # Raw reference programs for `make bench`: plain C, no project code.
 $(BUILD)/tests/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
@@ -154,6 +175,8 @@ check: all
 	RDMAX_BUILD=$(BUILD) tests/ops/run
 	@echo "== examples (docs/examples against three daemons)"
 	RDMAX_BUILD=$(BUILD) docs/examples/run.sh
+	@echo "== GPU device check (skips each step with its reason without a GPU)"
+	RDMAX_BUILD=$(BUILD) tests/gpu/device-check
 	@echo "== integration tests (verbs transport, Soft-RoCE guest)"
 	RDMAX_BUILD=$(BUILD) tests/run-verbs-suite
 
@@ -174,6 +197,10 @@ check-ops: $(BUILD)/rdmaxd $(BUILD)/rdmaxctl $(BUILD)/rdmax-demo
 # On a node with an NVIDIA GPU (not part of `make check`; skips cleanly without one).
 check-gpu: $(GPU_CHECK)
 	RDMAX_BUILD=$(BUILD) tests/gpu/check-gpu.sh
+
+# The same check alone (docs/gpu.md: how to run it on a GPU machine).
+device-check: $(DEVICE_CHECK)
+	RDMAX_BUILD=$(BUILD) tests/gpu/device-check
 
 check-verbs: all
 	RDMAX_BUILD=$(BUILD) RDMAX_VERBS_REQUIRED=$${RDMAX_VERBS_REQUIRED:-0} tests/run-verbs-suite
@@ -235,7 +262,8 @@ install: all $(BUILD)/librdmax.pc
 clean:
 	rm -rf build build-san
 
-.PHONY: all check check-layout check-unit check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
+.PHONY: all check check-layout check-unit check-tcp check-ops check-verbs check-gpu device-check \
+	device-check-bundle demo demo-verbs examples run-examples \
 	bench format install clean
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -9,9 +9,11 @@
  * The daemon can only register what it can import, and whatever goes wrong
  * must show at registration, never at the first transfer: every property
  * the library can check (device memory, exportability, driver support,
- * address reuse) is checked here before anything is sent. Never logs; all
- * CUDA calls go through the table so that the unit tests can drive every
- * branch with a fake driver.
+ * address reuse) is checked here before anything is sent. Every CUDA call
+ * runs in the primary context of the memory's device and leaves the
+ * caller's context as it found it. Never logs; all CUDA calls go through
+ * the table so that the unit tests can drive every branch with a fake
+ * driver.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,13 +23,22 @@
 #include "gpu.h"
 #include "internal.h"
 
+/* How a GPU registration reached the daemon. */
+enum reg_path {
+	PATH_NONE,   /* pool slices */
+	PATH_DMABUF, /* a dma-buf the daemon holds */
+	PATH_IPC,    /* a CUDA IPC handle (peermem) */
+};
+
 /* One GPU registration of this client. */
 struct gpu_reg {
 	struct gpu_reg *next;
 	struct rdmax_region *region;
-	CUdeviceptr base; /* the allocation holding the region (0 for pool slices) */
+	CUdeviceptr base; /* the allocation holding the region (0 when not cuMemAlloc memory) */
 	size_t size;
 	uint64_t buffer_id;
+	enum reg_path path;
+	bool shared_export;   /* the daemon holds a dma-buf of the whole allocation */
 	struct pool_map *map; /* pool slices: the pool's mapping here */
 };
 
@@ -51,16 +62,77 @@ struct client_gpu {
 	struct pool_map *maps;
 };
 
-/* What CUDA says about the allocation behind a pointer. */
+/* What CUDA says about the memory behind a pointer. */
 struct alloc_info {
-	CUdeviceptr base;
+	CUdeviceptr base; /* legacy: the allocation */
 	size_t size;
 	uint64_t buffer_id;
 	CUdevice dev;
 	char bus_id[RDMAX_CUDA_BUS_ID_MAX];
-	bool ipc_capable; /* legacy CUDA IPC works: cuMemAlloc memory, not VMM */
-	bool dmabuf;      /* the device can export dma-bufs */
+	/*
+	 * cuMemAlloc memory: the whole allocation is exported and shared by its
+	 * regions, and a CUDA IPC handle is the fallback. Everything else
+	 * (cuMemCreate/cuMemMap, cudaMallocAsync pools, pinned host memory)
+	 * exports the page-aligned range of the region itself: for VMM memory
+	 * cuMemGetAddressRange names only the mapping around the pointer.
+	 */
+	bool legacy;
+	bool host;   /* cuMemHostAlloc memory */
+	bool dmabuf; /* the device can export this kind as a dma-buf */
+	bool c2c;    /* a Grace system: ask for a dma-buf mapped through PCIe BAR1 */
 };
+
+/* The primary context of the pointer's device, current for the CUDA calls. */
+struct ctx_guard {
+	CUdevice dev;
+	bool retained;
+	bool pushed;
+};
+
+static int ctx_enter(const struct rdmax_cuda *cu, int ordinal, struct ctx_guard *g)
+{
+	CUcontext ctx;
+
+	memset(g, 0, sizeof(*g));
+	if (cu->device_get(&g->dev, ordinal) != CUDA_SUCCESS ||
+	    cu->primary_ctx_retain(&ctx, g->dev) != CUDA_SUCCESS) {
+		return RDMAX_E_GPU_NOT_DEVICE_MEMORY;
+	}
+	g->retained = true;
+	if (cu->ctx_push_current(ctx) != CUDA_SUCCESS) {
+		return RDMAX_E_GPU_NOT_DEVICE_MEMORY;
+	}
+	g->pushed = true;
+	return 0;
+}
+
+/* Restores the caller's context (none, or its own). */
+static void ctx_leave(const struct rdmax_cuda *cu, struct ctx_guard *g)
+{
+	CUcontext popped;
+
+	if (g->pushed) {
+		cu->ctx_pop_current(&popped);
+	}
+	if (g->retained) {
+		cu->primary_ctx_release(g->dev);
+	}
+	g->pushed = g->retained = false;
+}
+
+static int client_attr(const struct rdmax_cuda *cu, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+	int v = 0;
+
+	return cu->pointer_get_attribute(&v, attr, ptr) == CUDA_SUCCESS ? v : -1;
+}
+
+static int dev_attr(const struct rdmax_cuda *cu, CUdevice_attribute attr, CUdevice dev)
+{
+	int v = 0;
+
+	return cu->device_get_attribute(&v, attr, dev) == CUDA_SUCCESS ? v : 0;
+}
 
 static struct client_gpu *gpu_state(struct rdmax_client *c)
 {
@@ -115,40 +187,66 @@ static int get_cuda(struct rdmax_client *c, const struct rdmax_cuda **ret_cuda)
 	return 0;
 }
 
-static int describe(const struct rdmax_cuda *cu, CUdeviceptr ptr, struct alloc_info *ret_info)
+/* Memory type and device: answered without a current context. */
+static int locate(const struct rdmax_cuda *cu, CUdeviceptr ptr, bool *ret_host, int *ret_ordinal)
 {
-	struct alloc_info a;
 	unsigned int memtype = 0;
-	int ordinal = -1, flag = 0;
-	unsigned long long id = 0;
+	int ordinal = -1;
 
-	memset(&a, 0, sizeof(a));
 	if (cu->pointer_get_attribute(&memtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) !=
 		    CUDA_SUCCESS ||
-	    memtype != CU_MEMORYTYPE_DEVICE) {
+	    (memtype != CU_MEMORYTYPE_DEVICE && memtype != CU_MEMORYTYPE_HOST) ||
+	    cu->pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) !=
+		    CUDA_SUCCESS ||
+	    ordinal < 0) {
 		return RDMAX_E_GPU_NOT_DEVICE_MEMORY;
 	}
-	if (cu->mem_get_address_range(&a.base, &a.size, ptr) != CUDA_SUCCESS || a.size == 0) {
+	*ret_host = memtype == CU_MEMORYTYPE_HOST;
+	*ret_ordinal = ordinal;
+	return 0;
+}
+
+/* The rest, with the device's primary context current. */
+static int describe(const struct rdmax_cuda *cu, CUdeviceptr ptr, bool host, CUdevice dev,
+		    struct alloc_info *ret_info)
+{
+	struct alloc_info a;
+	unsigned long long id = 0;
+	void *mempool = NULL;
+
+	memset(&a, 0, sizeof(a));
+	a.dev = dev;
+	a.host = host;
+	/* Managed memory answers DEVICE or HOST by where its pages are now. */
+	if (client_attr(cu, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr) == 1) {
 		return RDMAX_E_GPU_NOT_DEVICE_MEMORY;
 	}
 	if (cu->pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr) != CUDA_SUCCESS ||
-	    cu->pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) !=
-		    CUDA_SUCCESS ||
-	    cu->device_get(&a.dev, ordinal) != CUDA_SUCCESS ||
-	    cu->device_get_pci_bus_id(a.bus_id, sizeof(a.bus_id), a.dev) != CUDA_SUCCESS) {
+	    cu->device_get_pci_bus_id(a.bus_id, sizeof(a.bus_id), dev) != CUDA_SUCCESS) {
 		return RDMAX_E_GPU_NOT_DEVICE_MEMORY;
 	}
 	a.bus_id[sizeof(a.bus_id) - 1] = '\0';
 	a.buffer_id = id;
-	/* VMM memory (cuMemCreate, expandable segments) answers 0 here. */
-	a.ipc_capable =
-		cu->pointer_get_attribute(&flag, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-					  ptr) == CUDA_SUCCESS &&
-		flag != 0;
-	flag = 0;
-	a.dmabuf = cu->device_get_attribute(&flag, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, a.dev) ==
-			   CUDA_SUCCESS &&
-		   flag != 0;
+	if (cu->pointer_get_attribute(&mempool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr) !=
+	    CUDA_SUCCESS) {
+		mempool = NULL;
+	}
+	/*
+	 * VMM memory answers 0; cudaMallocAsync memory is not legacy either,
+	 * whatever the attribute says, and cuIpcGetMemHandle decides at last.
+	 */
+	a.legacy = !host && !mempool &&
+		   client_attr(cu, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr) == 1;
+	if (a.legacy &&
+	    (cu->mem_get_address_range(&a.base, &a.size, ptr) != CUDA_SUCCESS || a.size == 0)) {
+		return RDMAX_E_GPU_NOT_DEVICE_MEMORY;
+	}
+	a.dmabuf = dev_attr(cu,
+			    host ? CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED
+				 : CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+			    dev) != 0;
+	/* NVLink-C2C to the CPU: GH200, GB200. */
+	a.c2c = dev_attr(cu, CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, dev) != 0;
 	*ret_info = a;
 	return 0;
 }
@@ -156,7 +254,7 @@ static int describe(const struct rdmax_cuda *cu, CUdeviceptr ptr, struct alloc_i
 /*
  * A registered allocation whose range the new one overlaps under another
  * buffer id was freed while registered: its region still names memory that
- * is no longer the application's.
+ * is no longer the application's. Only cuMemAlloc memory is tracked.
  */
 static struct gpu_reg *find_reused(const struct client_gpu *g, const struct alloc_info *a)
 {
@@ -171,35 +269,48 @@ static struct gpu_reg *find_reused(const struct client_gpu *g, const struct allo
 	return NULL;
 }
 
-/*
- * Export the whole allocation as a dma-buf: the daemon addresses the region
- * at its offset inside it. Base and size must be page aligned.
- */
-static int export_dmabuf(const struct rdmax_cuda *cu, const struct alloc_info *a, int *ret_fd)
+/* A live registration whose dma-buf of this allocation the daemon holds. */
+static bool daemon_has_export(const struct client_gpu *g, const struct alloc_info *a)
 {
-	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	uint64_t size = ((uint64_t)a->size + page - 1) & ~(page - 1);
-	int fd = -1;
-	CUresult r;
-
-	if (a->base % page != 0) {
-		return RDMAX_E_GPU_NOT_EXPORTABLE;
-	}
-	r = cu->mem_get_handle_for_address_range(&fd, a->base, (size_t)size,
-						 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
-	if (r != CUDA_SUCCESS || fd < 0) {
-		if (!a->ipc_capable) {
-			return RDMAX_E_GPU_NOT_EXPORTABLE;
+	for (const struct gpu_reg *r = g->regs; r; r = r->next) {
+		if (r->shared_export && r->buffer_id == a->buffer_id && r->base == a->base &&
+		    r->size == a->size) {
+			return true;
 		}
-		return r == CUDA_ERROR_NOT_SUPPORTED ? RDMAX_E_GPU_NO_DMABUF
-						     : RDMAX_E_GPU_NOT_EXPORTABLE;
 	}
-	*ret_fd = fd;
-	return 0;
+	return false;
+}
+
+/*
+ * Export [start, start + size) as a dma-buf; both page aligned. On Grace
+ * the NIC needs the PCIe BAR1 mapping, which drivers before CUDA 12.8 do
+ * not know how to ask for: then the export is retried without the flag.
+ */
+static CUresult export_range(const struct rdmax_cuda *cu, const struct alloc_info *a,
+			     CUdeviceptr start, uint64_t size, int *ret_fd)
+{
+	int fd = -1;
+	CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+
+	if (a->c2c) {
+		r = cu->mem_get_handle_for_address_range(
+			&fd, start, (size_t)size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+			CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
+	}
+	if (r != CUDA_SUCCESS) {
+		fd = -1;
+		r = cu->mem_get_handle_for_address_range(&fd, start, (size_t)size,
+							 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	}
+	if (r == CUDA_SUCCESS && fd < 0) {
+		r = CUDA_ERROR_INVALID_VALUE;
+	}
+	*ret_fd = r == CUDA_SUCCESS ? fd : -1;
+	return r;
 }
 
 static int remember(struct client_gpu *g, struct rdmax_region *region, const struct alloc_info *a,
-		    struct pool_map *map)
+		    enum reg_path path, bool shared_export, struct pool_map *map)
 {
 	struct gpu_reg *r = calloc(1, sizeof(*r));
 
@@ -208,10 +319,12 @@ static int remember(struct client_gpu *g, struct rdmax_region *region, const str
 	}
 	r->region = region;
 	if (a) {
-		r->base = a->base;
-		r->size = a->size;
+		r->base = a->legacy ? a->base : 0;
+		r->size = a->legacy ? a->size : 0;
 		r->buffer_id = a->buffer_id;
 	}
+	r->path = path;
+	r->shared_export = shared_export;
 	r->map = map;
 	r->next = g->regs;
 	g->regs = r;
@@ -228,6 +341,73 @@ static int send_register(struct rdmax_client *c, Rdmax__V1__RegisterRegion *rr, 
 	return client_region_request(c, &msg, fd, length, addr, ret_region, NULL);
 }
 
+/* The dma-buf path: the daemon's copy of the allocation's dma-buf, or a new export. */
+static int register_dmabuf(struct rdmax_client *c, const struct rdmax_cuda *cu,
+			   const struct alloc_info *a, CUdeviceptr ptr,
+			   Rdmax__V1__RegisterRegion *rr, bool *ret_shared,
+			   struct rdmax_region **ret_region)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	struct client_gpu *g = gpu_state(c);
+	CUdeviceptr start;
+	uint64_t size;
+	int fd = -1, r;
+
+	rr->kind = RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF;
+	if (a->legacy && daemon_has_export(g, a)) {
+		/* No fd: the daemon finds the dma-buf by buffer id. */
+		rr->has_fd_index = 0;
+		rr->offset = ptr - a->base;
+		r = send_register(c, rr, -1, rr->length, (void *)(uintptr_t)ptr, ret_region);
+		if (r != RDMAX_E_NOT_FOUND) {
+			*ret_shared = true;
+			return r;
+		}
+	}
+	if (a->legacy) {
+		if (a->base % page != 0) {
+			return RDMAX_E_GPU_NOT_EXPORTABLE;
+		}
+		start = a->base;
+		size = ((uint64_t)a->size + page - 1) & ~(page - 1);
+	} else {
+		start = ptr & ~(page - 1);
+		size = ((ptr + rr->length + page - 1) & ~(page - 1)) - start;
+	}
+	CUresult cr = export_range(cu, a, start, size, &fd);
+	if (cr != CUDA_SUCCESS) {
+		return cr == CUDA_ERROR_NOT_SUPPORTED && a->legacy ? RDMAX_E_GPU_NO_DMABUF
+								   : RDMAX_E_GPU_NOT_EXPORTABLE;
+	}
+	rr->has_fd_index = 1;
+	rr->fd_index = 0;
+	rr->offset = ptr - start; /* the region's place inside the exported range */
+	r = send_register(c, rr, fd, rr->length, (void *)(uintptr_t)ptr, ret_region);
+	/* The daemon holds its own reference to the dma-buf now (or refused it). */
+	close(fd);
+	*ret_shared = a->legacy;
+	return r;
+}
+
+/* The peermem fallback: the daemon opens the allocation, nvidia_peermem pins it. */
+static int register_ipc(struct rdmax_client *c, const struct rdmax_cuda *cu,
+			const struct alloc_info *a, CUdeviceptr ptr, Rdmax__V1__RegisterRegion *rr,
+			struct rdmax_region **ret_region)
+{
+	CUipcMemHandle handle;
+
+	if (!a->legacy || cu->ipc_get_mem_handle(&handle, a->base) != CUDA_SUCCESS) {
+		return RDMAX_E_GPU_NOT_EXPORTABLE;
+	}
+	rr->kind = RDMAX__V1__REGION_KIND__REGION_GPU_CUDA_IPC;
+	rr->has_fd_index = 0;
+	rr->offset = ptr - a->base;
+	rr->has_cuda_ipc_handle = 1;
+	rr->cuda_ipc_handle.data = (uint8_t *)&handle;
+	rr->cuda_ipc_handle.len = sizeof(handle);
+	return send_register(c, rr, -1, rr->length, (void *)(uintptr_t)ptr, ret_region);
+}
+
 RDMAX_EXPORT int rdmax_region_register_gpu(struct rdmax_client *client, void *dev_ptr,
 					   uint64_t length, uint32_t access,
 					   struct rdmax_region **ret_region)
@@ -235,13 +415,15 @@ RDMAX_EXPORT int rdmax_region_register_gpu(struct rdmax_client *client, void *de
 	Rdmax__V1__RegisterRegion rr = RDMAX__V1__REGISTER_REGION__INIT;
 	const uint32_t known = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE;
 	const struct rdmax_cuda *cu;
-	CUipcMemHandle handle;
+	struct ctx_guard ctx;
 	struct client_gpu *g;
-	struct rdmax_region *region;
+	struct rdmax_region *region = NULL;
 	struct alloc_info a;
 	CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)dev_ptr;
+	enum reg_path path = PATH_NONE;
+	bool shared = false, host = false;
 	uint32_t caps;
-	int fd = -1, r;
+	int ordinal = -1, r;
 
 	if (!client || !ret_region) {
 		return -EINVAL;
@@ -262,72 +444,81 @@ RDMAX_EXPORT int rdmax_region_register_gpu(struct rdmax_client *client, void *de
 		return r;
 	}
 	g = gpu_state(client);
-	r = describe(cu, ptr, &a);
+	r = locate(cu, ptr, &host, &ordinal);
 	if (r < 0) {
 		return r;
 	}
-	if (ptr + length > a.base + a.size) {
-		return RDMAX_E_OUT_OF_RANGE;
+	/* Whatever the calling thread has current (nothing, or another device) comes back. */
+	r = ctx_enter(cu, ordinal, &ctx);
+	if (r < 0) {
+		goto out;
 	}
-	if (find_reused(g, &a)) {
-		return RDMAX_E_GPU_ADDRESS_REUSED;
+	r = describe(cu, ptr, host, ctx.dev, &a);
+	if (r < 0) {
+		goto out;
+	}
+	if (a.legacy && ptr + length > a.base + a.size) {
+		r = RDMAX_E_OUT_OF_RANGE;
+		goto out;
+	}
+	if (a.legacy && find_reused(g, &a)) {
+		r = RDMAX_E_GPU_ADDRESS_REUSED;
+		goto out;
+	}
+	/* VMM memory made without the GPUDirect RDMA flag cannot be pinned by the NIC. */
+	if (!a.legacy && !host &&
+	    client_attr(cu, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE, ptr) != 1) {
+		r = RDMAX_E_GPU_NOT_EXPORTABLE;
+		goto out;
 	}
 
 	/*
 	 * The NIC reads and writes GPU memory behind CUDA's back: synchronous
-	 * copies into the allocation must have finished when they return. VMM
-	 * memory does not take the attribute; whether it exports decides below.
+	 * copies into the allocation must have finished when they return.
+	 * VMM and pool memory do not take the attribute (docs/gpu.md).
 	 */
 	unsigned int one = 1;
 	if (cu->pointer_set_attribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, ptr) !=
 		    CUDA_SUCCESS &&
-	    a.ipc_capable) {
-		return RDMAX_E_GPU_NOT_EXPORTABLE;
+	    a.legacy) {
+		r = RDMAX_E_GPU_NOT_EXPORTABLE;
+		goto out;
 	}
 	rr.access = access;
-	rr.offset = ptr - a.base; /* the region's place inside the exported allocation */
 	rr.length = length;
 	rr.gpu_bus_id = a.bus_id;
 	rr.has_gpu_buffer_id = 1;
 	rr.gpu_buffer_id = a.buffer_id;
 	r = RDMAX_E_GPU_NO_DMABUF;
 	if ((caps & RDMAX_CAP_DMABUF) && a.dmabuf) {
-		r = export_dmabuf(cu, &a, &fd);
+		r = register_dmabuf(client, cu, &a, ptr, &rr, &shared, &region);
+		path = PATH_DMABUF;
+	} else if (!a.legacy && !host && (caps & RDMAX_CAP_DMABUF)) {
+		r = RDMAX_E_GPU_NOT_EXPORTABLE;
 	}
-	if (r == 0) {
-		rr.kind = RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF;
-		rr.has_fd_index = 1;
-		rr.fd_index = 0;
-	} else if (r == RDMAX_E_GPU_NO_DMABUF && (caps & RDMAX_CAP_PEERMEM)) {
-		/* Fallback: the daemon opens the allocation and nvidia_peermem pins it. */
-		if (!a.ipc_capable) {
-			return RDMAX_E_GPU_NOT_EXPORTABLE;
-		}
-		if (cu->ipc_get_mem_handle(&handle, a.base) != CUDA_SUCCESS) {
-			return RDMAX_E_GPU_NOT_EXPORTABLE;
-		}
-		rr.kind = RDMAX__V1__REGION_KIND__REGION_GPU_CUDA_IPC;
-		rr.has_cuda_ipc_handle = 1;
-		rr.cuda_ipc_handle.data = (uint8_t *)&handle;
-		rr.cuda_ipc_handle.len = sizeof(handle);
-	} else {
-		return r;
-	}
-	r = send_register(client, &rr, fd, length, dev_ptr, &region);
-	if (fd >= 0) {
-		/* The daemon holds its own reference to the dma-buf now (or refused it). */
-		close(fd);
+	/*
+	 * Any failure of the dma-buf path (the export, or the daemon's
+	 * registration with the NIC) falls back to peermem, as NCCL does.
+	 */
+	if ((r == RDMAX_E_GPU_NO_DMABUF || r == RDMAX_E_GPU_NOT_EXPORTABLE) && a.legacy &&
+	    (caps & RDMAX_CAP_PEERMEM)) {
+		r = register_ipc(client, cu, &a, ptr, &rr, &region);
+		path = PATH_IPC;
+		shared = false;
 	}
 	if (r < 0) {
-		return r;
+		goto out;
 	}
-	r = remember(g, region, &a, NULL);
+	r = remember(g, region, &a, path, shared, NULL);
 	if (r < 0) {
+		ctx_leave(cu, &ctx);
 		rdmax_region_deregister(client, region);
 		return r;
 	}
 	*ret_region = region;
-	return 0;
+out:
+	ctx_leave(cu, &ctx);
+	return r;
 }
 
 static void map_put(const struct rdmax_cuda *cu, struct client_gpu *g, struct pool_map *m)
@@ -390,6 +581,15 @@ static int map_get(const struct rdmax_cuda *cu, struct client_gpu *g, CUdevice d
 		return -EIO;
 	}
 	r = cu->ipc_open_mem_handle(&m->base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+	if (r == CUDA_SUCCESS) {
+		/*
+		 * This process's synchronous copies into its slices must have
+		 * finished when they return, as for registered memory. Best
+		 * effort: a mapping that refuses it is documented.
+		 */
+		unsigned int one = 1;
+		cu->pointer_set_attribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, m->base);
+	}
 	cu->ctx_pop_current(&popped);
 	if (r != CUDA_SUCCESS) {
 		cu->primary_ctx_release(dev);
@@ -456,7 +656,7 @@ RDMAX_EXPORT int rdmax_alloc_gpu(struct rdmax_client *client, int cuda_device, u
 		goto out_deregister;
 	}
 	client_region_set_addr(region, (void *)(uintptr_t)(map->base + rep->pool_offset));
-	r = remember(g, region, NULL, map);
+	r = remember(g, region, NULL, PATH_NONE, false, map);
 	if (r < 0) {
 		map_put(cu, g, map);
 		goto out_deregister;

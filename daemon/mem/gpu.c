@@ -10,13 +10,16 @@
  *
  * Never calls verbs: it tells the verbs transport what to register on each
  * device (gpu_mr_plan) and gpu_verbs.c executes that. Never touches GPU
- * memory contents, and never keeps a dma-buf fd past its registration.
+ * memory contents. Keeps a client's dma-buf fd only while regions of that
+ * allocation are registered (one export and one BAR1 charge per allocation);
+ * loads CUDA for the dma-buf path only to flush writes where a GPU needs it.
  * Everything that can be known at registration is refused there with a
  * named error and a hint, never left to fail at the first transfer.
  */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -64,15 +67,35 @@ struct gpu_pool {
 	uint32_t slices;
 };
 
+/*
+ * A client's dma-buf of one allocation, kept while any of its regions is
+ * registered: later regions of the allocation (named by buffer id) get their
+ * own MRs over it without a new export, and its BAR1 space is charged once.
+ * NVIDIA's exporter maps a dma-buf once for all its attachments; N exports
+ * of one allocation would take N times its size of BAR1.
+ */
+struct gpu_dmabuf {
+	struct gpu_dmabuf *next;
+	void *owner; /* buffer ids are per process: never shared between clients */
+	uint64_t buffer_id;
+	char bus_id[RDMAX_CUDA_BUS_ID_MAX];
+	int fd;
+	uint64_t size;
+	uint32_t users; /* regions using it */
+	int topo_index;
+	uint64_t bar1_charge;
+};
+
 /* What a region of a GPU kind holds besides struct region (region->gpu). */
 struct gpu_region {
 	struct gpu *gpu;
 	struct gpu_region *prev, *next; /* gpu->regions */
 	struct region *region;
-	int fd;                 /* dma-buf, only while the hooks register it */
-	uint64_t dmabuf_offset; /* of the region in the dma-buf */
-	CUdeviceptr mapped;     /* peermem: our mapping of the client's allocation (to close) */
-	CUdeviceptr ptr;        /* peermem and peermem pools: the region's device address */
+	int fd;                    /* pools: the dma-buf, only while the hooks register it */
+	struct gpu_dmabuf *dmabuf; /* client dma-buf regions: the allocation's dma-buf */
+	uint64_t dmabuf_offset;    /* of the region in the dma-buf */
+	CUdeviceptr mapped;        /* peermem: our mapping of the client's allocation (to close) */
+	CUdeviceptr ptr;           /* peermem and peermem pools: the region's device address */
 	struct gpu_cuda_dev *cdev;
 	int topo_index; /* GPU in the topology, -1 when unknown */
 	uint64_t bar1_charge;
@@ -99,6 +122,24 @@ struct gpu {
 	struct gpu_pool pools[GPU_MAX];
 	uint32_t n_pools;
 	struct gpu_region *regions;
+	struct gpu_dmabuf *dmabufs;
+	/* Whether GPUDirect RDMA writes into each GPU need a flush (by bus id). */
+	struct {
+		char bus_id[RDMAX_CUDA_BUS_ID_MAX];
+		int state; /* FLUSH_* */
+	} flush[GPU_MAX];
+	uint32_t n_flush;
+	/* The GPUs holding registered memory, found again only after regions changed. */
+	char buses[GPU_MAX][RDMAX_CUDA_BUS_ID_MAX];
+	uint32_t n_buses;
+	bool buses_stale;
+};
+
+enum {
+	FLUSH_NOT_NEEDED, /* the GPU orders remote writes for its own kernels */
+	FLUSH_NEEDED,     /* cuFlushGPUDirectRDMAWrites before telling a client */
+	FLUSH_CANNOT,     /* needed but not supported, or the GPU is unknown to CUDA */
+	FLUSH_STATE_MAX,  /* terminator */
 };
 
 static void set_why(char *why, size_t why_size, const char *fmt, ...)
@@ -584,6 +625,7 @@ static int check_bar1(const struct gpu *gpu, int index, uint64_t charge, char *w
 
 static void link_region(struct gpu *gpu, struct gpu_region *gr)
 {
+	gpu->buses_stale = true;
 	gr->prev = NULL;
 	gr->next = gpu->regions;
 	if (gpu->regions) {
@@ -594,6 +636,7 @@ static void link_region(struct gpu *gpu, struct gpu_region *gr)
 
 static void unlink_region(struct gpu *gpu, struct gpu_region *gr)
 {
+	gpu->buses_stale = true;
 	if (gr->prev) {
 		gr->prev->next = gr->next;
 	} else if (gpu->regions == gr) {
@@ -606,6 +649,38 @@ static void unlink_region(struct gpu *gpu, struct gpu_region *gr)
 }
 
 static void pool_free_range(struct gpu_pool *pool, uint64_t offset, uint64_t length);
+
+/* The last region of an allocation went: its MRs are gone, the dma-buf and its charge go. */
+static void dmabuf_put(struct gpu *gpu, struct gpu_dmabuf *db)
+{
+	if (--db->users > 0) {
+		return;
+	}
+	for (struct gpu_dmabuf **pp = &gpu->dmabufs; *pp; pp = &(*pp)->next) {
+		if (*pp == db) {
+			*pp = db->next;
+			break;
+		}
+	}
+	if (db->topo_index >= 0) {
+		gpu->bar1_used[db->topo_index] -=
+			MIN(gpu->bar1_used[db->topo_index], db->bar1_charge);
+	}
+	close(db->fd);
+	free(db);
+}
+
+static struct gpu_dmabuf *dmabuf_find(struct gpu *gpu, void *owner, uint64_t buffer_id,
+				      const char *bus_id)
+{
+	for (struct gpu_dmabuf *db = gpu->dmabufs; db; db = db->next) {
+		if (db->owner == owner && db->buffer_id == buffer_id &&
+		    strcasecmp(db->bus_id, bus_id ? bus_id : "") == 0) {
+			return db;
+		}
+	}
+	return NULL;
+}
 
 /* region->fini: after the devices let go of the memory. */
 static void gpu_region_fini(struct region *region)
@@ -623,6 +698,10 @@ static void gpu_region_fini(struct region *region)
 	if (gr->topo_index >= 0) {
 		gpu->bar1_used[gr->topo_index] -=
 			MIN(gpu->bar1_used[gr->topo_index], gr->bar1_charge);
+	}
+	if (gr->dmabuf) {
+		dmabuf_put(gpu, gr->dmabuf);
+		gr->dmabuf = NULL;
 	}
 	if (gr->slice) {
 		pool_free_range(gr->pool, gr->slice_offset, gr->slice_length);
@@ -705,10 +784,14 @@ int gpu_check_dmabuf(int fd, uint64_t *ret_size)
 	return 0;
 }
 
-/* The dma-buf half of gpu_register(). */
-static int check_dmabuf_req(struct gpu *gpu, const struct gpu_reg_req *req, uint64_t *ret_charge,
-			    char *why, size_t why_size)
+/*
+ * The dma-buf half of gpu_register(): the client's dma-buf (a new one to
+ * keep, with its BAR1 charge) or the one of the allocation it named.
+ */
+static int check_dmabuf_req(struct gpu *gpu, void *owner, const struct gpu_reg_req *req,
+			    struct gpu_dmabuf **ret_db, bool *ret_new, char *why, size_t why_size)
 {
+	struct gpu_dmabuf *db;
 	uint64_t size = 0;
 	int ret;
 
@@ -723,6 +806,26 @@ static int check_dmabuf_req(struct gpu *gpu, const struct gpu_reg_req *req, uint
 			"5.12+, rdma-core 34+ and a NIC driver with dma-buf support)%s",
 			gpu->peermem ? "" : "; nvidia_peermem, the fallback, is not loaded either");
 		return RDMAX_E_GPU_NO_DMABUF;
+	}
+	if (req->fd < 0) {
+		db = req->buffer_id ? dmabuf_find(gpu, owner, req->buffer_id, req->bus_id) : NULL;
+		if (!db) {
+			set_why(why, why_size,
+				"this client holds no registered dma-buf of buffer %" PRIu64
+				" on GPU '%s' (send the fd)",
+				req->buffer_id, req->bus_id ? req->bus_id : "");
+			return RDMAX_E_NOT_FOUND;
+		}
+		if (req->offset > db->size || req->length > db->size - req->offset) {
+			set_why(why, why_size,
+				"offset %" PRIu64 " and length %" PRIu64
+				" reach past the end of the %" PRIu64 "-byte dma-buf",
+				req->offset, req->length, db->size);
+			return RDMAX_E_OUT_OF_RANGE;
+		}
+		*ret_db = db;
+		*ret_new = false;
+		return 0;
 	}
 	ret = gpu->p.check_dmabuf ? gpu->p.check_dmabuf(req->fd, &size)
 				  : gpu_check_dmabuf(req->fd, &size);
@@ -743,8 +846,57 @@ static int check_dmabuf_req(struct gpu *gpu, const struct gpu_reg_req *req, uint
 			req->offset, req->length, size);
 		return RDMAX_E_OUT_OF_RANGE;
 	}
+	db = calloc(1, sizeof(*db));
+	if (!db) {
+		set_why(why, why_size, "out of memory");
+		return -ENOMEM;
+	}
+	/* The message's fds are closed after the request: keep a reference of our own. */
+	db->fd = fcntl(req->fd, F_DUPFD_CLOEXEC, 0);
+	if (db->fd < 0) {
+		ret = -errno;
+		free(db);
+		set_why(why, why_size, "cannot keep the dma-buf: %s", strerror(-ret));
+		return ret;
+	}
+	db->owner = owner;
+	db->buffer_id = req->buffer_id;
+	lower_bus_id(db->bus_id, req->bus_id);
+	db->size = size;
+	db->topo_index = topo_index(gpu, db->bus_id);
 	/* The exporter maps the whole buffer through BAR1 for the NIC. */
-	*ret_charge = size;
+	db->bar1_charge = size;
+	*ret_db = db;
+	*ret_new = true;
+	return 0;
+}
+
+/*
+ * The client names the GPU; the daemon checks the name: a PCI bus id of an
+ * NVIDIA GPU of this node (when sysfs shows any), so that BAR1 is charged to
+ * the GPU that exists. For peermem the opened memory's device is compared too.
+ */
+static int check_bus_id(const struct gpu *gpu, const char *bus_id, char *why, size_t why_size)
+{
+	unsigned int dom, bus, dev, fn;
+	int n = 0;
+
+	if (!bus_id || !bus_id[0]) {
+		if (gpu->topo.n_gpus == 0) {
+			return 0;
+		}
+		set_why(why, why_size, "a GPU region needs the PCI bus id of its GPU");
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (strlen(bus_id) != 12 ||
+	    sscanf(bus_id, "%4x:%2x:%2x.%1x%n", &dom, &bus, &dev, &fn, &n) != 4 || n != 12) {
+		set_why(why, why_size, "'%.32s' is not a PCI bus id (0000:3b:00.0)", bus_id);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (gpu->topo.n_gpus > 0 && !gpu_topology_find(&gpu->topo, bus_id)) {
+		set_why(why, why_size, "no NVIDIA GPU with PCI bus id '%s' on this node", bus_id);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
 	return 0;
 }
 
@@ -753,6 +905,7 @@ static int open_ipc_req(struct gpu *gpu, const struct gpu_reg_req *req, struct g
 			char *why, size_t why_size)
 {
 	CUdeviceptr mapped = 0, base = 0;
+	char mem_bus[RDMAX_CUDA_BUS_ID_MAX] = "";
 	CUipcMemHandle handle;
 	size_t size = 0;
 	CUresult r;
@@ -777,6 +930,10 @@ static int open_ipc_req(struct gpu *gpu, const struct gpu_reg_req *req, struct g
 			sizeof(handle));
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
+	ret = check_bus_id(gpu, req->bus_id, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
 	ret = get_cuda(gpu, why, why_size);
 	if (ret < 0) {
 		return ret;
@@ -795,6 +952,19 @@ static int open_ipc_req(struct gpu *gpu, const struct gpu_reg_req *req, struct g
 	    gpu->cuda->mem_get_address_range(&base, &size, mapped) != CUDA_SUCCESS) {
 		size = 0;
 	}
+	if (r == CUDA_SUCCESS) {
+		/* The GPU the memory is on, not the one the client named. */
+		int ordinal = -1;
+		CUdevice dev;
+		if (gpu->cuda->pointer_get_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+						     mapped) != CUDA_SUCCESS ||
+		    gpu->cuda->device_get(&dev, ordinal) != CUDA_SUCCESS ||
+		    gpu->cuda->device_get_pci_bus_id(mem_bus, sizeof(mem_bus), dev) !=
+			    CUDA_SUCCESS) {
+			mem_bus[0] = '\0';
+		}
+		mem_bus[sizeof(mem_bus) - 1] = '\0';
+	}
 	pop_ctx(gpu);
 	if (r != CUDA_SUCCESS) {
 		set_why(why, why_size, "cuIpcOpenMemHandle() on GPU '%s' failed: %s", req->bus_id,
@@ -802,6 +972,13 @@ static int open_ipc_req(struct gpu *gpu, const struct gpu_reg_req *req, struct g
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	gr->mapped = mapped;
+	if (strcasecmp(mem_bus, gr->cdev->bus_id) != 0) {
+		char low[RDMAX_CUDA_BUS_ID_MAX];
+		lower_bus_id(low, mem_bus);
+		set_why(why, why_size, "the memory of the handle is on GPU '%s', not on '%s'",
+			low[0] ? low : "?", gr->cdev->bus_id);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
 	if (req->offset > size || req->length > size - req->offset) {
 		set_why(why, why_size,
 			"offset %" PRIu64 " and length %" PRIu64
@@ -819,9 +996,11 @@ int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 {
 	const uint32_t known = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE;
 	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	struct gpu_dmabuf *db = NULL;
 	struct gpu_region *gr;
 	struct region *region;
 	uint64_t charge = 0;
+	bool new_db = false;
 	int ret;
 
 	if (!gpu || !gpu->p.verbs) {
@@ -851,8 +1030,14 @@ int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 	gr->buffer_id = req->buffer_id;
 	gr->topo_index = topo_index(gpu, gr->bus_id);
 	if (req->kind == REGION_GPU_DMABUF) {
-		ret = check_dmabuf_req(gpu, req, &charge, why, why_size);
-		gr->fd = req->fd;
+		ret = check_dmabuf_req(gpu, owner, req, &db, &new_db, why, why_size);
+		if (ret == 0) {
+			ret = check_bus_id(gpu, req->bus_id, why, why_size);
+		}
+		if (ret == 0) {
+			gr->dmabuf = db;
+			charge = new_db ? db->bar1_charge : 0;
+		}
 		gr->dmabuf_offset = req->offset;
 		/* The iova shares the page offset of the region in the dma-buf. */
 		region->gpu_addr = req->offset;
@@ -869,16 +1054,27 @@ int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 		goto out_free;
 	}
 	ret = region_insert(table, region);
-	gr->fd = -1; /* each MR holds its own reference to the dma-buf */
 	if (ret < 0) {
 		set_why(why, why_size, "registration with the RDMA devices failed: %s",
 			rdmax_strerror(ret));
 		goto out_free;
 	}
-	if (gr->topo_index >= 0) {
-		gpu->bar1_used[gr->topo_index] += charge;
+	if (db) {
+		/* The dma-buf carries the charge, once for all regions of the allocation. */
+		if (new_db) {
+			db->next = gpu->dmabufs;
+			gpu->dmabufs = db;
+			if (db->topo_index >= 0) {
+				gpu->bar1_used[db->topo_index] += charge;
+			}
+		}
+		db->users++;
+	} else {
+		if (gr->topo_index >= 0) {
+			gpu->bar1_used[gr->topo_index] += charge;
+		}
+		gr->bar1_charge = charge;
 	}
-	gr->bar1_charge = charge;
 	link_region(gpu, gr);
 	log_debug("GPU region %" PRIu64 " on '%s' (%s, buffer %" PRIu64 ", offset %" PRIu64
 		  ", %" PRIu64 " bytes)",
@@ -892,9 +1088,124 @@ out_free:
 	if (gr->mapped) {
 		close_mapping(gpu, gr->cdev, gr->mapped);
 	}
+	if (new_db) {
+		close(db->fd);
+		free(db);
+	}
 	free(gr);
 	free(region);
 	return ret;
+}
+
+/* Does this GPU need cuFlushGPUDirectRDMAWrites? Asked once; no context needed. */
+static int flush_state(struct gpu *gpu, const char *bus_id)
+{
+	const struct rdmax_cuda *cu = gpu->cuda;
+	int ordering = 0, options = 0, state;
+	CUdevice dev;
+	uint32_t i;
+
+	for (i = 0; i < gpu->n_flush; i++) {
+		if (strcmp(gpu->flush[i].bus_id, bus_id) == 0) {
+			return gpu->flush[i].state;
+		}
+	}
+	if (cu->device_get_by_pci_bus_id(&dev, bus_id) != CUDA_SUCCESS) {
+		log_warn("GPU '%s' is not visible to the daemon's CUDA: writes into it are not "
+			 "flushed before imm counters fire",
+			 bus_id);
+		state = FLUSH_CANNOT;
+	} else if (cu->device_get_attribute(&ordering,
+					    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
+					    dev) == CUDA_SUCCESS &&
+		   ordering >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER) {
+		state = FLUSH_NOT_NEEDED;
+	} else if (cu->device_get_attribute(
+			   &options, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
+			   dev) == CUDA_SUCCESS &&
+		   (options & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST)) {
+		state = FLUSH_NEEDED;
+		log_info(
+			"GPU '%s' does not order GPUDirect RDMA writes for its kernels: the daemon "
+			"flushes them before an imm counter fires",
+			bus_id);
+	} else {
+		log_warn(
+			"GPU '%s' needs GPUDirect RDMA writes flushed but does not support "
+			"cuFlushGPUDirectRDMAWrites: kernels may see stale data right after an imm "
+			"counter fired",
+			bus_id);
+		state = FLUSH_CANNOT;
+	}
+	if (gpu->n_flush < GPU_MAX) {
+		lower_bus_id(gpu->flush[gpu->n_flush].bus_id, bus_id);
+		gpu->flush[gpu->n_flush].state = state;
+		gpu->n_flush++;
+	}
+	return state;
+}
+
+int gpu_flush_writes(struct gpu *gpu)
+{
+	char(*buses)[RDMAX_CUDA_BUS_ID_MAX];
+	uint32_t n = 0;
+	int flushed = 0, err = 0;
+
+	if (!gpu || !gpu->regions) {
+		return 0;
+	}
+	buses = gpu->buses;
+	if (gpu->buses_stale) {
+		/* The GPUs holding registered memory (client regions, pools, slices). */
+		for (const struct gpu_region *gr = gpu->regions; gr && n < GPU_MAX; gr = gr->next) {
+			uint32_t k = 0;
+			if (!gr->bus_id[0]) {
+				continue;
+			}
+			while (k < n && strcmp(buses[k], gr->bus_id) != 0) {
+				k++;
+			}
+			if (k == n) {
+				snprintf(buses[n++], RDMAX_CUDA_BUS_ID_MAX, "%s", gr->bus_id);
+			}
+		}
+		gpu->n_buses = n;
+		gpu->buses_stale = false;
+	}
+	n = gpu->n_buses;
+	if (n == 0) {
+		return 0;
+	}
+	if (get_cuda(gpu, NULL, 0) < 0) {
+		return RDMAX_E_GPU_DRIVER_MISSING;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct gpu_cuda_dev *cd;
+		int state = flush_state(gpu, buses[i]);
+		if (state == FLUSH_NOT_NEEDED) {
+			continue;
+		}
+		if (state == FLUSH_CANNOT) {
+			err = -EOPNOTSUPP;
+			continue;
+		}
+		if (get_cdev(gpu, buses[i], &cd, NULL, 0) < 0 || !push_ctx(gpu, cd)) {
+			err = -EIO;
+			continue;
+		}
+		CUresult r = gpu->cuda->flush_gpu_direct_rdma_writes(
+			CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+			CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
+		pop_ctx(gpu);
+		if (r != CUDA_SUCCESS) {
+			log_warn("cuFlushGPUDirectRDMAWrites() on GPU '%s' failed: %s", buses[i],
+				 rdmax_cuda_error_name(gpu->cuda, r));
+			err = -EIO;
+			continue;
+		}
+		flushed++;
+	}
+	return err ? err : flushed;
 }
 
 const char *gpu_region_bus_id(const struct region *region)
@@ -944,15 +1255,15 @@ int gpu_mr_plan(const struct region *region, uint32_t dev_index, uint64_t max_mr
 		if (!dev_dmabuf) {
 			return RDMAX_E_GPU_NO_DMABUF;
 		}
-		if (gr->fd < 0) {
-			/* The fd lives only while the region is being registered. */
+		plan.fd = gr->dmabuf ? gr->dmabuf->fd : gr->fd;
+		if (plan.fd < 0) {
+			/* A pool's fd lives only while the pool is being registered. */
 			return RDMAX_E_INVALID_ARGUMENT;
 		}
 		if (iova % page != gr->dmabuf_offset % page) {
 			return RDMAX_E_INVALID_ARGUMENT;
 		}
 		plan.how = GPU_MR_DMABUF;
-		plan.fd = gr->fd;
 		plan.offset = gr->dmabuf_offset;
 	} else {
 		plan.how = GPU_MR_ADDR;
@@ -1056,7 +1367,7 @@ static int pool_create(struct gpu *gpu, struct region_table *table, struct gpu_p
 	struct gpu_region *gr;
 	struct region *region;
 	unsigned int one = 1;
-	int supported = 0, fd = -1, ret;
+	int supported = 0, c2c = 0, fd = -1, ret;
 	CUresult r;
 
 	if (!push_ctx(gpu, pool->cdev)) {
@@ -1077,7 +1388,17 @@ static int pool_create(struct gpu *gpu, struct region_table *table, struct gpu_p
 		cu->pointer_set_attribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, pool->base);
 		cu->device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
 					 pool->cdev->dev);
-		if (want_dmabuf && supported &&
+		/* Grace (C2C): ask for the PCIe BAR1 mapping; drivers before 12.8 do not know it.
+		 */
+		cu->device_get_attribute(&c2c, CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED,
+					 pool->cdev->dev);
+		if (want_dmabuf && supported && c2c &&
+		    cu->mem_get_handle_for_address_range(
+			    &fd, pool->base, (size_t)bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+			    CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) != CUDA_SUCCESS) {
+			fd = -1;
+		}
+		if (want_dmabuf && supported && fd < 0 &&
 		    cu->mem_get_handle_for_address_range(&fd, pool->base, (size_t)bytes,
 							 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
 							 0) != CUDA_SUCCESS) {
@@ -1373,6 +1694,12 @@ void gpu_destroy(struct gpu *gpu)
 		}
 		unlink_region(gpu, gr);
 		free(gr);
+	}
+	while (gpu->dmabufs) {
+		struct gpu_dmabuf *db = gpu->dmabufs;
+		gpu->dmabufs = db->next;
+		close(db->fd);
+		free(db);
 	}
 	for (uint32_t i = 0; i < gpu->n_pools; i++) {
 		struct gpu_pool *pool = &gpu->pools[i];

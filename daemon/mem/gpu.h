@@ -144,8 +144,8 @@ int gpu_check_dmabuf(int fd, uint64_t *ret_size);
 /* A RegisterRegion of a GPU kind, as the client sent it. */
 struct gpu_reg_req {
 	enum region_kind kind; /* REGION_GPU_DMABUF or REGION_GPU_CUDA_IPC */
-	int fd;                /* DMABUF: the dma-buf of the whole allocation */
-	uint64_t offset;       /* of the region inside the allocation */
+	int fd;          /* DMABUF: the exported dma-buf; -1: the one of buffer_id sent before */
+	uint64_t offset; /* of the region inside the dma-buf */
 	uint64_t length;
 	uint32_t access;
 	const char *bus_id; /* may be NULL */
@@ -156,15 +156,31 @@ struct gpu_reg_req {
 
 /*
  * Validate and register a GPU region (the hooks register it with the RDMA
- * devices; the dma-buf fd is not kept: each MR holds its own reference).
+ * devices). A dma-buf is kept (dup'd) while any region of its allocation is
+ * registered, so that later regions of it (req->fd -1, same owner and
+ * buffer_id) need no new export and are not charged again.
  * On failure `why` says what went wrong and how to fix it.
  * \return 0, RDMAX_E_GPU_* (NEEDS_RDMA, NO_DMABUF, DRIVER_MISSING,
  *         TOO_LARGE, NOT_EXPORTABLE), RDMAX_E_INVALID_ARGUMENT (not a
- *         dma-buf, bad handle), RDMAX_E_OUT_OF_RANGE, or a hook's error
+ *         dma-buf, bad handle, a bus id naming no GPU of the node or not
+ *         the one the memory is on), RDMAX_E_NOT_FOUND (no dma-buf of that
+ *         buffer id), RDMAX_E_OUT_OF_RANGE, or a hook's error
  */
 int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 		 const struct gpu_reg_req *req, char *why, size_t why_size,
 		 struct region **ret_region);
+
+/*
+ * Make GPUDirect RDMA writes that landed so far visible to the kernels of
+ * every GPU holding a registered region, before an imm counter tells a
+ * client they arrived: cuFlushGPUDirectRDMAWrites() in the GPU's primary
+ * context where CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING is
+ * below OWNER, nothing elsewhere. Loads libcuda only when a GPU region
+ * exists. Accepts NULL.
+ * \return the number of GPUs flushed, -EOPNOTSUPP when a GPU needs a flush
+ *         it does not support (logged once), or RDMAX_E_GPU_DRIVER_MISSING
+ */
+int gpu_flush_writes(struct gpu *gpu);
 
 /* The PCI bus id of a GPU region or pool slice ("" when unknown), NULL for host memory. */
 const char *gpu_region_bus_id(const struct region *region);

@@ -381,6 +381,8 @@ void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
 		return;
 	}
 	counters_imm_fired(&s->ipc->daemon->counters);
+	/* GPU kernels must see the writes that led here before the client hears of them. */
+	gpu_flush_writes(s->ipc->daemon->gpu);
 	/* Completions of the writes that led here go first. */
 	flush_completions(s);
 	ev.imm = imm;
@@ -524,7 +526,9 @@ static void handle_register_gpu(struct session *s, uint64_t seq,
 	char why[320];
 	int ret;
 
-	if (rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF) {
+	/* A dma-buf registration without an fd names one the client sent before (buffer id). */
+	if (rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF &&
+	    (rr->has_fd_index || n_fds > 0)) {
 		uint32_t idx = rr->has_fd_index ? rr->fd_index : 0;
 		if (idx >= n_fds) {
 			reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,

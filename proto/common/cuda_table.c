@@ -26,6 +26,11 @@ _Static_assert(sizeof(CUipcMemHandle) == RDMAX_CUDA_IPC_HANDLE_SIZE, "IPC handle
 _Static_assert(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED == 124, "attribute number");
 _Static_assert(CU_POINTER_ATTRIBUTE_BUFFER_ID == 7, "attribute number");
 _Static_assert(CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD == 1, "handle type");
+_Static_assert(CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE == 1, "range flag");
+_Static_assert(CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE == 15, "attribute number");
+_Static_assert(CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE == 17, "attribute number");
+_Static_assert(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING == 118, "attribute number");
+_Static_assert(CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED == 146, "attribute number");
 #endif
 
 /* cuGetProcAddress_v2 (CUDA 12.0): symbol, function, ABI version, flags, status. */

@@ -31,26 +31,44 @@ typedef int CUpointer_attribute;
 typedef int CUdevice_attribute;
 typedef int CUmemRangeHandleType;
 typedef int CUdriverProcAddressQueryResult;
+typedef int CUflushGPUDirectRDMAWritesTarget;
+typedef int CUflushGPUDirectRDMAWritesScope;
 typedef uint64_t cuuint64_t;
-#define CUDA_SUCCESS                                    0
-#define CUDA_ERROR_INVALID_VALUE                        1
-#define CUDA_ERROR_OUT_OF_MEMORY                        2
-#define CUDA_ERROR_NOT_INITIALIZED                      3
-#define CUDA_ERROR_NO_DEVICE                            100
-#define CUDA_ERROR_INVALID_DEVICE                       101
-#define CUDA_ERROR_INVALID_CONTEXT                      201
-#define CUDA_ERROR_NOT_FOUND                            500
-#define CUDA_ERROR_NOT_SUPPORTED                        801
-#define CU_MEMORYTYPE_DEVICE                            2
-#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE                2
-#define CU_POINTER_ATTRIBUTE_SYNC_MEMOPS                6
-#define CU_POINTER_ATTRIBUTE_BUFFER_ID                  7
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL             9
-#define CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10
-#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED           124
-#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD             1
-#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS              1
-#define CU_GET_PROC_ADDRESS_DEFAULT                     0
+#define CUDA_SUCCESS                                             0
+#define CUDA_ERROR_INVALID_VALUE                                 1
+#define CUDA_ERROR_OUT_OF_MEMORY                                 2
+#define CUDA_ERROR_NOT_INITIALIZED                               3
+#define CUDA_ERROR_NO_DEVICE                                     100
+#define CUDA_ERROR_INVALID_DEVICE                                101
+#define CUDA_ERROR_INVALID_CONTEXT                               201
+#define CUDA_ERROR_NOT_FOUND                                     500
+#define CUDA_ERROR_NOT_SUPPORTED                                 801
+#define CUDA_ERROR_ALREADY_MAPPED                                208
+#define CU_MEMORYTYPE_HOST                                       1
+#define CU_MEMORYTYPE_DEVICE                                     2
+#define CU_MEMORYTYPE_UNIFIED                                    4
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE                         2
+#define CU_POINTER_ATTRIBUTE_SYNC_MEMOPS                         6
+#define CU_POINTER_ATTRIBUTE_BUFFER_ID                           7
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL                      9
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED                          8
+#define CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE          10
+#define CU_POINTER_ATTRIBUTE_MAPPED                              13
+#define CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE          15
+#define CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE                      17
+#define CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED         86
+#define CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS 117
+#define CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING      118
+#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED                    124
+#define CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED         146
+#define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST              1
+#define CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER                 100
+#define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER                 100
+#define CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX       0
+#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD                      1
+#define CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE              1
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS                       1
+#define CU_GET_PROC_ADDRESS_DEFAULT                              0
 #endif
 
 /* Bytes of a CUDA IPC handle on the wire. */
@@ -103,7 +121,10 @@ typedef uint64_t cuuint64_t;
 	X(ipc_open_mem_handle, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", CUresult,              \
 	  (CUdeviceptr * pdptr, CUipcMemHandle handle, unsigned int flags))                        \
 	X(ipc_close_mem_handle, cuIpcCloseMemHandle, "cuIpcCloseMemHandle", CUresult,              \
-	  (CUdeviceptr dptr))
+	  (CUdeviceptr dptr))                                                                      \
+	X(flush_gpu_direct_rdma_writes, cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites",  \
+	  CUresult,                                                                                \
+	  (CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope))
 
 #define RDMAX_CUDA_MEMBER(member, fn, symbol, ret, params) ret(*member) params;
 

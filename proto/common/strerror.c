@@ -32,10 +32,13 @@ static const char *const rdmax_errors[] = {
 		"GPU memory needs the NVIDIA driver: libcuda.so.1 (CUDA 11.7 or later) cannot be "
 		"loaded",
 	[-RDMAX_E_GPU_NOT_DEVICE_MEMORY - RDMAX_ERR_BASE] =
-		"not CUDA device memory of this process (use cudaMalloc/cuMemAlloc memory)",
+		"not CUDA device memory of this process (managed memory migrates and is never "
+		"registered: use cudaMalloc, cudaMallocAsync or cuMemCreate memory)",
 	[-RDMAX_E_GPU_NOT_EXPORTABLE - RDMAX_ERR_BASE] =
-		"GPU allocation cannot be exported for RDMA (CUDA VMM memory such as PyTorch "
-		"expandable_segments: allocate with cudaMalloc or turn expandable segments off)",
+		"GPU allocation cannot be exported for RDMA (CUDA VMM or cudaMallocAsync memory "
+		"such as PyTorch expandable_segments that is not fully mapped, not created "
+		"GPUDirect RDMA capable, or on a GPU without dma-buf: allocate with cudaMalloc or "
+		"turn expandable segments off)",
 	[-RDMAX_E_GPU_NO_DMABUF - RDMAX_ERR_BASE] =
 		"no dma-buf support for GPU memory (needs the NVIDIA open kernel module, "
 		"CUDA 11.7+, Linux 5.12+, rdma-core 34+) and no nvidia_peermem fallback; see "

@@ -46,12 +46,33 @@ static struct fake_alloc *new_alloc(void)
 	return NULL;
 }
 
+#define PRIMARY_CTX 0x1000 /* primary context of device d: PRIMARY_CTX + 0x10 * d */
+#define APP_CTX     0x9000 /* a context the application created on device d */
+
 static int current_device(void)
 {
+	uintptr_t v;
+
 	if (g_fake->ctx_depth == 0) {
 		return -1;
 	}
-	return (int)(((uintptr_t)g_fake->ctx_stack[g_fake->ctx_depth - 1] - 0x1000) / 0x10);
+	v = (uintptr_t)g_fake->ctx_stack[g_fake->ctx_depth - 1];
+	return (int)((v - (v >= APP_CTX ? APP_CTX : PRIMARY_CTX)) / 0x10);
+}
+
+/* Everything but the pointer and device queries needs a current context. */
+static bool no_ctx(void)
+{
+	if (g_fake->ctx_depth > 0) {
+		return false;
+	}
+	g_fake->no_ctx_calls++;
+	return true;
+}
+
+static CUcontext current_ctx(void)
+{
+	return g_fake->ctx_depth ? g_fake->ctx_stack[g_fake->ctx_depth - 1] : NULL;
 }
 
 /* ---------------------------------------------------------------- entry points */
@@ -108,11 +129,25 @@ static CUresult f_device_get_attribute(int *pi, CUdevice_attribute attrib, CUdev
 	if (dev < 0 || dev >= g_fake->n_devices) {
 		return CUDA_ERROR_INVALID_DEVICE;
 	}
-	if (attrib != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED) {
+	switch ((int)attrib) {
+	case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
+		*pi = g_fake->dmabuf[dev] ? 1 : 0;
+		return CUDA_SUCCESS;
+	case CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED:
+		*pi = g_fake->host_dmabuf[dev] ? 1 : 0;
+		return CUDA_SUCCESS;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING:
+		*pi = g_fake->ordering[dev];
+		return CUDA_SUCCESS;
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS:
+		*pi = g_fake->flush_options[dev];
+		return CUDA_SUCCESS;
+	case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
+		*pi = g_fake->c2c[dev] ? 1 : 0;
+		return CUDA_SUCCESS;
+	default:
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	*pi = g_fake->dmabuf[dev] ? 1 : 0;
-	return CUDA_SUCCESS;
 }
 
 static CUresult f_device_get_pci_bus_id(char *pciBusId, int len, CUdevice dev)
@@ -140,7 +175,7 @@ static CUresult f_primary_ctx_retain(CUcontext *pctx, CUdevice dev)
 	if (dev < 0 || dev >= g_fake->n_devices) {
 		return CUDA_ERROR_INVALID_DEVICE;
 	}
-	*pctx = (CUcontext)(uintptr_t)(0x1000 + 0x10 * (unsigned)dev);
+	*pctx = (CUcontext)(uintptr_t)(PRIMARY_CTX + 0x10 * (unsigned)dev);
 	g_fake->retains++;
 	return CUDA_SUCCESS;
 }
@@ -190,7 +225,23 @@ static CUresult f_pointer_get_attribute(void *data, CUpointer_attribute attribut
 	}
 	switch ((int)attribute) {
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-		*(unsigned int *)data = CU_MEMORYTYPE_DEVICE;
+		/* Managed memory answers DEVICE here: only IS_MANAGED tells. */
+		*(unsigned int *)data =
+			a->kind == FAKE_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = a->kind == FAKE_MANAGED;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(int *)data = 1;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+		*(int *)data = a->kind == FAKE_VMM
+				       ? a->rdma_capable
+				       : a->kind == FAKE_DEVICE || a->kind == FAKE_MEMPOOL;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+		*(void **)data = a->kind == FAKE_MEMPOOL ? (void *)(uintptr_t)0xb001 : NULL;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
 		*(unsigned long long *)data = a->buffer_id;
@@ -199,7 +250,8 @@ static CUresult f_pointer_get_attribute(void *data, CUpointer_attribute attribut
 		*(int *)data = a->device;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-		*(int *)data = !a->vmm && !a->mapping;
+		/* ipc_get_fails: the attribute says yes, the call says no. */
+		*(int *)data = a->kind == FAKE_DEVICE && !a->mapping;
 		return CUDA_SUCCESS;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
@@ -211,11 +263,14 @@ static CUresult f_pointer_set_attribute(const void *value, CUpointer_attribute a
 {
 	struct fake_alloc *a = find(ptr);
 
+	if (no_ctx()) {
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	if (!a || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS ||
 	    *(const unsigned int *)value != 1) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (a->vmm || g_fake->sync_memops_fails) {
+	if (a->vmm || a->kind == FAKE_MEMPOOL || g_fake->sync_memops_fails) {
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	g_fake->sync_memops++;
@@ -226,7 +281,11 @@ static CUresult f_mem_get_address_range(CUdeviceptr *pbase, size_t *psize, CUdev
 {
 	struct fake_alloc *a = find(dptr);
 
-	if (!a) {
+	if (no_ctx()) {
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	/* VMM memory: the one mapping around the pointer, not the reserved range. */
+	if (!a || a->kind == FAKE_HOST) {
 		return CUDA_ERROR_NOT_FOUND;
 	}
 	*pbase = a->base;
@@ -242,26 +301,47 @@ static CUresult f_mem_get_handle_for_address_range(void *handle, CUdeviceptr dpt
 	struct fake_alloc *a = find(dptr);
 	int fd;
 
+	if (no_ctx()) {
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	if (g_fake->export_result != CUDA_SUCCESS) {
 		return g_fake->export_result;
 	}
-	if (handleType != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 || size == 0) {
+	if (handleType != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || size == 0 ||
+	    (flags & ~(unsigned long long)CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) ||
+	    (flags && g_fake->no_pcie_flag)) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	/* "Users must ensure the dptr and size are aligned to the host page size." */
 	if (dptr % page != 0 || size % page != 0 || !a) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	if (!g_fake->dmabuf[a->device]) {
+	if (a->kind == FAKE_HOST ? !g_fake->host_dmabuf[a->device] : !g_fake->dmabuf[a->device]) {
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	if (a->vmm_partial || a->mapping) {
+	if (a->vmm_partial || a->mapping || a->kind == FAKE_MANAGED) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	/* The range must stay inside the allocation (cuMemAlloc rounds up to 2 MiB). */
-	uint64_t end = a->base + (a->vmm ? a->size : round_up(a->size, ALLOC_GRANULARITY));
-	if (dptr + size > end) {
-		return CUDA_ERROR_INVALID_VALUE;
+	if (a->vmm) {
+		/*
+		 * A reserved range may be exported across mappings when it is
+		 * fully mapped, on one device, with identical properties.
+		 */
+		for (CUdeviceptr at = dptr; at < dptr + size;) {
+			struct fake_alloc *m = find(at);
+			if (!m || !m->vmm || m->vmm_partial || m->reservation != a->reservation ||
+			    m->device != a->device || m->rdma_capable != a->rdma_capable) {
+				return CUDA_ERROR_INVALID_VALUE;
+			}
+			at = m->base + m->size;
+		}
+	} else {
+		/* The range must stay inside the allocation (cuMemAlloc rounds up to 2 MiB). */
+		uint64_t end = a->base +
+			       round_up(a->size, a->kind == FAKE_DEVICE ? ALLOC_GRANULARITY : page);
+		if (dptr + size > end) {
+			return CUDA_ERROR_INVALID_VALUE;
+		}
 	}
 	fd = memfd_create("fake-dmabuf", MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)size) < 0) {
@@ -274,6 +354,8 @@ static CUresult f_mem_get_handle_for_address_range(void *handle, CUdeviceptr dpt
 	g_fake->exports++;
 	g_fake->last_export_base = dptr;
 	g_fake->last_export_size = size;
+	g_fake->last_export_flags = flags;
+	g_fake->last_export_ctx = current_ctx();
 	return CUDA_SUCCESS;
 }
 
@@ -309,8 +391,12 @@ static CUresult f_ipc_get_mem_handle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
 	struct fake_alloc *a = find(dptr);
 
+	if (no_ctx()) {
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	/* Legacy IPC: cuMemAlloc memory, named by its base. */
-	if (!a || a->base != dptr || a->vmm || a->mapping) {
+	if (!a || a->base != dptr || a->kind != FAKE_DEVICE || a->mapping ||
+	    g_fake->ipc_get_fails) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	memset(pHandle, 0, sizeof(*pHandle));
@@ -350,6 +436,7 @@ static CUresult f_ipc_open_mem_handle(CUdeviceptr *pdptr, CUipcMemHandle handle,
 		a->base + MAPPING_OFFSET + (CUdeviceptr)g_fake->ipc_opens * ALLOC_GRANULARITY * 64;
 	m->size = a->size;
 	m->device = a->device;
+	m->kind = FAKE_DEVICE;
 	m->buffer_id = g_fake->next_buffer_id++;
 	g_fake->ipc_opens++;
 	*pdptr = m->base;
@@ -365,6 +452,21 @@ static CUresult f_ipc_close_mem_handle(CUdeviceptr dptr)
 	}
 	m->used = false;
 	g_fake->ipc_closes++;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_flush_gpu_direct_rdma_writes(CUflushGPUDirectRDMAWritesTarget target,
+					       CUflushGPUDirectRDMAWritesScope scope)
+{
+	if (no_ctx()) {
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	if (target != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX ||
+	    scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER) {
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	g_fake->flushes++;
+	g_fake->last_flush_ctx = current_ctx();
 	return CUDA_SUCCESS;
 }
 
@@ -394,8 +496,13 @@ void fake_cuda_init(struct fake_cuda *f)
 	f->table.ipc_get_mem_handle = f_ipc_get_mem_handle;
 	f->table.ipc_open_mem_handle = f_ipc_open_mem_handle;
 	f->table.ipc_close_mem_handle = f_ipc_close_mem_handle;
+	f->table.flush_gpu_direct_rdma_writes = f_flush_gpu_direct_rdma_writes;
 	f->n_devices = 2;
-	f->dmabuf[0] = f->dmabuf[1] = true;
+	for (int d = 0; d < FAKE_CUDA_DEVICES; d++) {
+		f->dmabuf[d] = true;
+		f->ordering[d] = CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
+		f->flush_options[d] = CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST;
+	}
 	/* cuDeviceGetPCIBusId writes upper-case hex; sysfs uses lower case. */
 	snprintf(f->bus_id[0], sizeof(f->bus_id[0]), "0000:3B:00.0");
 	snprintf(f->bus_id[1], sizeof(f->bus_id[1]), "0000:86:00.0");
@@ -412,7 +519,7 @@ void fake_cuda_fini(struct fake_cuda *f)
 }
 
 static CUdeviceptr alloc_common(struct fake_cuda *f, CUdeviceptr base, size_t size, int dev,
-				bool vmm, bool partial)
+				enum fake_kind kind, bool partial)
 {
 	struct fake_alloc *a;
 
@@ -424,7 +531,10 @@ static CUdeviceptr alloc_common(struct fake_cuda *f, CUdeviceptr base, size_t si
 	a->base = base;
 	a->size = size;
 	a->device = dev;
-	a->vmm = vmm;
+	a->kind = kind;
+	a->vmm = kind == FAKE_VMM;
+	a->rdma_capable = a->vmm;
+	a->reservation = a->vmm ? ++f->next_reservation : 0;
 	a->vmm_partial = partial;
 	a->buffer_id = f->next_buffer_id++;
 	return a->base;
@@ -435,7 +545,7 @@ CUdeviceptr fake_cuda_alloc(struct fake_cuda *f, size_t size, int dev)
 	CUdeviceptr base = f->next_base;
 
 	f->next_base += round_up(size ? size : 1, ALLOC_GRANULARITY) + ALLOC_GRANULARITY;
-	return alloc_common(f, base, size, dev, false, false);
+	return alloc_common(f, base, size, dev, FAKE_DEVICE, false);
 }
 
 CUdeviceptr fake_cuda_alloc_vmm(struct fake_cuda *f, size_t size, int dev, bool partial)
@@ -443,12 +553,45 @@ CUdeviceptr fake_cuda_alloc_vmm(struct fake_cuda *f, size_t size, int dev, bool 
 	CUdeviceptr base = f->next_base;
 
 	f->next_base += round_up(size ? size : 1, ALLOC_GRANULARITY) + ALLOC_GRANULARITY;
-	return alloc_common(f, base, size, dev, true, partial);
+	return alloc_common(f, base, size, dev, FAKE_VMM, partial);
+}
+
+CUdeviceptr fake_cuda_alloc_vmm_chunks(struct fake_cuda *f, int n_chunks, size_t chunk, int dev,
+				       bool rdma_capable)
+{
+	CUdeviceptr base = f->next_base;
+	uint32_t reservation = ++f->next_reservation;
+
+	f->next_base += round_up((uint64_t)n_chunks * chunk, ALLOC_GRANULARITY) + ALLOC_GRANULARITY;
+	for (int i = 0; i < n_chunks; i++) {
+		CUdeviceptr at = base + (CUdeviceptr)i * chunk;
+		if (alloc_common(f, at, chunk, dev, FAKE_VMM, false) != at) {
+			return 0;
+		}
+		struct fake_alloc *a = find(at);
+		a->reservation = reservation;
+		a->rdma_capable = rdma_capable;
+	}
+	return base;
+}
+
+CUdeviceptr fake_cuda_alloc_kind(struct fake_cuda *f, enum fake_kind kind, size_t size, int dev)
+{
+	CUdeviceptr base = f->next_base;
+
+	f->next_base += round_up(size ? size : 1, ALLOC_GRANULARITY) + ALLOC_GRANULARITY;
+	return alloc_common(f, base, size, dev, kind, false);
+}
+
+void fake_cuda_push_app_ctx(struct fake_cuda *f, CUcontext ctx)
+{
+	g_fake = f;
+	g_fake->ctx_stack[g_fake->ctx_depth++] = ctx;
 }
 
 CUdeviceptr fake_cuda_alloc_at(struct fake_cuda *f, CUdeviceptr base, size_t size, int dev)
 {
-	return alloc_common(f, base, size, dev, false, false);
+	return alloc_common(f, base, size, dev, FAKE_DEVICE, false);
 }
 
 void fake_cuda_free(struct fake_cuda *f, CUdeviceptr ptr)
@@ -469,6 +612,16 @@ const struct fake_alloc *fake_cuda_find(const struct fake_cuda *f, CUdeviceptr p
 		}
 	}
 	return NULL;
+}
+
+CUresult fake_cuda_ipc_handle(struct fake_cuda *f, CUdeviceptr ptr, CUipcMemHandle *ret_handle)
+{
+	CUresult r;
+
+	fake_cuda_push_app_ctx(f, FAKE_CUDA_APP_CTX(0));
+	r = f_ipc_get_mem_handle(ret_handle, ptr);
+	f->ctx_depth--;
+	return r;
 }
 
 int fake_cuda_mappings(const struct fake_cuda *f)

@@ -27,6 +27,7 @@
 #include "../../client-lib/internal.h"
 #include "engine.h"
 #include "fake_cuda.h"
+#include "recv_fds.h"
 #include "gpu.h"
 #include "rdmaxd.h"
 #include "rdmax.h"
@@ -86,7 +87,8 @@ struct fake_daemon {
 	pthread_t thread;
 	/* What it answers. */
 	uint32_t caps;
-	int refuse_status; /* RegisterRegion/PoolAlloc answered with this Status when set */
+	int refuse_status;        /* RegisterRegion/PoolAlloc answered with this Status when set */
+	int refuse_dmabuf_status; /* only dma-buf registrations answered with this Status */
 	uint8_t pool_handle[RDMAX_CUDA_IPC_HANDLE_SIZE];
 	uint64_t pool_offset; /* of the next slice; advances by 1 MiB */
 	/* What it saw. */
@@ -216,6 +218,9 @@ static void fd_register(struct fake_daemon *f, uint64_t seq, const Rdmax__V1__Re
 	}
 	if (f->refuse_status) {
 		fd_reply_status(f, seq, f->refuse_status);
+	} else if (f->refuse_dmabuf_status &&
+		   rr->kind == RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF) {
+		fd_reply_status(f, seq, f->refuse_dmabuf_status);
 	} else {
 		fd_reply_region(f, seq, rr->length, false);
 	}
@@ -232,28 +237,10 @@ static void *fd_main(void *arg)
 		return NULL;
 	}
 	for (;;) {
-		union {
-			char buf[CMSG_SPACE(8 * sizeof(int))];
-			struct cmsghdr align;
-		} ctl;
-		struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
-		struct msghdr mh = {.msg_iov = &iov,
-				    .msg_iovlen = 1,
-				    .msg_control = ctl.buf,
-				    .msg_controllen = sizeof(ctl.buf)};
-		int fds[8], n_fds = 0;
-		ssize_t n = recvmsg(f->cfd, &mh, MSG_CMSG_CLOEXEC);
+		int fds[TEST_RECV_FDS_MAX], n_fds = 0;
+		ssize_t n = test_recv_fds(f->cfd, buf, sizeof(buf), fds, &n_fds);
 		if (n <= 0) {
 			break;
-		}
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-				size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-				for (size_t i = 0; i < k && n_fds < 8; i++) {
-					memcpy(&fds[n_fds++], CMSG_DATA(c) + i * sizeof(int),
-					       sizeof(int));
-				}
-			}
 		}
 		Rdmax__V1__ClientMsg *m = rdmax__v1__client_msg__unpack(NULL, (size_t)n, buf);
 		if (!m) {
@@ -369,8 +356,8 @@ START_TEST(client_interior_offsets)
 	}
 	/* The client's dma-buf fds are closed once the daemon has its own. */
 	ck_assert_int_eq(count_fds(), fds_before);
-	/* The whole allocation is exported, page aligned, once per registration. */
-	ck_assert_int_eq(cu.exports, 5);
+	/* The whole allocation is exported, page aligned, once while any of it is registered. */
+	ck_assert_int_eq(cu.exports, 1);
 	ck_assert_uint_eq(cu.last_export_base, base);
 	ck_assert_uint_eq(cu.last_export_size, size);
 	ck_assert_int_eq(cu.sync_memops, 5);
@@ -386,8 +373,9 @@ START_TEST(client_interior_offsets)
 		ck_assert_uint_eq(s->offset, offsets[i]); /* == ptr - base */
 		ck_assert_uint_eq(s->length, 4096);
 		ck_assert_uint_eq(s->access, RDMAX_ACCESS_REMOTE_WRITE);
-		ck_assert_int_eq(s->n_fds, 1);
-		ck_assert_int_eq(s->fd_size, (off_t)size);
+		/* The first carries the dma-buf; the others name it by buffer id. */
+		ck_assert_int_eq(s->n_fds, i == 0 ? 1 : 0);
+		ck_assert_int_eq(s->fd_size, i == 0 ? (off_t)size : -1);
 		ck_assert_str_eq(s->bus_id, "0000:86:00.0");
 		ck_assert(s->has_buffer_id);
 		ck_assert_uint_eq(s->buffer_id, fake_cuda_find(&cu, base)->buffer_id);
@@ -498,13 +486,17 @@ START_TEST(client_vmm_and_driver_support)
 	/* ...but VMM memory has no IPC handle either. */
 	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)vmm_ok, MiB, 0, &r),
 			 RDMAX_E_GPU_NOT_EXPORTABLE);
-	/* Export refused by the driver: NOT_SUPPORTED falls back, other errors do not. */
+	/* Export refused by the driver, for any reason: the peermem fallback (as NCCL). */
 	cu.dmabuf[0] = true;
 	cu.export_result = CUDA_ERROR_NOT_SUPPORTED;
 	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)plain, MiB, 0, &r), 0);
 	cu.export_result = CUDA_ERROR_INVALID_VALUE;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)plain, MiB, 0, &r), 0);
+	/* ...unless the allocation cannot be opened by handle either. */
+	cu.ipc_get_fails = true;
 	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)plain, MiB, 0, &r),
 			 RDMAX_E_GPU_NOT_EXPORTABLE);
+	cu.ipc_get_fails = false;
 	cu.export_result = CUDA_SUCCESS;
 	/* SYNC_MEMOPS refused on ordinary memory: something is wrong, say so now. */
 	cu.sync_memops_fails = true;
@@ -512,7 +504,8 @@ START_TEST(client_vmm_and_driver_support)
 			 RDMAX_E_GPU_NOT_EXPORTABLE);
 	rdmax_client_close(c);
 	fd_stop(&d);
-	ck_assert_int_eq(d.n_regs, 3);
+	ck_assert_int_eq(d.n_regs, 4);
+	ck_assert_int_eq(d.regs[3].kind, RDMAX__V1__REGION_KIND__REGION_GPU_CUDA_IPC);
 	ck_assert_int_eq(d.regs[1].kind, RDMAX__V1__REGION_KIND__REGION_GPU_CUDA_IPC);
 	ck_assert_int_eq(d.regs[1].n_fds, 0);
 	ck_assert_uint_eq(d.regs[1].offset, 8192);
@@ -522,6 +515,237 @@ START_TEST(client_vmm_and_driver_support)
 	memcpy(&handle_base, d.regs[1].ipc + 16, 8);
 	ck_assert_uint_eq(handle_base, plain); /* the handle names the allocation base */
 	ck_assert_int_eq(d.regs[2].kind, RDMAX__V1__REGION_KIND__REGION_GPU_CUDA_IPC);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
+START_TEST(client_vmm_mappings)
+{
+	struct fake_daemon d;
+	struct fake_cuda cu;
+	struct rdmax_region *inside, *across, *bad;
+	const uint64_t chunk = 4 * MiB, page = page_size();
+
+	fake_cuda_init(&cu);
+	fd_start(&d, CAPS_ALL);
+	struct rdmax_client *c = open_with_fake(&d, &cu);
+	/* Expandable segments: one reserved range grown by two separately created chunks. */
+	CUdeviceptr seg = fake_cuda_alloc_vmm_chunks(&cu, 2, chunk, 0, true);
+	CUdeviceptr base;
+	size_t size;
+	fake_cuda_push_app_ctx(&cu, FAKE_CUDA_APP_CTX(0));
+	ck_assert_int_eq(cu.table.mem_get_address_range(&base, &size, seg + chunk + 5), 0);
+	cu.ctx_depth--;
+	ck_assert_uint_eq(base, seg + chunk); /* the driver names only the mapping */
+	ck_assert_uint_eq(size, chunk);
+	/* Inside one chunk: the page-aligned range of the region itself is exported. */
+	CUdeviceptr p = seg + 3 * page + 100;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)p, 2 * page, 0, &inside),
+			 0);
+	ck_assert_uint_eq(cu.last_export_base, seg + 3 * page);
+	ck_assert_uint_eq(cu.last_export_size, 3 * page);
+	/* Across both chunks: one dma-buf of the pages it covers. */
+	p = seg + chunk - 2 * page + 17;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)p, 4 * page,
+						   RDMAX_ACCESS_REMOTE_WRITE, &across),
+			 0);
+	ck_assert_uint_eq(cu.last_export_base, seg + chunk - 2 * page);
+	ck_assert_uint_eq(cu.last_export_size, 5 * page);
+	ck_assert_int_eq(cu.exports, 2);
+	/* Past the mapped range: the export fails, and VMM memory has no IPC fallback. */
+	ck_assert_int_eq(
+		rdmax_region_register_gpu(c, (void *)(uintptr_t)(seg + chunk), chunk + 1, 0, &bad),
+		RDMAX_E_GPU_NOT_EXPORTABLE);
+	/* Chunks made without the GPUDirect RDMA flag: refused before any export. */
+	CUdeviceptr plain = fake_cuda_alloc_vmm_chunks(&cu, 2, chunk, 0, false);
+	int exports = cu.exports;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)plain, page, 0, &bad),
+			 RDMAX_E_GPU_NOT_EXPORTABLE);
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)(plain + chunk - page),
+						   2 * page, 0, &bad),
+			 RDMAX_E_GPU_NOT_EXPORTABLE);
+	ck_assert_int_eq(cu.exports, exports);
+	rdmax_client_close(c);
+	fd_stop(&d);
+	ck_assert_int_eq(d.n_regs, 2);
+	ck_assert_int_eq(d.regs[0].kind, RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF);
+	ck_assert_uint_eq(d.regs[0].offset, 100);
+	ck_assert_int_eq(d.regs[0].fd_size, (off_t)(3 * page));
+	ck_assert_uint_eq(d.regs[1].offset, 17);
+	ck_assert_uint_eq(d.regs[1].length, 4 * page);
+	ck_assert_int_eq(d.regs[1].n_fds, 1);
+	ck_assert_int_eq(d.regs[1].fd_size, (off_t)(5 * page));
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
+START_TEST(client_context_handling)
+{
+	struct fake_daemon d;
+	struct fake_cuda cu;
+	struct rdmax_region *r1, *r2, *s;
+	CUipcMemHandle h;
+
+	fake_cuda_init(&cu);
+	fd_start(&d, CAPS_ALL);
+	struct rdmax_client *c = open_with_fake(&d, &cu);
+	CUdeviceptr a = fake_cuda_alloc(&cu, 4 * MiB, 1);
+	/* A thread with no current context: the pointer's device's primary context is used. */
+	ck_assert_int_eq(cu.ctx_depth, 0);
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)a, MiB, 0, &r1), 0);
+	ck_assert_ptr_eq(cu.last_export_ctx, FAKE_CUDA_PRIMARY_CTX(1));
+	ck_assert_int_eq(cu.ctx_depth, 0);
+	ck_assert_int_eq(cu.no_ctx_calls, 0);
+	/* A thread current on another device gets its own context back. */
+	CUdeviceptr b = fake_cuda_alloc(&cu, 4 * MiB, 1);
+	fake_cuda_push_app_ctx(&cu, FAKE_CUDA_APP_CTX(0));
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)b, MiB, 0, &r2), 0);
+	ck_assert_ptr_eq(cu.last_export_ctx, FAKE_CUDA_PRIMARY_CTX(1));
+	ck_assert_int_eq(cu.ctx_depth, 1);
+	ck_assert_ptr_eq(cu.ctx_stack[0], FAKE_CUDA_APP_CTX(0));
+	/* Pool slices too: the mapping gets SYNC_MEMOPS, the caller's context stays. */
+	CUdeviceptr pool = fake_cuda_alloc(&cu, 16 * MiB, 1);
+	ck_assert_int_eq(fake_cuda_ipc_handle(&cu, pool, &h), CUDA_SUCCESS);
+	memcpy(d.pool_handle, &h, sizeof(h));
+	int sync_before = cu.sync_memops;
+	ck_assert_int_eq(rdmax_alloc_gpu(c, 1, 4096, 0, &s), 0);
+	ck_assert_int_eq(cu.sync_memops, sync_before + 1);
+	ck_assert_int_eq(cu.ctx_depth, 1);
+	ck_assert_ptr_eq(cu.ctx_stack[0], FAKE_CUDA_APP_CTX(0));
+	rdmax_region_deregister(c, s);
+	rdmax_region_deregister(c, r1);
+	rdmax_region_deregister(c, r2);
+	ck_assert_int_eq(cu.ctx_depth, 1);
+	cu.ctx_depth = 0;
+	ck_assert_int_eq(cu.retains, cu.releases);
+	ck_assert_int_eq(cu.no_ctx_calls, 0);
+	rdmax_client_close(c);
+	fd_stop(&d);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
+START_TEST(client_repeated_slices)
+{
+	struct fake_daemon d;
+	struct fake_cuda cu;
+	struct rdmax_region *r[8], *again;
+
+	fake_cuda_init(&cu);
+	fd_start(&d, CAPS_ALL);
+	struct rdmax_client *c = open_with_fake(&d, &cu);
+	/* A KV cache cut into slices, each registered on its own. */
+	CUdeviceptr kv = fake_cuda_alloc(&cu, 32 * MiB, 0);
+	for (int i = 0; i < 8; i++) {
+		ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)(kv + i * 4 * MiB),
+							   4 * MiB, 0, &r[i]),
+				 0);
+	}
+	ck_assert_int_eq(cu.exports, 1);
+	/* While one slice is left, new slices still share the daemon's dma-buf. */
+	for (int i = 1; i < 8; i++) {
+		rdmax_region_deregister(c, r[i]);
+	}
+	ck_assert_int_eq(
+		rdmax_region_register_gpu(c, (void *)(uintptr_t)(kv + MiB), MiB, 0, &again), 0);
+	ck_assert_int_eq(cu.exports, 1);
+	rdmax_region_deregister(c, r[0]);
+	rdmax_region_deregister(c, again);
+	/* Once none is left, the next registration exports again. */
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)kv, MiB, 0, &again), 0);
+	ck_assert_int_eq(cu.exports, 2);
+	rdmax_client_close(c);
+	fd_stop(&d);
+	ck_assert_int_eq(d.n_regs, 10);
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(d.regs[i].n_fds, i == 0 || i == 9 ? 1 : 0);
+		ck_assert_uint_eq(d.regs[i].buffer_id, d.regs[0].buffer_id);
+		ck_assert_int_eq(d.regs[i].kind, RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF);
+	}
+	ck_assert_uint_eq(d.regs[8].offset, MiB);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
+START_TEST(client_fallbacks_and_grace)
+{
+	struct fake_daemon d;
+	struct fake_cuda cu;
+	struct rdmax_region *r;
+
+	fake_cuda_init(&cu);
+	fd_start(&d, CAPS_ALL);
+	struct rdmax_client *c = open_with_fake(&d, &cu);
+	CUdeviceptr a = fake_cuda_alloc(&cu, 4 * MiB, 0);
+	/* The daemon cannot register the dma-buf (NIC refused it): peermem instead. */
+	d.refuse_dmabuf_status = RDMAX__V1__STATUS__GPU_NOT_EXPORTABLE;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)a, MiB, 0, &r), 0);
+	rdmax_region_deregister(c, r);
+	d.refuse_dmabuf_status = 0;
+	/* A Grace system: the dma-buf is mapped through PCIe BAR1 for the NIC. */
+	cu.c2c[0] = true;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)a, MiB, 0, &r), 0);
+	ck_assert_uint_eq(cu.last_export_flags, CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
+	rdmax_region_deregister(c, r);
+	/* A driver that does not know the flag: exported without it. */
+	cu.no_pcie_flag = true;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)a, MiB, 0, &r), 0);
+	ck_assert_uint_eq(cu.last_export_flags, 0);
+	rdmax_region_deregister(c, r);
+	/* x86: no flag. */
+	cu.c2c[0] = false;
+	cu.no_pcie_flag = false;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)a, MiB, 0, &r), 0);
+	ck_assert_uint_eq(cu.last_export_flags, 0);
+	rdmax_client_close(c);
+	fd_stop(&d);
+	ck_assert_int_eq(d.n_regs, 5);
+	ck_assert_int_eq(d.regs[0].kind, RDMAX__V1__REGION_KIND__REGION_GPU_DMABUF);
+	ck_assert_int_eq(d.regs[1].kind, RDMAX__V1__REGION_KIND__REGION_GPU_CUDA_IPC);
+	ck_assert_int_eq(d.regs[1].n_fds, 0);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
+START_TEST(client_memory_kinds)
+{
+	struct fake_daemon d;
+	struct fake_cuda cu;
+	struct rdmax_region *r;
+	const uint64_t page = page_size();
+
+	fake_cuda_init(&cu);
+	fd_start(&d, CAPS_ALL);
+	struct rdmax_client *c = open_with_fake(&d, &cu);
+	/* cudaMallocAsync: the range is exported (no legacy IPC, no SYNC_MEMOPS). */
+	CUdeviceptr pool = fake_cuda_alloc_kind(&cu, FAKE_MEMPOOL, 4 * MiB, 0);
+	ck_assert_int_eq(
+		rdmax_region_register_gpu(c, (void *)(uintptr_t)(pool + page + 8), page, 0, &r), 0);
+	ck_assert_uint_eq(cu.last_export_base, pool + page);
+	ck_assert_uint_eq(cu.last_export_size, 2 * page);
+	/* cudaMallocAsync on a GPU without dma-buf: no handle to fall back on. */
+	cu.dmabuf[0] = false;
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)pool, page, 0, &r),
+			 RDMAX_E_GPU_NOT_EXPORTABLE);
+	cu.dmabuf[0] = true;
+	/* Managed memory migrates: never registered. */
+	CUdeviceptr managed = fake_cuda_alloc_kind(&cu, FAKE_MANAGED, 4 * MiB, 0);
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)managed, page, 0, &r),
+			 RDMAX_E_GPU_NOT_DEVICE_MEMORY);
+	/* Pinned host memory: a dma-buf where the driver exports it, else a named refusal. */
+	CUdeviceptr host = fake_cuda_alloc_kind(&cu, FAKE_HOST, 4 * MiB, 1);
+	ck_assert_int_eq(rdmax_region_register_gpu(c, (void *)(uintptr_t)host, page, 0, &r),
+			 RDMAX_E_GPU_NO_DMABUF);
+	cu.host_dmabuf[1] = true;
+	ck_assert_int_eq(
+		rdmax_region_register_gpu(c, (void *)(uintptr_t)(host + 2 * page), page, 0, &r), 0);
+	ck_assert_uint_eq(cu.last_export_base, host + 2 * page);
+	ck_assert_int_eq(cu.ctx_depth, 0);
+	rdmax_client_close(c);
+	fd_stop(&d);
+	ck_assert_int_eq(d.n_regs, 2);
+	ck_assert_uint_eq(d.regs[0].offset, 8);
+	ck_assert_str_eq(d.regs[1].bus_id, "0000:86:00.0");
 	fake_cuda_fini(&cu);
 }
 END_TEST
@@ -634,7 +858,7 @@ START_TEST(client_pool_slices)
 	fd_start(&d, CAPS_ALL);
 	/* The daemon's pool: an allocation whose IPC handle the fake daemon hands out. */
 	CUdeviceptr pool = fake_cuda_alloc(&cu, 64 * MiB, 1);
-	ck_assert_int_eq(cu.table.ipc_get_mem_handle(&h, pool), CUDA_SUCCESS);
+	ck_assert_int_eq(fake_cuda_ipc_handle(&cu, pool, &h), CUDA_SUCCESS);
 	memcpy(d.pool_handle, &h, sizeof(h));
 	d.pool_offset = 2 * MiB;
 	struct rdmax_client *c = open_with_fake(&d, &cu);
@@ -913,6 +1137,8 @@ struct hook {
 	uint64_t iova;
 	bool fd_open;
 	off_t fd_size;
+	const int *watch;     /* a counter to note when an MR goes (order checks) */
+	int watch_at_removal; /* its value then */
 };
 
 /* The verbs transport's iova: high bits from the key, low bits from the memory. */
@@ -957,6 +1183,7 @@ static void hook_removed(void *ctx, struct region *region)
 	struct hook *h = ctx;
 
 	h->removed++;
+	h->watch_at_removal = h->watch ? *h->watch : 0;
 	if (region->transport_data[0] && region->gpu && !gpu_region_shares_mrs(region)) {
 		free(region->transport_data[0]);
 		h->live_mrs--;
@@ -1102,9 +1329,12 @@ START_TEST(daemon_dmabuf_registration)
 	/* iova and dma-buf offset share their page offset, as the kernel demands. */
 	ck_assert_uint_eq(h.iova % page_size(), (3 * MiB + 123) % page_size());
 	ck_assert_uint_eq(r->gpu_addr, 3 * MiB + 123);
-	/* After registration the plan has no fd: the MR holds its own reference. */
+	/* The daemon keeps the dma-buf for later slices of the allocation. */
 	struct gpu_mr_plan later;
-	ck_assert_int_eq(gpu_mr_plan(r, 0, UINT64_MAX, true, h.iova, &later),
+	ck_assert_int_eq(gpu_mr_plan(r, 0, UINT64_MAX, true, h.iova, &later), 0);
+	ck_assert_int_ge(later.fd, 0);
+	/* An iova on another page offset than the dma-buf offset: the kernel would refuse. */
+	ck_assert_int_eq(gpu_mr_plan(r, 0, UINT64_MAX, true, h.iova + 1, &later),
 			 RDMAX_E_INVALID_ARGUMENT);
 	/* A device without dma-buf, or too small an MR limit: named errors. */
 	ck_assert_int_eq(gpu_mr_plan(r, 0, UINT64_MAX, false, h.iova, &later),
@@ -1260,6 +1490,251 @@ START_TEST(daemon_bar1_budget)
 }
 END_TEST
 
+START_TEST(daemon_shared_dmabuf)
+{
+	struct region_table t;
+	struct hook h;
+	struct gpu *gpu;
+	struct region *r[6], *bad;
+	char root[64], why[320] = "";
+	int owner, other;
+	/* 16 MiB of BAR1; a 10 MiB allocation registered in six slices. */
+	int fd = memfd_of(10 * MiB);
+	struct gpu_params p = {.verbs = true, .dmabuf = true, .check_dmabuf = accept_memfd};
+	struct gpu_reg_req req = {.kind = REGION_GPU_DMABUF,
+				  .fd = fd,
+				  .length = MiB,
+				  .bus_id = "0000:3B:00.0",
+				  .buffer_id = 77};
+
+	make_sysfs(root, sizeof(root), 16 * MiB, false);
+	p.sysfs_root = root;
+	table_with_hook(&t, &h);
+	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	int fd2 = memfd_of(10 * MiB);
+	int fds_before = count_fds();
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &r[0]), 0);
+	/* The daemon keeps one reference to the dma-buf for later slices. */
+	ck_assert_int_eq(count_fds(), fds_before + 1);
+	req.fd = -1;
+	for (int i = 1; i < 6; i++) {
+		req.offset = (uint64_t)i * MiB + 100;
+		ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &r[i]), 0);
+		/* Its own MR, over the same dma-buf, at its offset. */
+		ck_assert_int_eq(h.plan.how, GPU_MR_DMABUF);
+		ck_assert(h.fd_open);
+		ck_assert_int_eq(h.fd_size, (off_t)(10 * MiB));
+		ck_assert_uint_eq(h.plan.offset, (uint64_t)i * MiB + 100);
+		ck_assert_uint_eq(h.iova % page_size(), 100);
+	}
+	ck_assert_int_eq(count_fds(), fds_before + 1);
+	ck_assert_int_eq(h.live_mrs, 6);
+	/* Charged once: 10 MiB of 16, so another 10 MiB allocation does not fit. */
+	struct gpu_reg_req other_alloc = req;
+	other_alloc.fd = fd2;
+	other_alloc.offset = 0;
+	other_alloc.buffer_id = 78;
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &other_alloc, why, sizeof(why), &bad),
+			 RDMAX_E_GPU_TOO_LARGE);
+	/* Past the shared dma-buf; another client's buffer ids name nothing of this one. */
+	req.offset = 10 * MiB - 4096;
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &bad),
+			 RDMAX_E_OUT_OF_RANGE);
+	req.offset = 0;
+	ck_assert_int_eq(gpu_register(gpu, &t, &other, &req, why, sizeof(why), &bad),
+			 RDMAX_E_NOT_FOUND);
+	ck_assert_ptr_nonnull(strstr(why, "buffer 77"));
+	req.buffer_id = 0;
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &bad),
+			 RDMAX_E_NOT_FOUND);
+	req.buffer_id = 77;
+	/* The dma-buf goes with its last region, and with it the charge. */
+	for (int i = 0; i < 5; i++) {
+		region_deregister(&t, r[i], NULL, NULL);
+	}
+	ck_assert_int_eq(count_fds(), fds_before + 1);
+	region_deregister(&t, r[5], NULL, NULL);
+	ck_assert_int_eq(count_fds(), fds_before);
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &bad),
+			 RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &other_alloc, why, sizeof(why), &bad), 0);
+	region_deregister(&t, bad, NULL, NULL);
+	ck_assert_int_eq(h.live_mrs, 0);
+	gpu_destroy(gpu);
+	region_table_fini(&t);
+	rm_tree(root);
+	close(fd);
+	close(fd2);
+}
+END_TEST
+
+START_TEST(daemon_checks_bus_id)
+{
+	struct region_table t;
+	struct hook h;
+	struct gpu *gpu;
+	struct fake_cuda cu;
+	struct region *r;
+	CUipcMemHandle handle;
+	char root[64], why[320] = "";
+	int fd = memfd_of(MiB);
+
+	fake_cuda_init(&cu);
+	make_sysfs(root, sizeof(root), 0, true);
+	table_with_hook(&t, &h);
+	struct gpu_params p = {.sysfs_root = root,
+			       .verbs = true,
+			       .dmabuf = true,
+			       .check_dmabuf = accept_memfd,
+			       .cuda = &cu.table};
+	struct gpu_reg_req req = {
+		.kind = REGION_GPU_DMABUF, .fd = fd, .length = 4096, .bus_id = "0000:99:00.0"};
+	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	/* Not a GPU of this node, not a bus id at all, or none where GPUs are known. */
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r),
+			 RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(why, "0000:99:00.0"));
+	req.bus_id = "../../etc";
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r),
+			 RDMAX_E_INVALID_ARGUMENT);
+	req.bus_id = NULL;
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r),
+			 RDMAX_E_INVALID_ARGUMENT);
+	req.bus_id = "0000:3B:00.0";
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r), 0);
+	region_deregister(&t, r, NULL, NULL);
+	/* peermem: the opened memory must be on the GPU the client named. */
+	CUdeviceptr alloc = fake_cuda_alloc(&cu, 4 * MiB, 1); /* 0000:86:00.0 */
+	ck_assert_int_eq(fake_cuda_ipc_handle(&cu, alloc, &handle), CUDA_SUCCESS);
+	struct gpu_reg_req ipc = {.kind = REGION_GPU_CUDA_IPC,
+				  .length = MiB,
+				  .bus_id = "0000:3b:00.0",
+				  .ipc_handle = (const uint8_t *)&handle,
+				  .ipc_handle_len = sizeof(handle)};
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &ipc, why, sizeof(why), &r),
+			 RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(why, "0000:86:00.0"));
+	ck_assert_int_eq(fake_cuda_mappings(&cu), 0);
+	ipc.bus_id = "0000:86:00.0";
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &ipc, why, sizeof(why), &r), 0);
+	region_deregister(&t, r, NULL, NULL);
+	ck_assert_int_eq(fake_cuda_mappings(&cu), 0);
+	gpu_destroy(gpu);
+	ck_assert_int_eq(cu.retains, cu.releases);
+	region_table_fini(&t);
+	rm_tree(root);
+	close(fd);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
+START_TEST(daemon_flushes_before_imm)
+{
+	struct region_table t;
+	struct hook h;
+	struct gpu *gpu;
+	struct fake_cuda cu;
+	struct region *r0, *r1;
+	char root[64], why[320] = "";
+	int fd = memfd_of(MiB);
+
+	fake_cuda_init(&cu);
+	make_sysfs(root, sizeof(root), 0, false);
+	table_with_hook(&t, &h);
+	struct gpu_params p = {.sysfs_root = root,
+			       .verbs = true,
+			       .dmabuf = true,
+			       .check_dmabuf = accept_memfd,
+			       .cuda_library = "libcuda-not-here.so.1"};
+	/* No GPU region: nothing to flush, CUDA not even loaded. */
+	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	ck_assert_int_eq(gpu_flush_writes(gpu), 0);
+	gpu_destroy(gpu);
+	ck_assert_int_eq(gpu_flush_writes(NULL), 0);
+
+	/* Device 0 does not order GPUDirect writes for its own kernels: flushed, device 1 not. */
+	p.cuda = &cu.table;
+	p.cuda_library = NULL;
+	cu.ordering[0] = 0;
+	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	struct gpu_reg_req req = {
+		.kind = REGION_GPU_DMABUF, .fd = fd, .length = 4096, .bus_id = "0000:86:00.0"};
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r1), 0);
+	ck_assert_int_eq(gpu_flush_writes(gpu), 0);
+	ck_assert_int_eq(cu.flushes, 0);
+	req.bus_id = "0000:3b:00.0";
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r0), 0);
+	ck_assert_int_eq(gpu_flush_writes(gpu), 1);
+	ck_assert_int_eq(cu.flushes, 1);
+	ck_assert_ptr_eq(cu.last_flush_ctx, FAKE_CUDA_PRIMARY_CTX(0));
+	ck_assert_int_eq(cu.ctx_depth, 0);
+	ck_assert_int_eq(gpu_flush_writes(gpu), 1);
+	ck_assert_int_eq(cu.flushes, 2);
+	/* A GPU that needs the flush but cannot do it: said once, not pretended. */
+	cu.flush_options[0] = 0;
+	region_deregister(&t, r0, NULL, NULL);
+	region_deregister(&t, r1, NULL, NULL);
+	gpu_destroy(gpu);
+	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	ck_assert_int_eq(gpu_register(gpu, &t, &h, &req, why, sizeof(why), &r0), 0);
+	ck_assert_int_eq(gpu_flush_writes(gpu), -EOPNOTSUPP);
+	ck_assert_int_eq(cu.flushes, 2);
+	region_deregister(&t, r0, NULL, NULL);
+	ck_assert_int_eq(h.live_mrs, 0);
+	gpu_destroy(gpu);
+	ck_assert_int_eq(cu.retains, cu.releases);
+	region_table_fini(&t);
+	rm_tree(root);
+	close(fd);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
+START_TEST(daemon_peermem_owner_gone)
+{
+	struct region_table t;
+	struct hook h;
+	struct gpu *gpu;
+	struct fake_cuda cu;
+	struct region *r;
+	CUipcMemHandle handle;
+	char root[64], why[320] = "";
+	int owner;
+
+	fake_cuda_init(&cu);
+	make_sysfs(root, sizeof(root), 0, true);
+	table_with_hook(&t, &h);
+	h.watch = &cu.ipc_closes;
+	CUdeviceptr alloc = fake_cuda_alloc(&cu, 4 * MiB, 0);
+	ck_assert_int_eq(fake_cuda_ipc_handle(&cu, alloc, &handle), CUDA_SUCCESS);
+	struct gpu_params p = {.sysfs_root = root, .verbs = true, .cuda = &cu.table};
+	struct gpu_reg_req req = {.kind = REGION_GPU_CUDA_IPC,
+				  .length = MiB,
+				  .bus_id = "0000:3b:00.0",
+				  .ipc_handle = (const uint8_t *)&handle,
+				  .ipc_handle_len = sizeof(handle)};
+	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
+	ck_assert_int_eq(gpu_register(gpu, &t, &owner, &req, why, sizeof(why), &r), 0);
+	/* The client dies with a job still using the region (session_close deregisters). */
+	region_get(r);
+	region_deregister(&t, r, NULL, NULL);
+	ck_assert_int_eq(fake_cuda_mappings(&cu), 1);
+	ck_assert_int_eq(h.live_mrs, 1);
+	/* The last job lets go: the MR goes first, then the mapping, nothing later. */
+	region_put(&t, r);
+	ck_assert_int_eq(h.live_mrs, 0);
+	ck_assert_int_eq(h.watch_at_removal, 0);
+	ck_assert_int_eq(cu.ipc_closes, 1);
+	ck_assert_int_eq(fake_cuda_mappings(&cu), 0);
+	ck_assert_int_eq(cu.ctx_depth, 0);
+	gpu_destroy(gpu);
+	ck_assert_int_eq(cu.retains, cu.releases);
+	region_table_fini(&t);
+	rm_tree(root);
+	fake_cuda_fini(&cu);
+}
+END_TEST
+
 START_TEST(daemon_peermem_open_close)
 {
 	struct region_table t;
@@ -1275,7 +1750,7 @@ START_TEST(daemon_peermem_open_close)
 	table_with_hook(&t, &h);
 	/* The client's allocation, and its handle. */
 	CUdeviceptr alloc = fake_cuda_alloc(&cu, 4 * MiB, 0);
-	ck_assert_int_eq(cu.table.ipc_get_mem_handle(&handle, alloc), CUDA_SUCCESS);
+	ck_assert_int_eq(fake_cuda_ipc_handle(&cu, alloc, &handle), CUDA_SUCCESS);
 	struct gpu_params p = {.sysfs_root = root, .verbs = true, .cuda = &cu.table};
 	struct gpu_reg_req req = {.kind = REGION_GPU_CUDA_IPC,
 				  .offset = MiB + 64,
@@ -1407,8 +1882,10 @@ START_TEST(daemon_pools)
 	ck_assert_uint_eq(t.count, 0);
 
 	cu.dmabuf[1] = true;
+	cu.c2c[1] = true; /* a Grace GPU: its pool's dma-buf is mapped through PCIe */
 	ck_assert_int_eq(gpu_create(&p, &gpu), 0);
 	ck_assert_int_eq(gpu_pools_start(gpu, &t), 0);
+	ck_assert_uint_eq(cu.last_export_flags, CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
 	ck_assert_int_eq(cu.ctx_depth, 0);
 	ck_assert_uint_eq(t.count, 2); /* one registration per GPU */
 	ck_assert_int_eq(h.plan.how, GPU_MR_DMABUF);
@@ -1680,6 +2157,11 @@ Suite *gpu_suite(void)
 	tcase_add_test(tc, client_odd_sizes_and_ranges);
 	tcase_add_test(tc, client_buffer_id_reuse);
 	tcase_add_test(tc, client_vmm_and_driver_support);
+	tcase_add_test(tc, client_vmm_mappings);
+	tcase_add_test(tc, client_context_handling);
+	tcase_add_test(tc, client_repeated_slices);
+	tcase_add_test(tc, client_fallbacks_and_grace);
+	tcase_add_test(tc, client_memory_kinds);
 	tcase_add_test(tc, client_daemon_capabilities);
 	tcase_add_test(tc, client_daemon_refuses);
 	tcase_add_test(tc, client_missing_libcuda);
@@ -1690,7 +2172,11 @@ Suite *gpu_suite(void)
 	tcase_add_test(tc, daemon_dmabuf_registration);
 	tcase_add_test(tc, daemon_paths_and_capabilities);
 	tcase_add_test(tc, daemon_bar1_budget);
+	tcase_add_test(tc, daemon_shared_dmabuf);
+	tcase_add_test(tc, daemon_checks_bus_id);
+	tcase_add_test(tc, daemon_flushes_before_imm);
 	tcase_add_test(tc, daemon_peermem_open_close);
+	tcase_add_test(tc, daemon_peermem_owner_gone);
 	tcase_add_test(tc, daemon_pools);
 	tcase_add_test(tc, daemon_pools_peermem_and_off);
 	tcase_add_test(tc, engine_refuses_same_node_gpu_copies);
