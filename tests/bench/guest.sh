@@ -65,6 +65,8 @@ plan=(
 	"paged_bw 1048576 100 perftest"
 	"write_1qp 1048576 150 ucx"
 	"write_1qp 65536 1000 ucx"
+	"kv 16384 4000 perftest"
+	"kv 131072 500 perftest"
 )
 ucx_env=(UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n)
 page_len=16384
@@ -257,6 +259,7 @@ perftest_once() {
 	local file="$out/guest-ref-$test-$size-r$rep.txt"
 	local -a common
 	prog=ib_${test}
+	[ "$test" = kv ] && prog=ib_write_bw # the same bytes in block-sized writes
 	if [ "$test" = paged_bw ]; then
 		# A paged write is many page-sized RDMA writes: perftest with that message size.
 		prog=ib_write_bw
@@ -361,12 +364,19 @@ rdmax() { # TEST SIZE ITERS REP
 	read_bw) args+=(-o read "${bw_opts[@]}") ;;
 	write_lat | write_rtt) args+=(-o write --lat) ;;
 	paged_bw) args+=(-o paged --page-len "$page_len" "${bw_opts[@]}") ;;
+	kv) # 2 prefill clients -> 1 decode client; requests of 2 MiB or 4 MiB
+		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --clients 2
+			--block-len "$size" -D 3 --daemon-pid "${pids[0]}" --peer-daemon-pid "${pids[1]}"
+			--label "guest $transport $test" --json="$file.tmp")
+		if [ "$size" -ge 131072 ]; then args+=(--layers 4 --blocks 8); else args+=(--layers 8 --blocks 16); fi
+		;;
 	esac
 	# In the guest, the payload must cross the veth pair (writes leave through
 	# NETDEV0, read data through NETDEV1), not loop inside one device.
 	if [ "${RDMAX_GUEST:-}" = 1 ] && [ "$transport" = verbs ]; then
 		netdev=${RDMAX_GUEST_NETDEV0:-}
 		[ "$test" = read_bw ] && netdev=${RDMAX_GUEST_NETDEV1:-}
+		[ "$test" = kv ] && netdev='' # timed, not counted: the decode side checks every byte
 		[ -n "$netdev" ] && before=$(tx_bytes "$netdev")
 	fi
 	local c0

@@ -148,7 +148,10 @@ ref() { # TOOL TEST SIZE REP
 		timeout 60 iperf3 -s -1 -p "$port" >"$run/iperf3-s.log" 2>&1 &
 		spid=$!
 		wait_listen "$port" "$spid" || rc=1
-		((rc)) || timeout 60 iperf3 -c 127.0.0.1 -p "$port" -l "$size" -t "$iperf_secs" \
+		# Paged and KV rows move the same bytes as iperf3 in 1 MiB writes.
+		local len=$size
+		if [ "$test" = tcp_kv ] || [ "$test" = tcp_paged ]; then len=1048576; fi
+		((rc)) || timeout 60 iperf3 -c 127.0.0.1 -p "$port" -l "$len" -t "$iperf_secs" \
 			--json >"$file.json.tmp" 2>"$run/ref.err" || rc=$?
 		((rc)) && kill "$spid" 2>/dev/null
 		wait "$spid" || ((rc)) || rc=1
@@ -207,6 +210,12 @@ rdmax() { # TEST SIZE REP
 	tcp_paged) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o paged --page-len 32K
 		-w 64 -b 16 -D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
 	same_node) args=(local --socket "$run/a.sock" -o write -w 64 -b 16 -D "$secs" "${args[@]}") ;;
+	tcp_kv) # requests of 2 MiB (16 KiB blocks) or 4 MiB (128 KiB blocks)
+		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --clients 2
+			--block-len "$size" -D "$secs" --daemon-pid "${pids[0]}"
+			--peer-daemon-pid "${pids[1]}" --label "host $test" --json="$file.tmp")
+		if [ "$size" -ge 131072 ]; then args+=(--layers 4 --blocks 8); else args+=(--layers 8 --blocks 16); fi
+		;;
 	esac
 	if ! timeout 120 "$build/rdmax-bench" "${args[@]}" >"$run/bench.out" 2>&1; then
 		echo "host: rdmax-bench $test $size B failed: $(tail -n 3 "$run/bench.out" | tr '\n' ' ')"
@@ -227,6 +236,8 @@ plan=(
 	"tcp_read 65536 spin"
 	"tcp_lat 64 tcp-stream,spin,ucxtag,ucxput"
 	"tcp_paged 1048576 spin,iperf3"
+	"tcp_kv 16384 iperf3"
+	"tcp_kv 131072 iperf3"
 	"same_node 1048576 -"
 	"same_node 65536 -"
 )
