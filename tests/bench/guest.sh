@@ -400,7 +400,12 @@ rdmax() { # TEST SIZE ITERS REP
 		return 1
 	fi
 	mv "$file.tmp" "$file"
-	log "rdmax $test $size B x $iters: $(tail -n 1 "$run/bench.out" | tr -s ' ' ' ')"
+	if [ "$test" = kv ]; then
+		log "rdmax kv $size B blocks: $(grep -o '"Gbps": [0-9.]*' "$file" | head -n 1), verify" \
+			"$(grep -o '"verify": "[a-zA-Z]*"' "$file")"
+	else
+		log "rdmax $test $size B x $iters: $(tail -n 1 "$run/bench.out" | tr -s ' ' ' ')"
+	fi
 }
 
 mkdir -p "$out" || exit 1

@@ -17,7 +17,7 @@
 # Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT ($RDMAX_BUILD/bench),
 # RDMAX_BENCH_REPS (2), RDMAX_BENCH_QPS (2), RDMAX_BENCH_SECONDS (1, per host run),
 # RDMAX_BENCH_SKIP_GUEST=1, RDMAX_BENCH_GUEST_TRANSPORT (verbs),
-# RDMAX_BENCH_GUEST_TIMEOUT (240); RDMAX_BENCH_ONLY, RDMAX_BENCH_DAEMON_SET,
+# RDMAX_BENCH_GUEST_TIMEOUT (600); RDMAX_BENCH_ONLY, RDMAX_BENCH_DAEMON_SET,
 # RDMAX_BENCH_BW_OPTS, RDMAX_BENCH_CPUSTAT and RDMAX_BENCH_PERF go to the
 # guest part (see tests/bench/guest.sh).
 # A part that cannot run says `SKIP <part>: <reason>` and its ratios are n/a;
@@ -28,7 +28,7 @@ build=${RDMAX_BUILD:-build}
 out=${RDMAX_BENCH_OUT:-$build/bench}
 reps=${RDMAX_BENCH_REPS:-2}
 secs=${RDMAX_BENCH_SECONDS:-1}
-guest_timeout=${RDMAX_BENCH_GUEST_TIMEOUT:-240}
+guest_timeout=${RDMAX_BENCH_GUEST_TIMEOUT:-600}
 host_failed=0
 pids=()
 serve_pid=
