@@ -254,8 +254,18 @@ perftest() {
 	return 1
 }
 
+wait_listen() { # PORT PID: until a server listens on PORT, or PID died (15 s at most)
+	local i
+	for ((i = 0; i < 300; i++)); do
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
 perftest_once() {
-	local test=$1 size=$2 iters=$3 rep=$4 prog spid rc src i
+	local test=$1 size=$2 iters=$3 rep=$4 prog spid rc src
 	local file="$out/guest-ref-$test-$size-r$rep.txt"
 	local -a common
 	prog=ib_${test}
@@ -279,11 +289,7 @@ perftest_once() {
 	[ -n "$gid0" ] || return 1
 	timeout 60 "$prog" -d "$dev1" -x "$gid1" "${common[@]}" >"$run/perf-server.log" 2>&1 &
 	spid=$!
-	for ((i = 0; i < 300; i++)); do
-		ss -Hltn "sport = :$perf_port" 2>/dev/null | grep -q . && break
-		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.05
-	done
+	wait_listen "$perf_port" "$spid"
 	local c0
 	c0=$(stats_now)
 	profiled "ref-$test-$size-r$rep" timeout 60 "$prog" -d "$dev0" -x "$gid0" "${common[@]}" \
@@ -304,7 +310,7 @@ perftest_once() {
 
 # ucx_perftest between the two devices: put bandwidth (one QP) or put latency.
 ucx() { # TEST SIZE ITERS REP
-	local test=$1 size=$2 iters=$3 rep=$4 ut=ucp_put_bw spid rc src i
+	local test=$1 size=$2 iters=$3 rep=$4 ut=ucp_put_bw spid rc src
 	local file="$out/guest-ref@ucx-$test-$size-r$rep.txt"
 	[ "$test" = write_rtt ] && ut=ucp_put_lat
 	if ! command -v ucx_perftest >/dev/null; then
@@ -314,11 +320,7 @@ ucx() { # TEST SIZE ITERS REP
 	env "${ucx_env[@]}" UCX_NET_DEVICES="$dev1:1" /usr/bin/time -f 'cpu_s %U %S' \
 		-o "$run/ucx-s.time" timeout 60 ucx_perftest -p "$perf_port" >"$run/ucx-server.log" 2>&1 &
 	spid=$!
-	for ((i = 0; i < 300; i++)); do
-		ss -Hltn "sport = :$perf_port" 2>/dev/null | grep -q . && break
-		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.05
-	done
+	wait_listen "$perf_port" "$spid"
 	env "${ucx_env[@]}" UCX_NET_DEVICES="$dev0:1" /usr/bin/time -f 'cpu_s %U %S' \
 		-o "$run/ucx-c.time" timeout 60 ucx_perftest "$ip1" -p "$perf_port" -t "$ut" \
 		-s "$size" -n "$iters" >"$file.tmp" 2>&1
