@@ -506,7 +506,12 @@ static int set_rails(struct job *job, struct job_node *node, const struct endpoi
 	return 0;
 }
 
-static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan_run *piece)
+/*
+ * Issue piece; with n_group > 0 the piece stands for the n_group whole runs
+ * at group, sent as one xfer (transport->max_runs).
+ */
+static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan_run *piece,
+		       const struct plan_run *group, uint32_t n_group)
 {
 	const struct job_dest *dest = &job->dests[piece->dest];
 	struct job_node *node = &job->nodes[dest->node];
@@ -523,7 +528,10 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	xfer->local = job->local;
 	xfer->local_offset = piece->local_offset;
 	xfer->length = piece->length;
-	xfer->has_imm = node->has_imm && node->xfers_left == 1;
+	xfer->runs = n_group ? group : NULL;
+	xfer->n_runs = n_group;
+	uint64_t xfers = n_group ? n_group : 1;
+	xfer->has_imm = node->has_imm && node->xfers_left == xfers;
 	xfer->imm = job->imm;
 	xfer->done = xfer_done;
 	xfer->ctx = job;
@@ -542,7 +550,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 		slot->busy = false;
 		return ret;
 	}
-	node->xfers_left--;
+	node->xfers_left -= xfers;
 	node->in_flight++;
 	job->in_flight++;
 	job->in_flight_bytes += xfer->length;
@@ -572,7 +580,7 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 		struct plan_run piece = node->held_run;
 		node->held = false;
 		job->nodes_held--;
-		int ret = issue_piece(job, slot, &piece);
+		int ret = issue_piece(job, slot, &piece, NULL, 0);
 		if (ret < 0) {
 			complete_job(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
 		}
@@ -656,6 +664,38 @@ static struct job_xfer *free_slot(struct job *job)
 }
 
 /*
+ * Whole runs from the next one on that can travel as one xfer: the node's
+ * transport takes several (max_runs), they go to the same destination, each
+ * fits one chunk, and together they stay within a chunk. 0 when fewer than
+ * two qualify (the next piece goes alone). An unordered transport holds the
+ * imm's xfer back alone, so the node's last run is never grouped there.
+ */
+static uint32_t group_runs(const struct job *job, const struct job_node *node, uint64_t *ret_len)
+{
+	uint64_t chunk = chunk_of(job, node), len = 0;
+	uint32_t max = node->transport->max_runs, n = 0;
+	size_t end = job->n_runs;
+
+	if (max < 2 || job->run_offset != 0 || job->op != XFER_WRITE || job->kind == JOB_SEND) {
+		return 0;
+	}
+	if (node->has_imm && !node->transport->ordered) {
+		end--;
+	}
+	for (size_t i = job->next_run; i < end && n < max; i++) {
+		const struct plan_run *run = &job->runs[i];
+		if (run->dest != job->runs[job->next_run].dest || run->length == 0 ||
+		    run->length > chunk - len) {
+			break;
+		}
+		len += run->length;
+		n++;
+	}
+	*ret_len = len;
+	return n >= 2 ? n : 0;
+}
+
+/*
  * Issue the plan in order as far as the window allows; a node's last xfer
  * is held back (node->held) while others to it are in flight on a transport
  * that does not keep order. Completes the job once everything returned and
@@ -677,6 +717,20 @@ static void pump(struct job *job)
 				break;
 			}
 		}
+		uint64_t group_len = 0;
+		uint32_t n_group = node->transport ? group_runs(job, node, &group_len) : 0;
+		if (n_group > 0) {
+			const struct plan_run *group = &job->runs[job->next_run];
+			piece = *group;
+			piece.length = group_len;
+			job->next_run += n_group;
+			int ret = issue_piece(job, slot, &piece, group, n_group);
+			if (ret < 0) {
+				complete_job(job, ret, "cannot start transfer: %s",
+					     rdmax_strerror(ret));
+			}
+			continue;
+		}
 		next_piece(job, &piece);
 		if (!node->transport) {
 			if (run_local_piece(job, &piece) < 0) {
@@ -694,7 +748,7 @@ static void pump(struct job *job)
 			job->nodes_held++;
 			continue;
 		}
-		int ret = issue_piece(job, slot, &piece);
+		int ret = issue_piece(job, slot, &piece, NULL, 0);
 		if (ret < 0) {
 			complete_job(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
 		}

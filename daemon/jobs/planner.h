@@ -11,13 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One contiguous transfer of a job, before chunking. */
-struct plan_run {
-	uint64_t local_offset;
-	uint64_t remote_offset;
-	uint64_t length;
-	uint32_t dest; /* index of the job's destination (0 for a paged write) */
-};
+#include "transport.h" /* struct plan_run: xfers carry runs */
 
 /* A page list of one side: page i starts at offset + indices[i] * stride. */
 struct plan_pages {

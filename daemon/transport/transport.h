@@ -19,6 +19,13 @@
 #include "desc.h"
 #include "util.h"
 
+/* One contiguous transfer of a job, before chunking (jobs/planner.c plans them). */
+struct plan_run {
+	uint64_t local_offset;
+	uint64_t remote_offset;
+	uint64_t length;
+	uint32_t dest; /* index of the job's destination (0 for a paged write) */
+};
 struct rdmaxd;
 struct region;
 struct transport;
@@ -56,6 +63,15 @@ struct xfer {
 	 */
 	const char *mailbox;
 	const uint8_t *payload;
+	/*
+	 * Several ranges as one transfer (transports with max_runs > 1, WRITE
+	 * only): n_runs > 0 runs (local_offset, remote_offset, length each,
+	 * every length > 0; dest is unused) of the one remote region, valid
+	 * until done; `length` is their sum and local_offset / remote_offset
+	 * are unused. The imm, when set, counts once after all of them landed.
+	 */
+	const struct plan_run *runs;
+	uint32_t n_runs;
 	/* transport-private */
 	struct list_node link;
 	uint64_t wire_id;
@@ -153,6 +169,8 @@ struct transport {
 	 * chunk is held until every other chunk completed.
 	 */
 	bool ordered;
+	/* Runs one WRITE xfer may carry (xfer->runs); 0 or 1: one range per xfer. */
+	uint32_t max_runs;
 };
 
 /*

@@ -11,6 +11,10 @@
 # Writes into $RDMAX_BENCH_OUT (inside the repository, which the guest shares):
 #   guest-ref-TEST-SIZE-rREP.txt     perftest client output (parsed by report.py)
 #   guest-rdmax-TEST-SIZE-rREP.json  rdmax-bench --json
+#   guest-ref@ucx-TEST-SIZE-rREP.txt ucx_perftest (ucp_put_bw, ucp_put_lat) between the
+#                                    same devices, UCX_TLS=rc_verbs,ud_verbs (one QP)
+# The *_1qp rows run a second pair of rdmaxd with verbs.qps_per_peer=1, so
+# rdmax and UCX (one QP per endpoint) are compared at equal QP counts.
 #   guest-skip.txt                   why the rdmax side could not run (exit 77)
 # Exit: 0 done (a failed single run is logged and left out), 77 skipped, 1 error.
 # Never uses 124 or 125, which belong to run-in-guest.
@@ -49,16 +53,22 @@ pids=()
 
 # Bounded work per run: the guest is emulated (about 1 Gb/s, tens of µs).
 # TEST SIZE ITERS
+# TEST SIZE ITERS REFERENCES (perftest, ucx: ucx_perftest put)
 plan=(
-	"write_bw 1048576 150"
-	"write_bw 65536 1000"
-	"write_bw 64 10000"
-	"read_bw 1048576 100"
-	"read_bw 65536 1000"
-	"write_lat 64 2000"
-	"write_rtt 64 2000"
-	"paged_bw 1048576 100"
+	"write_bw 1048576 150 perftest"
+	"write_bw 65536 1000 perftest"
+	"write_bw 64 10000 perftest"
+	"read_bw 1048576 100 perftest"
+	"read_bw 65536 1000 perftest"
+	"write_lat 64 2000 perftest"
+	"write_rtt 64 2000 perftest,ucx"
+	"paged_bw 1048576 100 perftest"
+	"write_1qp 1048576 150 ucx"
+	"write_1qp 65536 1000 ucx"
+	"kv 16384 4000 perftest"
+	"kv 131072 500 perftest"
 )
+ucx_env=(UCX_TLS=rc_verbs,ud_verbs UCX_UD_ETH_DGID_CHECK=n)
 page_len=16384
 # rdmax-bench settings for bandwidth runs: a deep window and batched submits,
 # as perftest keeps 128 WRs posted.
@@ -165,11 +175,14 @@ skip() {
 }
 
 cleanup() {
-	if [ -n "${serve_pid:-}" ]; then
-		kill -TERM "$serve_pid" 2>/dev/null
-		wait "$serve_pid" 2>/dev/null
-		serve_pid=
-	fi
+	local sp
+	for sp in "${serve_pid:-}" "${serve1_pid:-}"; do
+		[ -n "$sp" ] || continue
+		kill -TERM "$sp" 2>/dev/null
+		wait "$sp" 2>/dev/null
+	done
+	serve_pid=
+	serve1_pid=
 	for p in "${pids[@]}"; do
 		kill -TERM "$p" 2>/dev/null
 	done
@@ -177,7 +190,7 @@ cleanup() {
 		wait "$p" 2>/dev/null
 	done
 	pids=()
-	for f in a b serve; do
+	for f in a b c d serve serve1; do
 		[ -e "$run/$f.log" ] && cp "$run/$f.log" "$out/guest-daemon-$f.log"
 	done
 	rm -rf "$run"
@@ -201,11 +214,11 @@ gid_index() { # DEV IPV4: index of the RoCE v2 GID of IPV4
 	done
 }
 
-start_daemon() { # NAME DEV IP PORT
+start_daemon() { # NAME DEV IP PORT [QPS]
 	local name=$1 dev=$2 ip=$3 port=$4 i
 	local -a args=(--node-name "$name" --socket "$run/$name.sock" --transport "$transport"
 		--listen "$ip" --port "$port" --log-level notice)
-	[ "$transport" = verbs ] && args+=(--set "verbs.devices=$dev" --set "verbs.qps_per_peer=$qps")
+	[ "$transport" = verbs ] && args+=(--set "verbs.devices=$dev" --set "verbs.qps_per_peer=${5:-$qps}")
 	for i in "${daemon_set[@]}"; do
 		args+=(--set "$i")
 	done
@@ -241,11 +254,22 @@ perftest() {
 	return 1
 }
 
+wait_listen() { # PORT PID: until a server listens on PORT, or PID died (15 s at most)
+	local i
+	for ((i = 0; i < 300; i++)); do
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
 perftest_once() {
-	local test=$1 size=$2 iters=$3 rep=$4 prog spid rc src i
+	local test=$1 size=$2 iters=$3 rep=$4 prog spid rc src
 	local file="$out/guest-ref-$test-$size-r$rep.txt"
 	local -a common
 	prog=ib_${test}
+	[ "$test" = kv ] && prog=ib_write_bw # the same bytes in block-sized writes
 	if [ "$test" = paged_bw ]; then
 		# A paged write is many page-sized RDMA writes: perftest with that message size.
 		prog=ib_write_bw
@@ -265,11 +289,7 @@ perftest_once() {
 	[ -n "$gid0" ] || return 1
 	timeout 60 "$prog" -d "$dev1" -x "$gid1" "${common[@]}" >"$run/perf-server.log" 2>&1 &
 	spid=$!
-	for ((i = 0; i < 300; i++)); do
-		ss -Hltn "sport = :$perf_port" 2>/dev/null | grep -q . && break
-		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.05
-	done
+	wait_listen "$perf_port" "$spid"
 	local c0
 	c0=$(stats_now)
 	profiled "ref-$test-$size-r$rep" timeout 60 "$prog" -d "$dev0" -x "$gid0" "${common[@]}" \
@@ -288,25 +308,77 @@ perftest_once() {
 	log "$prog $size B x $iters: $(grep -A1 '#bytes' "$file" | tail -n 1 | tr -s ' \t' ' ')"
 }
 
+# ucx_perftest between the two devices: put bandwidth (one QP) or put latency.
+ucx() { # TEST SIZE ITERS REP
+	local test=$1 size=$2 iters=$3 rep=$4 ut=ucp_put_bw spid rc src
+	local file="$out/guest-ref@ucx-$test-$size-r$rep.txt"
+	[ "$test" = write_rtt ] && ut=ucp_put_lat
+	if ! command -v ucx_perftest >/dev/null; then
+		log "ucx_perftest is not installed (ucx-utils): UCX rows left out"
+		return 1
+	fi
+	env "${ucx_env[@]}" UCX_NET_DEVICES="$dev1:1" /usr/bin/time -f 'cpu_s %U %S' \
+		-o "$run/ucx-s.time" timeout 60 ucx_perftest -p "$perf_port" >"$run/ucx-server.log" 2>&1 &
+	spid=$!
+	wait_listen "$perf_port" "$spid"
+	env "${ucx_env[@]}" UCX_NET_DEVICES="$dev0:1" /usr/bin/time -f 'cpu_s %U %S' \
+		-o "$run/ucx-c.time" timeout 60 ucx_perftest "$ip1" -p "$perf_port" -t "$ut" \
+		-s "$size" -n "$iters" >"$file.tmp" 2>&1
+	rc=$?
+	wait "$spid"
+	src=$?
+	perf_port=$((perf_port + 1))
+	cat "$run/ucx-s.time" "$run/ucx-c.time" >>"$file.tmp" 2>/dev/null
+	if [ "$rc" != 0 ] || [ "$src" != 0 ] || ! grep -q '^Final:' "$file.tmp"; then
+		log "ucx_perftest $ut $size B: client exit $rc, server exit $src (left out):" \
+			"$(grep -v '^$' "$file.tmp" | tail -n 2 | tr '\n' ' ')"
+		mv "$file.tmp" "$out/guest-ref@ucx-$test-$size-r$rep.failed"
+		return 1
+	fi
+	mv "$file.tmp" "$file"
+	log "ucx_perftest $ut $size B x $iters: $(grep '^Final:' "$file" | tr -s ' ' ' ')"
+}
+
+refs() { # REFERENCES TEST SIZE ITERS REP
+	local tool
+	for tool in ${1//,/ }; do
+		case $tool in
+		perftest) perftest "$2" "$3" "$4" "$5" ;;
+		ucx) ucx "$2" "$3" "$4" "$5" ;;
+		esac
+	done
+}
+
 tx_bytes() { cat "/sys/class/net/$1/statistics/tx_bytes" 2>/dev/null || echo 0; }
 
 rdmax() { # TEST SIZE ITERS REP
 	local test=$1 size=$2 iters=$3 rep=$4 rc netdev='' before=0 sent
 	local file="$out/guest-rdmax-$test-$size-r$rep.json"
-	local -a args=(run --socket "$run/a.sock" --desc "$run/b.desc" -s "$size" -n "$iters"
-		--daemon-pid "${pids[0]}" --peer-daemon-pid "${pids[1]}"
+	local a=a b=b ia=0 ib=1
+	if [[ $test == *_1qp ]]; then
+		a=c b=d ia=2 ib=3
+	fi
+	local -a args=(run --socket "$run/$a.sock" --desc "$run/$b.desc" -s "$size" -n "$iters"
+		--daemon-pid "${pids[$ia]}" --peer-daemon-pid "${pids[$ib]}"
 		--label "guest $transport $test" --json="$file.tmp")
 	case $test in
-	write_bw) args+=(-o write "${bw_opts[@]}") ;;
+	write_bw | write_1qp) args+=(-o write "${bw_opts[@]}") ;;
 	read_bw) args+=(-o read "${bw_opts[@]}") ;;
 	write_lat | write_rtt) args+=(-o write --lat) ;;
 	paged_bw) args+=(-o paged --page-len "$page_len" "${bw_opts[@]}") ;;
+	kv) # 2 prefill clients -> 1 decode client; requests of 2 MiB or 4 MiB
+		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --clients 2
+			--block-len "$size" -D 3 --daemon-pid "${pids[0]}" --peer-daemon-pid "${pids[1]}"
+			--label "guest $transport $test" --json="$file.tmp")
+		if [ "$size" -ge 131072 ]; then args+=(--layers 4 --blocks 8); else args+=(--layers 8 --blocks 16); fi
+		;;
 	esac
 	# In the guest, the payload must cross the veth pair (writes leave through
 	# NETDEV0, read data through NETDEV1), not loop inside one device.
 	if [ "${RDMAX_GUEST:-}" = 1 ] && [ "$transport" = verbs ]; then
 		netdev=${RDMAX_GUEST_NETDEV0:-}
 		[ "$test" = read_bw ] && netdev=${RDMAX_GUEST_NETDEV1:-}
+		[ "$test" = kv ] && netdev='' # timed, not counted: the decode side checks every byte
 		[ -n "$netdev" ] && before=$(tx_bytes "$netdev")
 	fi
 	local c0
@@ -330,7 +402,12 @@ rdmax() { # TEST SIZE ITERS REP
 		return 1
 	fi
 	mv "$file.tmp" "$file"
-	log "rdmax $test $size B x $iters: $(tail -n 1 "$run/bench.out" | tr -s ' ' ' ')"
+	if [ "$test" = kv ]; then
+		log "rdmax kv $size B blocks: $(grep -o '"Gbps": [0-9.]*' "$file" | head -n 1), verify" \
+			"$(grep -o '"verify": "[a-zA-Z]*"' "$file")"
+	else
+		log "rdmax $test $size B x $iters: $(tail -n 1 "$run/bench.out" | tr -s ' ' ' ')"
+	fi
 }
 
 mkdir -p "$out" || exit 1
@@ -356,6 +433,22 @@ for ((i = 0; i < 100; i++)); do
 done
 [ -e "$run/b.desc" ] || skip "rdmax-bench serve did not publish a descriptor: $(tail -n 1 "$run/serve.log")"
 
+# A second pair with one QP per peer for the *_1qp rows (UCX uses one QP per endpoint).
+serve1_pid=
+start_1qp() {
+	start_daemon c "$dev0" "$ip0" 17473 1
+	start_daemon d "$dev1" "$ip1" 17474 1
+	"$build/rdmax-bench" serve --socket "$run/d.sock" --desc "$run/d.desc" --size 1M \
+		2>"$run/serve1.log" &
+	serve1_pid=$!
+	for ((i = 0; i < 100; i++)); do
+		[ -e "$run/d.desc" ] && return 0
+		kill -0 "$serve1_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	log "the one-QP pair did not publish a descriptor: $(tail -n 1 "$run/serve1.log")"
+}
+
 # RDMAX_BENCH_ONLY: is the plan row TEST SIZE selected?
 selected() {
 	local w
@@ -367,16 +460,19 @@ selected() {
 }
 
 for item in "${plan[@]}"; do
-	read -r test size iters <<<"$item"
+	read -r test size iters tools <<<"$item"
 	selected "$test" "$size" || continue
+	if [[ $test == *_1qp ]] && [ -z "$serve1_pid" ]; then
+		start_1qp
+	fi
 	for ((rep = 1; rep <= reps; rep++)); do
 		# Alternate which side goes first, so drift within a pair cancels over reps.
 		if ((rep % 2)); then
-			perftest "$test" "$size" "$iters" "$rep"
+			refs "$tools" "$test" "$size" "$iters" "$rep"
 			rdmax "$test" "$size" "$iters" "$rep"
 		else
 			rdmax "$test" "$size" "$iters" "$rep"
-			perftest "$test" "$size" "$iters" "$rep"
+			refs "$tools" "$test" "$size" "$iters" "$rep"
 		fi
 	done
 done

@@ -7,6 +7,9 @@ Reads the files tests/bench/run.sh and guest.sh leave in OUT (build/bench):
   guest-rdmax-TEST-SIZE-rN.json   rdmax-bench --json (verbs, in the guest)
   host-ref-TEST-SIZE-rN.json      tcp-stream --json
   host-rdmax-TEST-SIZE-rN.json    rdmax-bench --json (TCP transport / same node)
+  PART-ref@TOOL-TEST-SIZE-rN.*    further references of the same row: tcp-stream
+                                  --spin (spin, spinbatch: .json), iperf3 --json
+                                  (iperf3: .json), ucx_perftest output (ucx*: .txt)
 takes the median over repetitions of each side, prints the table and the
 summary line, and writes OUT/summary.json. Every ratio is "higher is better":
 rdmax/reference for bandwidth and rate, reference/rdmax for latency.
@@ -18,7 +21,45 @@ import re
 import statistics
 import sys
 
-NAME = re.compile(r"^(guest|host)-(ref|rdmax)-([a-z_]+)-(\d+)-r(\d+)\.(txt|json)$")
+NAME = re.compile(r"^(guest|host)-(ref|rdmax)(?:@([a-z0-9]+))?-([a-z_0-9]+)-(\d+)-r(\d+)\.(txt|json)$")
+MIB = 1 << 20
+
+
+def parse_ucx(path, size):
+    """ucx_perftest client output plus the `cpu_s U S` lines of both ends."""
+    final = None
+    cpu = 0.0
+    for line in open(path, errors="replace"):
+        words = line.split()
+        if words[:1] == ["Final:"] and len(words) >= 9:
+            final = [float(w) for w in words[1:9]]
+        elif words[:1] == ["cpu_s"] and len(words) >= 3:
+            cpu += float(words[1]) + float(words[2])
+    if final is None:
+        return None
+    iters, p50, _avg, _overall, _bw_avg, bw_overall, _rate_avg, rate_overall = final
+    gb = iters * size / 1e9
+    out = {"Gbps": bw_overall * MIB * 8 / 1e9, "jobs_per_s": rate_overall,
+           # lat tests print half a round trip, like ib_write_lat: twice that is one
+           # write (or message) answered, which is what a completed rdmax job is.
+           "p50_us": 2 * p50,
+           "cpu_s_per_GB": cpu / gb if gb > 0 and cpu > 0 else None}
+    return out
+
+
+def parse_iperf3(path):
+    try:
+        doc = json.load(open(path))
+        end = doc["end"]
+        recv = end["sum_received"]
+    except (OSError, ValueError, KeyError):
+        return None
+    seconds = recv.get("seconds") or 0
+    gb = recv.get("bytes", 0) / 1e9
+    pct = end.get("cpu_utilization_percent", {})
+    cpu = (pct.get("host_total", 0) + pct.get("remote_total", 0)) / 100 * seconds
+    return {"Gbps": recv["bits_per_second"] / 1e9,
+            "cpu_s_per_GB": cpu / gb if gb > 0 and cpu > 0 else None}
 
 
 def parse_perftest(path):
@@ -69,14 +110,21 @@ def parse_json(path):
 
 
 def load(out_dir):
-    """{(part, test, size): {"ref": [runs], "rdmax": [runs]}}"""
+    """{(part, test, size): {"ref": [runs], "rdmax": [runs], "ref@TOOL": [runs]}}"""
     runs = {}
     for path in sorted(glob.glob(os.path.join(out_dir, "*"))):
         m = NAME.match(os.path.basename(path))
         if not m:
             continue
-        part, side, test, size, rep, ext = m.groups()
-        val = parse_perftest(path) if ext == "txt" else parse_json(path)
+        part, side, tool, test, size, rep, ext = m.groups()
+        if tool and tool.startswith("ucx"):
+            val = parse_ucx(path, int(size))
+        elif tool == "iperf3":
+            val = parse_iperf3(path)
+        elif ext == "txt":
+            val = parse_perftest(path)
+        else:
+            val = parse_json(path)
         if val is None:
             continue
         if test == "write_rtt" and side == "ref" and val.get("jobs_per_s"):
@@ -84,7 +132,8 @@ def load(out_dir):
             val["p50_us"] = 1e6 / val["jobs_per_s"]
         val["rep"] = int(rep)
         key = (part, test, int(size))
-        runs.setdefault(key, {"ref": [], "rdmax": []})[side].append(val)
+        runs.setdefault(key, {"ref": [], "rdmax": []}).setdefault(
+            side + ("@" + tool if tool else ""), []).append(val)
     return runs
 
 
@@ -116,7 +165,11 @@ METRICS = {
     "tcp_read": [("Gbps", "Gb/s", False)],
     "tcp_lat": [("p50_us", "p50 us", True), ("p99_us", "p99 us", True)],
     "tcp_paged": [("Gbps", "Gb/s", False)],
+    "tcp_kv": [("Gbps", "Gb/s", False)],
     "same_node": [("Gbps", "Gb/s", False)],
+    "write_1qp": [("Gbps", "Gb/s", False)],
+    "read_1qp": [("Gbps", "Gb/s", False)],
+    "kv": [("Gbps", "Gb/s", False)],
 }
 REFERENCE = {
     "write_bw": "ib_write_bw",
@@ -128,8 +181,21 @@ REFERENCE = {
     "tcp_read": "tcp-stream",
     "tcp_lat": "tcp-stream --lat",
     "tcp_paged": "tcp-stream",
+    "tcp_kv": "tcp-stream",
     "same_node": "memcpy",
+    "kv": "ib_write_bw",
 }
+# Further references, by tool; what each one is, as the table names it.
+TOOLS = {
+    "spin": "raw TCP spin",
+    "spinbatch": "spin+batch16",
+    "iperf3": "iperf3",
+    "ucxtag": "UCX tag tcp",
+    "ucxput": "UCX put tcp",
+    "ucx": "UCX put 1QP",
+    "ucxget": "UCX get 1QP",
+}
+LAT_TOOLS = {"ucxtag": "UCX tag_lat x2", "ucxput": "UCX put_lat x2", "ucx": "UCX put_lat x2"}
 ORDER = list(METRICS)
 
 
@@ -137,49 +203,66 @@ def build_rows(runs):
     rows = []
     keys = sorted(runs, key=lambda k: (k[0] != "guest", ORDER.index(k[1]) if k[1] in ORDER else 99, k[2]))
     for part, test, size in keys:
-        sides = runs[(part, test, size)]
-        for field, unit, lower_better in METRICS.get(test, []):
-            if test == "write_bw" and field == "jobs_per_s" and size > 4096:
-                continue  # job rate is reported for small writes only
-            ref_field = "memcpy_Gbps" if test == "same_node" else field
-            ref = med(sides["rdmax" if test == "same_node" else "ref"], ref_field)
-            val = med(sides["rdmax"], field)
-            ratio = None
-            if ref and val:
-                ratio = ref / val if lower_better else val / ref
-            # Ratio of each pair run back to back: the spread shows the machine's noise.
-            pairs = []
-            ref_side = sides["rdmax" if test == "same_node" else "ref"]
-            for a in sides["rdmax"]:
-                for b in ref_side:
-                    x, y = a.get(field), b.get(ref_field)
-                    if a["rep"] == b["rep"] and x and y and x > 0 and y > 0:
-                        pairs.append(y / x if lower_better else x / y)
-            labels = {v.get("label", "") for v in sides["rdmax"]}
-            transport = "tcp" if part == "host" else "verbs"
-            for label in labels:
-                words = label.split()
-                if part == "guest" and len(words) >= 2:
-                    transport = words[1]
-            if test == "same_node":
-                transport = "local"
-            rows.append({
-                "part": part,
-                "test": test,
-                "bytes": size,
-                "metric": unit,
-                "reference": REFERENCE.get(test, "?"),
-                "ref_value": ref,
-                "rdmax_value": val,
-                "ratio": ratio,
-                "ratio_min": min(pairs) if pairs else None,
-                "ratio_max": max(pairs) if pairs else None,
-                "transport": transport,
-                "reps": [len(sides["ref"]) if test != "same_node" else len(sides["rdmax"]),
-                         len(sides["rdmax"])],
-                "rdmax_cpu_s_per_GB": med(sides["rdmax"], "cpu_s_per_GB"),
-                "ref_cpu_s_per_GB": med(sides["ref"], "cpu_s_per_GB"),
-            })
+        allsides = runs[(part, test, size)]
+        refs = [k for k in allsides if k.startswith("ref") and allsides[k]] or ["ref"]
+        for ref_key in sorted(refs, key=lambda k: (k != "ref", k)):
+            sides = {"ref": allsides.get(ref_key, []), "rdmax": allsides.get("rdmax", [])}
+            tool = ref_key[4:] if "@" in ref_key else ""
+            rows.extend(metric_rows(part, test, size, sides, tool))
+    return rows
+
+
+def metric_rows(part, test, size, sides, tool):
+    """Rows of one (part, test, size) against one reference tool ("" = the default one)."""
+    rows = []
+    for field, unit, lower_better in METRICS.get(test, []):
+        if tool.startswith("ucx") and field != "p50_us" and lower_better:
+            continue  # ucx_perftest prints no p99
+        if test.startswith("write_bw") and field == "jobs_per_s" and size > 4096:
+            continue  # job rate is reported for small writes only
+        if tool == "iperf3" and field != "Gbps":
+            continue
+        ref_field = "memcpy_Gbps" if test == "same_node" else field
+        ref = med(sides["rdmax" if test == "same_node" else "ref"], ref_field)
+        val = med(sides["rdmax"], field)
+        ratio = None
+        if ref and val:
+            ratio = ref / val if lower_better else val / ref
+        # Ratio of each pair run back to back: the spread shows the machine's noise.
+        pairs = []
+        ref_side = sides["rdmax" if test == "same_node" else "ref"]
+        for a in sides["rdmax"]:
+            for b in ref_side:
+                x, y = a.get(field), b.get(ref_field)
+                if a["rep"] == b["rep"] and x and y and x > 0 and y > 0:
+                    pairs.append(y / x if lower_better else x / y)
+        labels = {v.get("label", "") for v in sides["rdmax"]}
+        transport = "tcp" if part == "host" else "verbs"
+        for label in labels:
+            words = label.split()
+            if part == "guest" and len(words) >= 2:
+                transport = words[1]
+        if test == "same_node":
+            transport = "local"
+        rows.append({
+            "part": part,
+            "test": test,
+            "bytes": size,
+            "metric": unit,
+            "reference": (LAT_TOOLS.get(tool) if lower_better else None)
+            or TOOLS.get(tool) or REFERENCE.get(test, "?"),
+            "tool": tool or "default",
+            "ref_value": ref,
+            "rdmax_value": val,
+            "ratio": ratio,
+            "ratio_min": min(pairs) if pairs else None,
+            "ratio_max": max(pairs) if pairs else None,
+            "transport": transport,
+            "reps": [len(sides["ref"]) if test != "same_node" else len(sides["rdmax"]),
+                     len(sides["rdmax"])],
+            "rdmax_cpu_s_per_GB": med(sides["rdmax"], "cpu_s_per_GB"),
+            "ref_cpu_s_per_GB": med(sides["ref"], "cpu_s_per_GB"),
+        })
     return rows
 
 
@@ -195,13 +278,23 @@ def fmt(v, unit=""):
     return f"{v:.4f}"
 
 
-def find(rows, part, test, size, metric, transport=None):
+def find(rows, part, test, size, metric, transport=None, tool="default"):
     for r in rows:
-        if (r["part"], r["test"], r["bytes"], r["metric"]) == (part, test, size, metric):
+        if (r["part"], r["test"], r["bytes"], r["metric"], r["tool"]) == (
+                part, test, size, metric, tool):
             if transport and r["transport"] != transport:
                 return None
             return r["ratio"]
     return None
+
+
+def worst(rows, part, test, size, metric, tools):
+    """Ratio against the best of several references (size None: any size), or None."""
+    ratios = [r["ratio"] for r in rows
+              if (r["part"], r["test"], r["metric"]) == (part, test, metric)
+              and (size is None or r["bytes"] == size) and r["tool"] in tools
+              and r["ratio"] is not None]
+    return min(ratios) if ratios else None
 
 
 def scaling(out_dir):
@@ -288,7 +381,16 @@ def main():
         "read@1MiB": find(rows, "guest", "read_bw", 1 << 20, "Gb/s", "verbs"),
         "lat_p50": find(rows, "guest", "write_lat", 64, "p50 us", "verbs"),
         "rate@64B": find(rows, "guest", "write_bw", 64, "jobs/s", "verbs"),
-        "tcp@1MiB": find(rows, "host", "tcp_write", 1 << 20, "Gb/s"),
+        "ucx_write@1MiB": find(rows, "guest", "write_1qp", 1 << 20, "Gb/s", "verbs", "ucx"),
+        "ucx_lat": find(rows, "guest", "write_rtt", 64, "p50 us", "verbs", "ucx"),
+        # Against the raw stream that polls like rdmaxd: the blocking tcp-stream row
+        # measures the reference's wake-ups as much as the transport.
+        "tcp@1MiB": find(rows, "host", "tcp_write", 1 << 20, "Gb/s", tool="spin"),
+        "tcp_vs_ucx@1MiB": find(rows, "host", "tcp_write", 1 << 20, "Gb/s", tool="ucxtag"),
+        "tcp_vs_best@1MiB": worst(rows, "host", "tcp_write", 1 << 20, "Gb/s",
+                                  ("iperf3", "spin", "ucxtag")),
+        "kv_tcp": worst(rows, "host", "tcp_kv", None, "Gb/s", ("iperf3",)),
+        "kv_verbs": worst(rows, "guest", "kv", None, "Gb/s", ("default",)),
         "same_node@1MiB": find(rows, "host", "same_node", 1 << 20, "Gb/s"),
     }
     line = "ratios: " + " ".join(f"{k}={r(v)}" for k, v in summary.items())

@@ -4,9 +4,10 @@
 # run.sh - `make bench`: rdmax against its references, as ratios.
 #   (a) guest: one two-node Soft-RoCE boot (tests/bench/guest.sh): perftest
 #       against rdmax-bench between two rdmaxd over the verbs transport;
-#   (b) host: two rdmaxd on loopback over the TCP transport against one raw
-#       TCP stream (tests/bench/tcp-stream), and same-node copies (two clients
-#       of one daemon) against memcpy;
+#   (b) host: two rdmaxd on loopback over the TCP transport against raw TCP
+#       streams that sleep or poll (tests/bench/tcp-stream, --spin, --batch),
+#       iperf3 and UCX over TCP (ucx_perftest), and same-node copies (two
+#       clients of one daemon) against memcpy;
 #   (c) scaling (tests/bench/scaling.sh): 1, 2, 4, 8 client processes on one
 #       daemon, bandwidth, job rate and the daemon's RSS.
 # Reference and rdmax alternate per size. Then tests/bench/report.py prints
@@ -16,7 +17,7 @@
 # Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT ($RDMAX_BUILD/bench),
 # RDMAX_BENCH_REPS (2), RDMAX_BENCH_QPS (2), RDMAX_BENCH_SECONDS (1, per host run),
 # RDMAX_BENCH_SKIP_GUEST=1, RDMAX_BENCH_GUEST_TRANSPORT (verbs),
-# RDMAX_BENCH_GUEST_TIMEOUT (240); RDMAX_BENCH_ONLY, RDMAX_BENCH_DAEMON_SET,
+# RDMAX_BENCH_GUEST_TIMEOUT (600); RDMAX_BENCH_ONLY, RDMAX_BENCH_DAEMON_SET,
 # RDMAX_BENCH_BW_OPTS, RDMAX_BENCH_CPUSTAT and RDMAX_BENCH_PERF go to the
 # guest part (see tests/bench/guest.sh).
 # A part that cannot run says `SKIP <part>: <reason>` and its ratios are n/a;
@@ -27,7 +28,7 @@ build=${RDMAX_BUILD:-build}
 out=${RDMAX_BENCH_OUT:-$build/bench}
 reps=${RDMAX_BENCH_REPS:-2}
 secs=${RDMAX_BENCH_SECONDS:-1}
-guest_timeout=${RDMAX_BENCH_GUEST_TIMEOUT:-240}
+guest_timeout=${RDMAX_BENCH_GUEST_TIMEOUT:-600}
 host_failed=0
 pids=()
 serve_pid=
@@ -84,7 +85,7 @@ fi
 echo "== guest part took $(($(date +%s) - t0)) s"
 
 # ---- (b) host: TCP transport vs raw TCP; same-node vs memcpy ----
-echo "== host part: two rdmaxd over TCP on loopback vs one raw TCP stream; same-node vs memcpy"
+echo "== host part: two rdmaxd over TCP on loopback vs raw TCP, iperf3, UCX; same-node vs memcpy"
 t0=$(date +%s)
 run=$(mktemp -d /tmp/rdmax-bench.XXXXXX) || exit 1
 
@@ -106,20 +107,93 @@ trap cleanup EXIT
 
 . "$(dirname "$0")/lib.sh"
 
-ref() { # TEST SIZE REP
-	local test=$1 size=$2 rep=$3 file="$out/host-ref-$1-$2-r$3.json"
-	local -a args=(-s "$size" --json --label "host $test")
-	case $test in
-	tcp_lat) args+=(--lat -n 5000) ;;
-	*) args+=(-D "$secs") ;;
+# Ports for the reference tools' own servers (UCX, iperf3), one per run.
+ref_port=18700
+
+wait_listen() { # PORT PID: until something listens on PORT, or PID died
+	local i
+	for ((i = 0; i < 200; i++)); do
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.02
+	done
+	return 1
+}
+
+# References, by tool (the part after @ in the file name; tcp-stream has none):
+#   tcp-stream  one TCP stream, blocking write()/recv(MSG_WAITALL) (sleeps in the kernel)
+#   spin        tcp-stream --spin: both ends poll non-blocking sockets, as rdmaxd does
+#   spinbatch   tcp-stream --spin --batch 16: and 16 messages per sendmsg()
+#   iperf3      iperf3 -l SIZE, one stream (sleeps in the kernel, like a user's iperf3)
+#   ucxtag      ucx_perftest -t tag_bw / tag_lat, UCX_TLS=tcp on lo (one connection)
+#   ucxput      ucx_perftest -t ucp_put_bw / ucp_put_lat, UCX_TLS=tcp on lo
+# Every reference uses one connection, as rdmaxd uses one per peer pair.
+ref() { # TOOL TEST SIZE REP
+	local tool=$1 test=$2 size=$3 rep=$4 file spid rc=0 port=$((ref_port++))
+	local lat=0
+	[ "$test" = tcp_lat ] && lat=1
+	file="$out/host-ref@$tool-$test-$size-r$rep"
+	[ "$tool" = tcp-stream ] && file="$out/host-ref-$test-$size-r$rep"
+	case $tool in
+	tcp-stream | spin | spinbatch)
+		local -a args=(-s "$size" --json --label "host $test $tool")
+		if ((lat)); then args+=(--lat -n 5000); else args+=(-D "$secs"); fi
+		[ "$tool" != tcp-stream ] && args+=(--spin)
+		[ "$tool" = spinbatch ] && args+=(--batch 16)
+		timeout 60 "$build/tests/bench/tcp-stream" "${args[@]}" >"$file.json.tmp" 2>"$run/ref.err" ||
+			rc=$?
+		file=$file.json
+		;;
+	iperf3)
+		timeout 60 iperf3 -s -1 -p "$port" >"$run/iperf3-s.log" 2>&1 &
+		spid=$!
+		wait_listen "$port" "$spid" || rc=1
+		# Paged and KV rows move the same bytes as iperf3 in 1 MiB writes.
+		local len=$size
+		if [ "$test" = tcp_kv ] || [ "$test" = tcp_paged ]; then len=1048576; fi
+		((rc)) || timeout 60 iperf3 -c 127.0.0.1 -p "$port" -l "$len" -t "$iperf_secs" \
+			--json >"$file.json.tmp" 2>"$run/ref.err" || rc=$?
+		((rc)) && kill "$spid" 2>/dev/null
+		wait "$spid" || ((rc)) || rc=1
+		file=$file.json
+		;;
+	ucxtag | ucxput)
+		local ut iters
+		case $tool$lat in
+		ucxtag0) ut=tag_bw ;;
+		ucxtag1) ut=tag_lat ;;
+		ucxput0) ut=ucp_put_bw ;;
+		ucxput1) ut=ucp_put_lat ;;
+		esac
+		iters=$(((2 << 30) / size))
+		((iters > 20000)) && iters=20000
+		((lat)) && iters=5000
+		UCX_TLS=tcp UCX_NET_DEVICES=lo /usr/bin/time -f 'cpu_s %U %S' -o "$run/ucx-s.time" \
+			timeout 60 ucx_perftest -p "$port" >"$run/ucx-s.log" 2>&1 &
+		spid=$!
+		wait_listen "$port" "$spid" || rc=1
+		((rc)) || UCX_TLS=tcp UCX_NET_DEVICES=lo /usr/bin/time -f 'cpu_s %U %S' \
+			-o "$run/ucx-c.time" timeout 60 ucx_perftest 127.0.0.1 -p "$port" -t "$ut" \
+			-s "$size" -n "$iters" >"$file.txt.tmp" 2>"$run/ref.err" || rc=$?
+		((rc)) && kill "$spid" 2>/dev/null
+		wait "$spid" || ((rc)) || rc=1
+		cat "$run/ucx-s.time" "$run/ucx-c.time" >>"$file.txt.tmp" 2>/dev/null
+		file=$file.txt
+		;;
 	esac
-	if ! timeout 60 "$build/tests/bench/tcp-stream" "${args[@]}" >"$file.tmp" 2>"$run/ref.err"; then
-		echo "host: tcp-stream $test $size B failed: $(cat "$run/ref.err")"
+	if ((rc)); then
+		echo "host: $tool $test $size B failed (left out): $(tail -n 2 "$run/ref.err" | tr '\n' ' ')"
 		rm -f "$file.tmp"
-		host_failed=1
 		return 1
 	fi
 	mv "$file.tmp" "$file"
+}
+
+refs() { # TOOLS TEST SIZE REP
+	local tool
+	for tool in ${1//,/ }; do
+		ref "$tool" "$2" "$3" "$4"
+	done
 }
 
 rdmax() { # TEST SIZE REP
@@ -133,9 +207,15 @@ rdmax() { # TEST SIZE REP
 		-D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
 	tcp_lat) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o write --lat -n 5000
 		--peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
-	tcp_paged) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o paged --page-len 16K
+	tcp_paged) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o paged --page-len 32K
 		-w 64 -b 16 -D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
 	same_node) args=(local --socket "$run/a.sock" -o write -w 64 -b 16 -D "$secs" "${args[@]}") ;;
+	tcp_kv) # requests of 2 MiB (16 KiB blocks) or 4 MiB (128 KiB blocks)
+		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --clients 2
+			--block-len "$size" -D "$secs" --daemon-pid "${pids[0]}"
+			--peer-daemon-pid "${pids[1]}" --label "host $test" --json="$file.tmp")
+		if [ "$size" -ge 131072 ]; then args+=(--layers 4 --blocks 8); else args+=(--layers 8 --blocks 16); fi
+		;;
 	esac
 	if ! timeout 120 "$build/rdmax-bench" "${args[@]}" >"$run/bench.out" 2>&1; then
 		echo "host: rdmax-bench $test $size B failed: $(tail -n 3 "$run/bench.out" | tr '\n' ' ')"
@@ -146,35 +226,51 @@ rdmax() { # TEST SIZE REP
 	mv "$file.tmp" "$file"
 }
 
-# TEST SIZE
+# TEST SIZE REFERENCES. Missing tools (iperf3, ucx_perftest) leave their rows out.
 plan=(
-	"tcp_write 1048576"
-	"tcp_write 65536"
-	"tcp_write 4096"
-	"tcp_write 8388608"
-	"tcp_read 1048576"
-	"tcp_read 65536"
-	"tcp_lat 64"
-	"tcp_paged 1048576"
-	"same_node 1048576"
-	"same_node 65536"
+	"tcp_write 1048576 tcp-stream,spin,iperf3,ucxtag,ucxput"
+	"tcp_write 65536 tcp-stream,spin,spinbatch,iperf3,ucxtag"
+	"tcp_write 4096 tcp-stream,spin,spinbatch"
+	"tcp_write 8388608 spin,iperf3"
+	"tcp_read 1048576 spin"
+	"tcp_read 65536 spin"
+	"tcp_lat 64 tcp-stream,spin,ucxtag,ucxput"
+	"tcp_paged 1048576 spin,iperf3"
+	"tcp_kv 16384 iperf3"
+	"tcp_kv 131072 iperf3"
+	"same_node 1048576 -"
+	"same_node 65536 -"
 )
+iperf_secs=$(awk -v s="$secs" 'BEGIN { printf "%d", s < 1 ? 1 : s + 0.5 }')
+tools_missing=
+command -v iperf3 >/dev/null || tools_missing+=" iperf3"
+command -v ucx_perftest >/dev/null || tools_missing+=" ucxtag ucxput"
+[ -x /usr/bin/time ] || tools_missing+=" ucxtag ucxput"
+[ -n "$tools_missing" ] && echo "SKIP host references:$tools_missing (not installed: tools/install-deps)"
+available() { # TOOLS: those installed
+	local t keep=
+	for t in ${1//,/ }; do
+		[[ " $tools_missing " == *" $t "* ]] || keep+=${keep:+,}$t
+	done
+	echo "$keep"
+}
 
 if start_daemon a "host part" && start_daemon b "host part"; then
 	"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/b.desc" --size 8M \
 		2>"$run/serve.log" &
 	serve_pid=$!
 	for item in "${plan[@]}"; do
-		read -r test size <<<"$item"
+		read -r test size tools <<<"$item"
+		tools=$(available "$tools")
 		for ((rep = 1; rep <= reps; rep++)); do
 			if [ "$test" = same_node ]; then
 				rdmax "$test" "$size" "$rep" # memcpy runs inside, right after
 			elif ((rep % 2)); then
-				ref "$test" "$size" "$rep"
+				refs "$tools" "$test" "$size" "$rep"
 				rdmax "$test" "$size" "$rep"
 			else
 				rdmax "$test" "$size" "$rep"
-				ref "$test" "$size" "$rep"
+				refs "$tools" "$test" "$size" "$rep"
 			fi
 		done
 		echo "host: $test $size B done"

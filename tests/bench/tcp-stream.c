@@ -8,7 +8,12 @@
  *     receiver recv()s each into one SIZE-byte buffer (as a daemon receives
  *     into region memory); the clock stops when the receiver has acknowledged
  *     the last byte, so nothing still queued in the kernel is counted;
- *   --lat: one SIZE-byte message, one 1-byte answer, per round trip.
+ *   --lat: one SIZE-byte message, one 1-byte answer, per round trip;
+ *   --spin: both ends use non-blocking sockets and retry at once instead of
+ *     sleeping in the kernel, the way rdmaxd busy-polls (a reference that
+ *     sleeps while the system under test spins measures wake-ups);
+ *   --batch N: the sender hands N messages to one sendmsg() (rdmaxd batches
+ *     up to 64 frames per call); the receiver still takes each message whole.
  *
  * It prints a table, or with --json the same JSON shape as rdmax-bench, so
  * tests/bench/report.py reads both. It never touches rdmaxd; it only
@@ -28,6 +33,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +48,8 @@ struct opts {
 	double duration_s;
 	bool lat;
 	bool json;
+	bool spin;
+	uint32_t batch; /* messages per sendmsg(), >= 1 */
 	const char *addr;
 	const char *label;
 };
@@ -71,12 +79,15 @@ static double rusage_s(int who)
 	       ru.ru_stime.tv_usec / 1e6;
 }
 
+/* --spin: every call is MSG_DONTWAIT and EAGAIN is retried at once. */
+static bool g_spin;
+
 static int write_all(int fd, const uint8_t *buf, uint64_t len)
 {
 	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | (g_spin ? MSG_DONTWAIT : 0));
 		if (n < 0) {
-			if (errno == EINTR) {
+			if (errno == EINTR || (g_spin && errno == EAGAIN)) {
 				continue;
 			}
 			return -errno;
@@ -93,9 +104,9 @@ static int64_t read_full(int fd, uint8_t *buf, uint64_t len)
 	uint64_t got = 0;
 
 	while (got < len) {
-		ssize_t n = recv(fd, buf + got, len - got, MSG_WAITALL);
+		ssize_t n = recv(fd, buf + got, len - got, g_spin ? MSG_DONTWAIT : MSG_WAITALL);
 		if (n < 0) {
-			if (errno == EINTR) {
+			if (errno == EINTR || (g_spin && errno == EAGAIN)) {
 				continue;
 			}
 			return -errno;
@@ -106,6 +117,35 @@ static int64_t read_full(int fd, uint8_t *buf, uint64_t len)
 		got += (uint64_t)n;
 	}
 	return (int64_t)got;
+}
+
+/* batch messages of size bytes (all from buf) in as few sendmsg() calls as the socket allows. */
+static int write_batch(int fd, const uint8_t *buf, uint64_t size, uint32_t batch)
+{
+	struct iovec iov[64];
+	uint64_t left = size * batch, skip = 0;
+
+	while (left > 0) {
+		uint32_t n = 0;
+		uint64_t off = skip;
+		for (; n < batch && n < 64 && off < size * batch; n++) {
+			uint64_t in = off % size;
+			iov[n].iov_base = (void *)(buf + in);
+			iov[n].iov_len = size - in;
+			off += size - in;
+		}
+		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
+		ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL | (g_spin ? MSG_DONTWAIT : 0));
+		if (sent < 0) {
+			if (errno == EINTR || (g_spin && errno == EAGAIN)) {
+				continue;
+			}
+			return -errno;
+		}
+		skip += (uint64_t)sent;
+		left -= (uint64_t)sent;
+	}
+	return 0;
 }
 
 static void set_nodelay(int fd)
@@ -200,6 +240,13 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 	until = t0 + (uint64_t)(o->duration_s * 1e9);
 	while (msgs < count && (o->duration_s <= 0 || now_ns() < until)) {
 		uint64_t ts = now_ns();
+		if (o->batch > 1 && !o->lat) {
+			if (write_batch(fd, buf, size, o->batch) < 0) {
+				goto out_close;
+			}
+			msgs += o->batch;
+			continue;
+		}
 		if (write_all(fd, buf, size) < 0) {
 			goto out_close;
 		}
@@ -261,13 +308,16 @@ static void print_results(const struct opts *o, const struct result *rs, uint32_
 			}
 		}
 		printf("\", \"op\": \"write\", \"status\": \"ok\", \"params\": {\"iters\": %" PRIu64
-		       ", \"duration_s\": %g, \"lat\": %s}, \"results\": [",
-		       o->iters, o->duration_s, o->lat ? "true" : "false");
+		       ", \"duration_s\": %g, \"lat\": %s, \"spin\": %s, \"batch\": %u}, "
+		       "\"results\": [",
+		       o->iters, o->duration_s, o->lat ? "true" : "false",
+		       o->spin ? "true" : "false", o->batch);
 	} else {
-		printf("tcp-stream%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s %9s "
+		printf("tcp-stream%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s %9s "
 		       "%9s %9s\n",
-		       o->lat ? " --lat" : "", o->addr, "bytes", "msgs", "seconds", "GB/s", "Gb/s",
-		       "msgs/s", "p50_us", "p99_us", "p99.9_us", "cpu_s/GB");
+		       o->lat ? " --lat" : "", o->spin ? " --spin" : "", o->addr, "bytes", "msgs",
+		       "seconds", "GB/s", "Gb/s", "msgs/s", "p50_us", "p99_us", "p99.9_us",
+		       "cpu_s/GB");
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct result *r = &rs[i];
@@ -324,7 +374,7 @@ static int parse_size(const char *s, uint64_t *ret)
 static void usage(FILE *out)
 {
 	fprintf(out, "Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
-		     "                  [--addr IPV4] [--label TEXT]\n"
+		     "                  [--spin] [--batch N] [--addr IPV4] [--label TEXT]\n"
 		     "One TCP stream between two processes; sizes take K/M suffixes.\n");
 }
 
@@ -335,14 +385,19 @@ int main(int argc, char **argv)
 		{"iters", required_argument, NULL, 'n'},
 		{"duration", required_argument, NULL, 'D'},
 		{"lat", no_argument, NULL, 'L'},
+		{"spin", no_argument, NULL, 'S'},
+		{"batch", required_argument, NULL, 'B'},
 		{"json", no_argument, NULL, 'j'},
 		{"addr", required_argument, NULL, 'A'},
 		{"label", required_argument, NULL, 'l'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct opts o = {
-		.iters = DEFAULT_ITERS, .addr = "127.0.0.1", .n_sizes = 1, .sizes = {1 << 20}};
+	struct opts o = {.iters = DEFAULT_ITERS,
+			 .addr = "127.0.0.1",
+			 .n_sizes = 1,
+			 .sizes = {1 << 20},
+			 .batch = 1};
 	struct result rs[MAX_SIZES];
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sa_len = sizeof(sa);
@@ -376,6 +431,16 @@ int main(int argc, char **argv)
 		case 'L':
 			o.lat = true;
 			break;
+		case 'S':
+			o.spin = true;
+			break;
+		case 'B':
+			o.batch = (uint32_t)strtoul(optarg, NULL, 0);
+			if (o.batch == 0 || o.batch > 64) {
+				fprintf(stderr, "tcp-stream: --batch takes 1..64\n");
+				return 2;
+			}
+			break;
 		case 'j':
 			o.json = true;
 			break;
@@ -404,6 +469,7 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < o.n_sizes; i++) {
 		max_size = o.sizes[i] > max_size ? o.sizes[i] : max_size;
 	}
+	g_spin = o.spin;
 	signal(SIGPIPE, SIG_IGN);
 	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 4) < 0 ||

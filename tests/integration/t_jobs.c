@@ -208,6 +208,33 @@ START_TEST(jobs_paged_write_errors)
 	expect_ok(ca, &job, 3 * 4096);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 3 * 4096, "fixed paged write");
 
+	/*
+	 * Pages that do not merge travel as one segment list (WRITE_SEGS over
+	 * TCP); once the destination is deregistered its owner refuses the whole
+	 * list (the NIC, over verbs), and the job fails with that reason.
+	 */
+	const uint32_t rot[] = {2, 0, 1};
+	struct rdmax_region *dst2 = itest_alloc(cb, 64 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc desc2 = itest_desc(dst2);
+	job.id = 17;
+	job.remote = &desc2;
+	job.u.paged.dst = (struct rdmax_pages){.indices = rot, .count = 3};
+	expect_ok(ca, &job, 3 * 4096);
+	itest_assert_mem_eq(itest_bytes(dst2) + 2 * 4096, itest_bytes(src), 4096, "page 0");
+	itest_assert_mem_eq(itest_bytes(dst2), itest_bytes(src) + 4096, 2 * 4096, "pages 1, 2");
+	ck_assert_int_eq(rdmax_region_deregister(cb, dst2), 0);
+	job.id = 18;
+	ck_assert_int_eq(rdmax_submit(ca, &job, 1), 0);
+	ck_assert_uint_eq(itest_collect(ca, &ev, 1, ITEST_WAIT_MS, NULL), 1);
+	if (strcmp(itest_transport(), "tcp") == 0) {
+		itest_assert_err(ev.status, RDMAX_E_NOT_FOUND);
+		ck_assert_msg(strstr(ev.message, "not found"), "message: '%s'", ev.message);
+	} else {
+		/* Over verbs the NIC refuses the stale key. */
+		ck_assert_msg(ev.status == RDMAX_E_REMOTE_ACCESS || ev.status == RDMAX_E_NOT_FOUND,
+			      "status %d: '%s'", ev.status, ev.message);
+	}
+
 	rdmax_client_close(ca);
 	rdmax_client_close(cb);
 	itest_daemon_stop(a);

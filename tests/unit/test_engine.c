@@ -14,6 +14,7 @@
 
 #include "fixtures.h"
 #include "engine.h"
+#include "planner.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "rdmaxd.h"
@@ -195,6 +196,90 @@ START_TEST(engine_chunks_and_completes_once)
 	ck_assert_uint_eq(g_done[0].bytes, 4096 * 3 + 100);
 	ck_assert_uint_eq(F.owner.outstanding, 0);
 	ck_assert_uint_eq(engine_outstanding(F.engine), 0);
+}
+END_TEST
+
+/* A paged write of n pages of 1 KiB, destination pages reversed (no two merge). */
+static void submit_paged(uint64_t id, uint32_t n, int imm)
+{
+	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+	Rdmax__V1__PagedWriteJob pw = RDMAX__V1__PAGED_WRITE_JOB__INIT;
+	Rdmax__V1__PageList src = RDMAX__V1__PAGE_LIST__INIT, dst = RDMAX__V1__PAGE_LIST__INIT;
+	uint32_t si[32], di[32];
+
+	ck_assert_uint_le(n, 32);
+	for (uint32_t i = 0; i < n; i++) {
+		si[i] = i;
+		di[i] = n - 1 - i;
+	}
+	src.indices = si;
+	src.n_indices = n;
+	dst.indices = di;
+	dst.n_indices = n;
+	job.job_id = id;
+	job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
+	job.paged_write = &pw;
+	pw.local_region = F.local->id;
+	pw.remote_desc.data = F.desc;
+	pw.remote_desc.len = F.desc_len;
+	pw.page_len = 1024;
+	pw.src = &src;
+	pw.dst = &dst;
+	if (imm >= 0) {
+		pw.has_imm = 1;
+		pw.imm = (uint32_t)imm;
+	}
+	engine_submit(F.engine, &F.owner, &job);
+}
+
+/*
+ * A transport that takes several runs per xfer gets a paged write's pages
+ * grouped: at most max_runs runs and chunk_bytes per xfer, the imm on the
+ * last xfer only, every page once and in order.
+ */
+START_TEST(engine_groups_runs_per_xfer)
+{
+	F.ft.base.max_runs = 3;
+	submit_paged(1, 10, 6); /* chunk 4096: at most 3 pages of 1 KiB per xfer */
+	ck_assert_int_eq(F.ft.n, 4);
+	uint32_t page = 0;
+	for (int i = 0; i < 4; i++) {
+		struct xfer *x = F.ft.xfers[i];
+		uint32_t want = i < 3 ? 3 : 1;
+		ck_assert_uint_eq(x->n_runs, i < 3 ? 3 : 0); /* a single run goes alone */
+		ck_assert_uint_eq(x->length, 1024u * want);
+		ck_assert_int_eq(x->has_imm, i == 3);
+		for (uint32_t r = 0; r < want; r++, page++) {
+			uint64_t local = x->n_runs ? x->runs[r].local_offset : x->local_offset;
+			uint64_t remote = x->n_runs ? x->runs[r].remote_offset : x->remote_offset;
+			ck_assert_uint_eq(local, 1024u * page);
+			ck_assert_uint_eq(remote, 1024u * (9 - page));
+		}
+	}
+	for (int i = 0; i < 3; i++) {
+		finish(i, 0);
+	}
+	ck_assert_int_eq(g_n_done, 0);
+	finish(3, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+	ck_assert_uint_eq(g_done[0].bytes, 10 * 1024);
+
+	/* Unordered: the imm's run is never grouped and waits for the others. */
+	F.ft.base.ordered = false;
+	F.ft.base.max_runs = 8;
+	submit_paged(2, 5, 7);
+	ck_assert_int_eq(F.ft.n, 5); /* one xfer of 4 runs; the last page held */
+	ck_assert_uint_eq(F.ft.xfers[4]->n_runs, 4);
+	ck_assert(!F.ft.xfers[4]->has_imm);
+	finish(4, 0);
+	ck_assert_int_eq(F.ft.n, 6);
+	ck_assert_uint_eq(F.ft.xfers[5]->n_runs, 0);
+	ck_assert(F.ft.xfers[5]->has_imm);
+	ck_assert_uint_eq(F.ft.xfers[5]->remote_offset, 0);
+	finish(5, 0);
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, 0);
 }
 END_TEST
 
@@ -745,6 +830,7 @@ Suite *validate_suite(void)
 	tcase_add_checked_fixture(tc, fixture_setup, fixture_teardown);
 	tcase_add_test(tc, engine_chunks_and_completes_once);
 	tcase_add_test(tc, engine_unordered_holds_imm_chunk);
+	tcase_add_test(tc, engine_groups_runs_per_xfer);
 	tcase_add_test(tc, engine_error_completes_early_once);
 	tcase_add_test(tc, engine_validation_errors);
 	tcase_add_test(tc, engine_duplicate_and_limits);

@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "log.h"
+#include "planner.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "status.h"
@@ -315,6 +316,102 @@ START_TEST(text_copy_bounds)
 	dst[0] = 'z';
 	wire_text_copy(dst, 0, (const uint8_t *)"abc", 3);
 	ck_assert_int_eq(dst[0], 'z');
+}
+END_TEST
+
+/* WRITE_SEGS: header bounds, the table's layout, and tables a hostile peer may send. */
+START_TEST(segs_codec)
+{
+	struct wire_seg in[3] = {{.offset = 0x1000, .length = 5},
+				 {.offset = 7, .length = 0x20000},
+				 {.offset = UINT64_MAX - 9, .length = 9}};
+	struct wire_seg out[WIRE_SEGS_MAX];
+	uint8_t table[WIRE_SEGS_MAX * WIRE_SEG_BYTES + 16];
+	struct wire_header h = {.type = WIRE_WRITE_SEGS,
+				.flags = WIRE_F_HAS_IMM,
+				.imm = 3,
+				.offset = 3,
+				.length = 5 + 0x20000 + 9};
+	uint8_t buf[WIRE_HEADER_BYTES];
+	struct wire_header d;
+
+	wire_header_encode(&h, buf);
+	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &d), 0);
+	ck_assert_uint_eq(wire_payload_bytes(&d), 3 * WIRE_SEG_BYTES + h.length);
+	ck_assert_str_eq(wire_type_name(WIRE_WRITE_SEGS), "WRITE_SEGS");
+	wire_segs_encode(in, 3, table);
+	/* Entry 1, little-endian: offset then length. */
+	ck_assert_uint_eq(table[16], 7);
+	ck_assert_uint_eq(table[24 + 2], 2);
+	ck_assert_int_eq(wire_segs_decode(&d, table, 3 * WIRE_SEG_BYTES, out), 0);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_uint_eq(out[i].offset, in[i].offset);
+		ck_assert_uint_eq(out[i].length, in[i].length);
+	}
+	/* The table must be exactly as long as the header says. */
+	ck_assert_int_eq(wire_segs_decode(&d, table, 2 * WIRE_SEG_BYTES, out),
+			 RDMAX_E_PROTOCOL_ERROR);
+	ck_assert_int_eq(wire_segs_decode(&d, table, 4 * WIRE_SEG_BYTES, out),
+			 RDMAX_E_PROTOCOL_ERROR);
+
+	/* Header bounds: 1..WIRE_SEGS_MAX entries, at least a byte each, a data cap, no status. */
+	struct {
+		uint64_t n, length;
+		uint32_t status;
+		int want;
+	} hdr[] = {
+		{0, 10, 0, RDMAX_E_PROTOCOL_ERROR},
+		{WIRE_SEGS_MAX + 1, 1 << 20, 0, RDMAX_E_PROTOCOL_ERROR},
+		{UINT64_MAX, UINT64_MAX, 0, RDMAX_E_PROTOCOL_ERROR},
+		{4, 3, 0, RDMAX_E_PROTOCOL_ERROR},
+		{1, WIRE_SEGS_DATA_MAX + 1, 0, RDMAX_E_PROTOCOL_ERROR},
+		{1, 1, 5, RDMAX_E_PROTOCOL_ERROR},
+		{WIRE_SEGS_MAX, WIRE_SEGS_DATA_MAX, 0, 0},
+		{1, 1, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof(hdr) / sizeof(hdr[0]); i++) {
+		struct wire_header x = {.type = WIRE_WRITE_SEGS,
+					.offset = hdr[i].n,
+					.length = hdr[i].length,
+					.status = hdr[i].status};
+		wire_header_encode(&x, buf);
+		ck_assert_msg(wire_header_decode(buf, sizeof(buf), &d) == hdr[i].want, "case %zu",
+			      i);
+	}
+
+	/* Hostile tables under a valid header. */
+	struct {
+		struct wire_seg segs[3];
+		uint64_t length;
+	} bad[] = {
+		{{{0, 10}, {10, 0}, {20, 10}}, 20},             /* an empty segment */
+		{{{0, 10}, {10, 10}, {20, 10}}, 31},            /* sum short of length */
+		{{{0, 10}, {10, 10}, {20, 10}}, 29},            /* sum beyond length */
+		{{{UINT64_MAX - 4, 10}, {0, 10}, {0, 10}}, 30}, /* end past 64 bits */
+		{{{0, UINT64_MAX / 2 + 1}, {0, UINT64_MAX / 2 + 1}, {0, 2}}, 4},   /* sum wraps */
+		{{{0, 1ull << 39}, {0, 1ull << 39}, {0, 1ull << 39}}, 3ull << 38}, /* over length */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct wire_header x = {
+			.type = WIRE_WRITE_SEGS, .offset = 3, .length = bad[i].length};
+		wire_segs_encode(bad[i].segs, 3, table);
+		ck_assert_msg(wire_segs_decode(&x, table, 3 * WIRE_SEG_BYTES, out) ==
+				      RDMAX_E_PROTOCOL_ERROR,
+			      "table %zu accepted", i);
+	}
+	/* The largest table: WIRE_SEGS_MAX one-byte segments. */
+	for (uint32_t i = 0; i < WIRE_SEGS_MAX; i++) {
+		in[0] = (struct wire_seg){.offset = (uint64_t)i * 2, .length = 1};
+		wire_segs_encode(in, 1, table + (size_t)i * WIRE_SEG_BYTES);
+	}
+	struct wire_header max = {
+		.type = WIRE_WRITE_SEGS, .offset = WIRE_SEGS_MAX, .length = WIRE_SEGS_MAX};
+	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out), 0);
+	ck_assert_uint_eq(out[WIRE_SEGS_MAX - 1].offset, 2 * (WIRE_SEGS_MAX - 1));
+	/* Only WRITE_SEGS has a table. */
+	max.type = WIRE_WRITE;
+	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out),
+			 RDMAX_E_PROTOCOL_ERROR);
 }
 END_TEST
 
@@ -1167,6 +1264,264 @@ START_TEST(tcp_frames_split_anywhere)
 }
 END_TEST
 
+/*
+ * Xfers of several runs travel as one WRITE_SEGS frame: every segment lands
+ * where its run says, the imm counts once after all of them, one done per
+ * xfer; every access is checked per segment on the receiving side.
+ */
+START_TEST(tcp_write_segs)
+{
+	enum { PAGES = 40, PAGE = 4096 };
+	struct node a, b;
+	struct tx t[8];
+	struct plan_run runs[WIRE_SEGS_MAX + 1];
+	struct plan_run odd[3] = {{.local_offset = 3, .remote_offset = 260000, .length = 5000},
+				  {.local_offset = 9000, .remote_offset = 11, .length = 1},
+				  {.local_offset = 20000, .remote_offset = 230001, .length = 20000}};
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	ck_assert_uint_ge(a.t->max_runs, 2);
+	struct region *local = node_region(&a, 1 << 20, RDMAX_ACCESS_LOCAL);
+	struct region *rw = node_region(&b, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE);
+	struct region *ro = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_READ);
+	for (uint64_t i = 0; i < (1 << 20); i++) {
+		local->addr[i] = (uint8_t)(i * 29 + 3);
+	}
+	memset(rw->addr, 0x5a, 1 << 20);
+
+	/* Reversed pages: source page i goes to destination page PAGES + 7 - i. */
+	uint64_t total = 0;
+	for (int i = 0; i < PAGES; i++) {
+		runs[i] = (struct plan_run){.local_offset = (uint64_t)i * PAGE,
+					    .remote_offset = (uint64_t)(PAGES + 7 - i) * PAGE,
+					    .length = PAGE};
+		total += PAGE;
+	}
+	tx_prep(&t[0], XFER_WRITE, &b, rw, local, 0, 0, total);
+	t[0].x.runs = runs;
+	t[0].x.n_runs = PAGES;
+	t[0].x.has_imm = true;
+	t[0].x.imm = 51;
+	tx_prep(&t[1], XFER_WRITE, &b, rw, local, 0, 0, 25001);
+	t[1].x.runs = odd;
+	t[1].x.n_runs = 3;
+	tx_submit(&a, &t[0]);
+	tx_submit(&a, &t[1]);
+	run_until_done();
+	tx_check(&t[0], 0, NULL);
+	tx_check(&t[1], 0, NULL);
+	ck_assert_uint_eq(t[0].x.bytes_done, total);
+	ck_assert_uint_eq(t[1].x.bytes_done, 25001);
+	ck_assert_uint_eq(imm_count(&b.d.imm, 51), 1);
+	for (int i = 0; i < PAGES; i++) {
+		ck_assert_int_eq(memcmp(rw->addr + (uint64_t)(PAGES + 7 - i) * PAGE,
+					local->addr + (uint64_t)i * PAGE, PAGE),
+				 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(memcmp(rw->addr + odd[i].remote_offset,
+					local->addr + odd[i].local_offset, odd[i].length),
+				 0);
+	}
+	ck_assert_uint_eq(rw->addr[10], 0x5a); /* around the 1-byte segment */
+	ck_assert_uint_eq(rw->addr[12], 0x5a);
+	for (uint64_t i = 12; i < 8 * PAGE; i++) {
+		ck_assert_uint_eq(rw->addr[i], 0x5a); /* between segments: untouched */
+	}
+	for (uint64_t i = 48 * PAGE; i < 230001; i++) {
+		ck_assert_uint_eq(rw->addr[i], 0x5a);
+	}
+
+	/* WIRE_SEGS_MAX one-byte segments, every other byte. */
+	memset(rw->addr, 0, 1024);
+	for (int i = 0; i < WIRE_SEGS_MAX; i++) {
+		runs[i] = (struct plan_run){
+			.local_offset = (uint64_t)i, .remote_offset = (uint64_t)i * 2, .length = 1};
+	}
+	tx_prep(&t[2], XFER_WRITE, &b, rw, local, 0, 0, WIRE_SEGS_MAX);
+	t[2].x.runs = runs;
+	t[2].x.n_runs = WIRE_SEGS_MAX;
+	tx_submit(&a, &t[2]);
+	run_until_done();
+	tx_check(&t[2], 0, NULL);
+	for (int i = 0; i < WIRE_SEGS_MAX; i++) {
+		ck_assert_uint_eq(rw->addr[i * 2], local->addr[i]);
+		ck_assert_uint_eq(rw->addr[i * 2 + 1], 0);
+	}
+
+	/* Refusals by the owner: a read-only region, a segment past the end, a wrong key. */
+	char peer[64], want[256];
+	snprintf(peer, sizeof(peer), "127.0.0.1:%u", node_port(&b));
+	struct plan_run past[2] = {
+		{.local_offset = 0, .remote_offset = 0, .length = 100},
+		{.local_offset = 100, .remote_offset = (1 << 20) - 50, .length = 100}};
+	memset(rw->addr, 0x5a, 200);
+	tx_prep(&t[3], XFER_WRITE, &b, ro, local, 0, 0, 200);
+	t[3].x.runs = past;
+	t[3].x.n_runs = 2;
+	t[3].x.has_imm = true;
+	t[3].x.imm = 52;
+	tx_prep(&t[4], XFER_WRITE, &b, rw, local, 0, 0, 200);
+	t[4].x.runs = past;
+	t[4].x.n_runs = 2;
+	t[4].x.has_imm = true;
+	t[4].x.imm = 52;
+	tx_prep(&t[5], XFER_WRITE, &b, rw, local, 0, 0, 200);
+	t[5].x.runs = past;
+	t[5].x.n_runs = 1; /* lengths do not add up: refused by submit */
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[5].x), RDMAX_E_INVALID_ARGUMENT);
+	t[5].x.length = 100;
+	t[5].x.remote_key ^= 1;
+	for (int i = 3; i <= 5; i++) {
+		tx_submit(&a, &t[i]);
+	}
+	run_until_done();
+	snprintf(want, sizeof(want), "%s: region %llu is not registered for remote write", peer,
+		 (unsigned long long)ro->id);
+	tx_check(&t[3], RDMAX_E_REMOTE_ACCESS, want);
+	snprintf(want, sizeof(want), "%s: segment 1: range %u+100 is outside region %llu", peer,
+		 (1 << 20) - 50, (unsigned long long)rw->id);
+	tx_check(&t[4], RDMAX_E_OUT_OF_RANGE, want);
+	tx_check(&t[5], RDMAX_E_NOT_FOUND, NULL);
+	ck_assert_uint_eq(imm_count(&b.d.imm, 52), 0);
+	for (int i = 0; i < 200; i++) {
+		ck_assert_uint_eq(rw->addr[i], 0x5a); /* the first, valid segment did not land */
+	}
+
+	/* Bad run lists are refused by submit itself. */
+	for (int i = 0; i <= WIRE_SEGS_MAX; i++) {
+		runs[i] = (struct plan_run){.local_offset = 0, .remote_offset = 0, .length = 1};
+	}
+	tx_prep(&t[6], XFER_WRITE, &b, rw, local, 0, 0, WIRE_SEGS_MAX + 1);
+	t[6].x.runs = runs;
+	t[6].x.n_runs = WIRE_SEGS_MAX + 1;
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_INVALID_ARGUMENT);
+	runs[1].length = 0;
+	t[6].x.n_runs = 2;
+	t[6].x.length = 1;
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_INVALID_ARGUMENT);
+	runs[1] = (struct plan_run){.local_offset = (1 << 20) - 1, .length = 2};
+	t[6].x.length = 3;
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_OUT_OF_RANGE);
+	runs[1] = (struct plan_run){.remote_offset = UINT64_MAX, .length = 2};
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_INVALID_ARGUMENT);
+	t[6].x.op = XFER_READ;
+	runs[1] = (struct plan_run){.length = 2};
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(t[6].calls, 0);
+
+	node_stop(&a);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
+}
+END_TEST
+
+static size_t put_segs(uint8_t *buf, uint64_t id, const struct node *n, const struct region *r,
+		       uint64_t key_xor, const struct wire_seg *segs, uint32_t n_segs,
+		       uint64_t length, uint8_t fill)
+{
+	struct wire_header h = {.type = WIRE_WRITE_SEGS,
+				.request_id = id,
+				.instance = n->d.instance_id,
+				.region_id = r->id,
+				.region_key = r->key ^ key_xor,
+				.offset = n_segs,
+				.length = length};
+	size_t len = WIRE_HEADER_BYTES + (size_t)n_segs * WIRE_SEG_BYTES;
+
+	wire_header_encode(&h, buf);
+	wire_segs_encode(segs, n_segs, buf + WIRE_HEADER_BYTES);
+	for (uint64_t k = 0; k < length; k++) {
+		buf[len++] = (uint8_t)(fill + k * 11);
+	}
+	return len;
+}
+
+/*
+ * A raw requester sends WRITE_SEGS frames cut anywhere: a good one lands,
+ * refused ones (a segment past the region, a wrong key) are answered and
+ * touch nothing, and a malformed table closes the connection.
+ */
+START_TEST(tcp_hostile_segs)
+{
+	struct node b;
+	struct raw_peer p;
+	uint8_t *buf = malloc(200000);
+	static const size_t pieces[] = {1, 7, 63, 64, 65, 3, 4096, 13, 100, 9000, 2, 17};
+	struct wire_seg good[3] = {{.offset = 100, .length = 10},
+				   {.offset = 5000, .length = 20000},
+				   {.offset = 10, .length = 3}};
+	struct wire_seg past[2] = {{.offset = 0, .length = 10}, {.offset = 65530, .length = 10}};
+
+	node_start(&b, "b", NULL, 0);
+	struct region *r = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
+	size_t len = raw_hello(buf);
+	len += put_segs(buf + len, 1, &b, r, 0, good, 3, 20013, 1);
+	len += put_segs(buf + len, 2, &b, r, 0, past, 2, 20, 2);
+	len += put_segs(buf + len, 3, &b, r, 1, good, 3, 20013, 3);
+
+	raw_open(&p, node_port(&b), 0);
+	size_t sent = 0;
+	raw_send_split(&p, buf, len, &sent, pieces, sizeof(pieces) / sizeof(pieces[0]), true);
+	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+	raw_expect(&p, off + WIRE_HEADER_BYTES);
+	off = check_answer(&p, off, WIRE_ACK, 1, 0);
+	raw_expect(&p, off + WIRE_HEADER_BYTES);
+	off = check_answer(&p, off, WIRE_ACK, 2, status_from_err(RDMAX_E_OUT_OF_RANGE));
+	raw_expect(&p, off + WIRE_HEADER_BYTES);
+	off = check_answer(&p, off, WIRE_ACK, 3, status_from_err(RDMAX_E_NOT_FOUND));
+	raw_expect(&p, off);
+	uint64_t k = 0;
+	for (int s = 0; s < 3; s++) {
+		for (uint64_t i = 0; i < good[s].length; i++, k++) {
+			ck_assert_uint_eq(r->addr[good[s].offset + i], (uint8_t)(1 + k * 11));
+		}
+	}
+	ck_assert_uint_eq(r->addr[0], 0); /* the refused frames touched nothing */
+	ck_assert_uint_eq(r->addr[65535], 0);
+	raw_close(&p);
+
+	/* Malformed tables: an empty segment, lengths that do not add up, too many entries. */
+	struct wire_seg empty[2] = {{.offset = 0, .length = 10}, {.offset = 20, .length = 0}};
+	for (int c = 0; c < 3; c++) {
+		len = raw_hello(buf);
+		if (c == 0) {
+			len += put_segs(buf + len, 1, &b, r, 0, empty, 2, 10, 0);
+		} else if (c == 1) {
+			len += put_segs(buf + len, 1, &b, r, 0, past, 2, 19, 0);
+		} else {
+			struct wire_header h = {.type = WIRE_WRITE_SEGS,
+						.request_id = 1,
+						.instance = b.d.instance_id,
+						.region_id = r->id,
+						.region_key = r->key,
+						.offset = WIRE_SEGS_MAX + 1,
+						.length = WIRE_SEGS_MAX + 1};
+			wire_header_encode(&h, buf + len);
+			len += WIRE_HEADER_BYTES;
+		}
+		int fd = raw_connect(node_port(&b));
+		ck_assert_int_eq(send(fd, buf, len, 0), (ssize_t)len);
+		bool closed = false;
+		for (uint64_t start = now_ms(); !closed && now_ms() - start < 3000;) {
+			run_for(10);
+			closed = raw_closed(fd);
+		}
+		ck_assert_msg(closed, "malformed table %d kept the connection", c);
+		close(fd);
+	}
+	ck_assert_uint_eq(r->addr[0], 0);
+	ck_assert_uint_eq(r->addr[20], 0);
+	free(buf);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&b);
+}
+END_TEST
+
 Suite *wire_suite(void);
 
 Suite *wire_suite(void)
@@ -1185,6 +1540,7 @@ Suite *wire_suite(void)
 	tcase_add_test(tc, hello_round_trip);
 	tcase_add_test(tc, hello_garbage);
 	tcase_add_test(tc, text_copy_bounds);
+	tcase_add_test(tc, segs_codec);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("tcp");
@@ -1199,6 +1555,8 @@ Suite *wire_suite(void)
 	tcase_add_test(tc, tcp_peer_restart);
 	tcase_add_test(tc, tcp_pipelined_frames_resume_after_pause);
 	tcase_add_test(tc, tcp_frames_split_anywhere);
+	tcase_add_test(tc, tcp_write_segs);
+	tcase_add_test(tc, tcp_hostile_segs);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -52,6 +52,7 @@
 #define RX_TAIL_MAX    65536 /* payloads up to this size are read with the next header */
 #define FRAME_CACHE    1024  /* freed frames kept for reuse, per transport */
 #define MSG_BYTES      256
+#define RX_SEG_IOV     64 /* segments of a WRITE_SEGS read by one recvmsg() */
 
 /* Life of a connection. */
 enum conn_state {
@@ -70,6 +71,8 @@ enum rx_state {
 	RX_BODY,      /* a small body (HELLO, proof, message) into rx_body */
 	RX_DATA,      /* payload straight into region memory */
 	RX_DISCARD,   /* payload of a refused WRITE, dropped */
+	RX_SEGTAB,    /* segment table of a WRITE_SEGS into rx_segtab */
+	RX_SEGDATA,   /* one segment of a WRITE_SEGS straight into region memory */
 	RX_STATE_MAX, /* terminator */
 };
 
@@ -78,7 +81,13 @@ struct frame {
 	struct xfer *xfer;      /* requester: the xfer this frame carries */
 	struct region *region;  /* responder: READ_RESP source, referenced until sent */
 	const uint8_t *payload; /* sent after head, never copied */
-	uint64_t payload_len;
+	uint64_t payload_len;   /* with WRITE_SEGS: table_len + the runs' bytes */
+	/* WRITE_SEGS: the segment table (own allocation), then the runs from base */
+	uint8_t *table;
+	uint32_t table_len;
+	const struct plan_run *runs;
+	uint32_t n_runs;
+	const uint8_t *base;
 	uint32_t head_len;
 	uint8_t head[WIRE_HEADER_BYTES + WIRE_BODY_MAX];
 };
@@ -124,6 +133,10 @@ struct tcp_conn {
 	int rx_err;               /* responder: why the WRITE being discarded was refused */
 	char rx_msg[WIRE_MESSAGE_MAX];
 	uint8_t *rx_msgbuf; /* responder: body of the MESSAGE being received */
+	/* responder: WRITE_SEGS table as received, decoded, and the current segment */
+	uint8_t *rx_segtab;       /* WIRE_SEGS_MAX * WIRE_SEG_BYTES, on first use */
+	struct wire_seg *rx_segs; /* WIRE_SEGS_MAX, on first use */
+	uint32_t rx_seg;
 	/*
 	 * Receive-ahead: headers and small frames are read many at a time into
 	 * rx_stage and parsed from there; a large payload is read straight into
@@ -269,6 +282,8 @@ static void on_conn_handle_closed(uv_handle_t *handle)
 	if (--conn->handles == 0 && conn->state == CONN_CLOSED) {
 		conn->tt->handles--;
 		free(conn->rx_stage);
+		free(conn->rx_segtab);
+		free(conn->rx_segs);
 		free(conn);
 	}
 }
@@ -340,6 +355,8 @@ static void close_socket(struct tcp_conn *conn)
 /* Only the memory: the frame holds no region reference any more. */
 static void frame_release(struct tcp_transport *tt, struct frame *frame)
 {
+	free(frame->table);
+	frame->table = NULL;
 	if (tt->n_cached >= FRAME_CACHE) {
 		free(frame);
 		return;
@@ -526,6 +543,10 @@ static struct frame *frame_new(struct tcp_transport *tt, const struct wire_heade
 	frame->region = NULL;
 	frame->payload = NULL;
 	frame->payload_len = 0;
+	frame->table = NULL;
+	frame->table_len = 0;
+	frame->runs = NULL;
+	frame->n_runs = 0;
 	wire_header_encode(header, frame->head);
 	if (body_len > 0) {
 		memcpy(frame->head + WIRE_HEADER_BYTES, body, body_len);
@@ -572,6 +593,31 @@ static void add_iov(struct iovec *iov, int *n, const uint8_t *base, uint64_t len
 	(*n)++;
 }
 
+/*
+ * The iovecs of a frame from *skip bytes on, appended at iov[*n] while
+ * fewer than max are used. \return false when the frame did not fit whole.
+ */
+static bool frame_iov(const struct frame *frame, struct iovec *iov, int *n, int max, uint64_t *skip)
+{
+	if (*n + 2 > max) {
+		return false;
+	}
+	add_iov(iov, n, frame->head, frame->head_len, skip);
+	if (frame->n_runs == 0) {
+		add_iov(iov, n, frame->payload, frame->payload_len, skip);
+		return true;
+	}
+	add_iov(iov, n, frame->table, frame->table_len, skip);
+	for (uint32_t i = 0; i < frame->n_runs; i++) {
+		if (*n == max) {
+			return false;
+		}
+		const struct plan_run *run = &frame->runs[i];
+		add_iov(iov, n, frame->base + run->local_offset, run->length, skip);
+	}
+	return true;
+}
+
 static void advance_out(struct tcp_conn *conn, uint64_t n)
 {
 	conn->bytes_sent += n;
@@ -580,8 +626,9 @@ static void advance_out(struct tcp_conn *conn, uint64_t n)
 		uint64_t left = frame->head_len + frame->payload_len - conn->out_sent;
 		if (n < left) {
 			conn->out_sent += n;
-			if (frame->xfer && conn->out_sent > frame->head_len) {
-				frame->xfer->bytes_done = conn->out_sent - frame->head_len;
+			uint64_t data_from = frame->head_len + frame->table_len;
+			if (frame->xfer && conn->out_sent > data_from) {
+				frame->xfer->bytes_done = conn->out_sent - data_from;
 			}
 			return;
 		}
@@ -590,7 +637,7 @@ static void advance_out(struct tcp_conn *conn, uint64_t n)
 		list_del(&frame->link);
 		conn->n_out--;
 		if (frame->xfer) { /* a request: now it waits for its answer */
-			frame->xfer->bytes_done = frame->payload_len;
+			frame->xfer->bytes_done = frame->payload_len - frame->table_len;
 			list_add_tail(&conn->inflight, &frame->link);
 		} else {
 			frame_free(conn, frame);
@@ -605,11 +652,11 @@ static bool flush(struct tcp_conn *conn)
 		struct iovec iov[IOV_BATCH];
 		uint64_t skip = conn->out_sent;
 		int n = 0;
-		for (struct list_node *pos = conn->outq.next;
-		     pos != &conn->outq && n + 2 <= IOV_BATCH; pos = pos->next) {
-			struct frame *frame = container_of(pos, struct frame, link);
-			add_iov(iov, &n, frame->head, frame->head_len, &skip);
-			add_iov(iov, &n, frame->payload, frame->payload_len, &skip);
+		for (struct list_node *pos = conn->outq.next; pos != &conn->outq; pos = pos->next) {
+			if (!frame_iov(container_of(pos, struct frame, link), iov, &n, IOV_BATCH,
+				       &skip)) {
+				break;
+			}
 		}
 		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
 		ssize_t sent = sendmsg(conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -864,7 +911,7 @@ static void on_answer_header(struct tcp_conn *conn)
 static void describe_refusal(char *buf, size_t size, int err, const struct wire_header *h)
 {
 	unsigned long long id = (unsigned long long)h->region_id;
-	const char *what = h->type == WIRE_WRITE ? "write" : "read";
+	const char *what = h->type == WIRE_READ_REQ ? "read" : "write";
 
 	switch (err) {
 	case RDMAX_E_NOT_FOUND:
@@ -977,6 +1024,87 @@ static void on_message_done(struct tcp_conn *conn, bool received)
 	queue_small(conn, WIRE_ACK, 0, NULL, 0);
 }
 
+/* WRITE_SEGS: the table comes first, bounded by wire_header_decode() (4 KiB at most). */
+static void on_segs_request(struct tcp_conn *conn)
+{
+	if (!conn->rx_segtab) {
+		conn->rx_segtab = malloc((size_t)WIRE_SEGS_MAX * WIRE_SEG_BYTES);
+		conn->rx_segs = malloc(WIRE_SEGS_MAX * sizeof(*conn->rx_segs));
+		if (!conn->rx_segtab || !conn->rx_segs) {
+			conn_lost(conn, LOG_ERR, "out of memory");
+			return;
+		}
+	}
+	rx_expect(conn, RX_SEGTAB, conn->rx_segtab, conn->rx_h.offset * WIRE_SEG_BYTES);
+}
+
+/*
+ * The table of a WRITE_SEGS is in: every segment is checked against the
+ * region (instance, key, bounds, remote write) before any byte lands; a
+ * refusal names the first bad segment, drops the data and answers one ACK.
+ */
+static void on_segtab(struct tcp_conn *conn)
+{
+	struct region_table *regions = &conn->tt->daemon->regions;
+	const struct wire_header *h = &conn->rx_h;
+	struct wire_seg *segs = conn->rx_segs;
+	struct region *region = NULL;
+	uint32_t n = (uint32_t)h->offset, i = 0;
+
+	if (wire_segs_decode(h, conn->rx_segtab, conn->rx_len, segs) < 0) {
+		protocol_error(conn, "malformed WRITE_SEGS segment table");
+		return;
+	}
+	int err =
+		region_get_remote(regions, h->instance, h->region_id, h->region_key, segs[0].offset,
+				  segs[0].length, RDMAX_ACCESS_REMOTE_WRITE, &region);
+	if (err == 0 && !region->writable) {
+		err = RDMAX_E_PERMISSION_DENIED;
+	} else if (err == 0 && !region->addr) {
+		err = RDMAX_E_GPU_NEEDS_RDMA;
+	}
+	for (; err == 0 && i < n; i++) {
+		if (segs[i].offset > region->length ||
+		    segs[i].length > region->length - segs[i].offset) {
+			err = RDMAX_E_OUT_OF_RANGE;
+			break;
+		}
+	}
+	if (err < 0) {
+		if (region) {
+			region_put(regions, region);
+		}
+		if (err == RDMAX_E_OUT_OF_RANGE) {
+			snprintf(conn->rx_msg, sizeof(conn->rx_msg),
+				 "segment %u: range %llu+%llu is outside region %llu", i,
+				 (unsigned long long)segs[i].offset,
+				 (unsigned long long)segs[i].length,
+				 (unsigned long long)h->region_id);
+		} else {
+			describe_refusal(conn->rx_msg, sizeof(conn->rx_msg), err, h);
+		}
+		log_ratelimited(&conn->tt->rl, LOG_INFO, "refused WRITE_SEGS from %s: %s",
+				conn->name, conn->rx_msg);
+		conn->rx_err = err;
+		rx_expect(conn, RX_DISCARD, NULL, h->length);
+		return;
+	}
+	conn->rx_region = region;
+	conn->rx_seg = 0;
+	rx_expect(conn, RX_SEGDATA, region->addr + segs[0].offset, segs[0].length);
+}
+
+/* The current segment is full: on to the next one. \return false after the last. */
+static bool next_seg(struct tcp_conn *conn)
+{
+	if (conn->rx_seg + 1 >= conn->rx_h.offset) {
+		return false;
+	}
+	const struct wire_seg *seg = &conn->rx_segs[++conn->rx_seg];
+	rx_expect(conn, RX_SEGDATA, conn->rx_region->addr + seg->offset, seg->length);
+	return true;
+}
+
 /* WRITE or READ_REQ: validated before any byte of the region is touched. */
 static void on_request(struct tcp_conn *conn)
 {
@@ -986,6 +1114,10 @@ static void on_request(struct tcp_conn *conn)
 
 	if (h->type == WIRE_MESSAGE) {
 		on_message_request(conn);
+		return;
+	}
+	if (h->type == WIRE_WRITE_SEGS) {
+		on_segs_request(conn);
 		return;
 	}
 
@@ -1051,7 +1183,8 @@ static void on_header(struct tcp_conn *conn)
 	}
 	conn->rx_bulk = wire_payload_bytes(h) >= RX_DIRECT_MIN;
 	rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES); /* unless a body follows */
-	bool request = h->type == WIRE_WRITE || h->type == WIRE_READ_REQ || h->type == WIRE_MESSAGE;
+	bool request = h->type == WIRE_WRITE || h->type == WIRE_READ_REQ ||
+		       h->type == WIRE_MESSAGE || h->type == WIRE_WRITE_SEGS;
 	bool answer = h->type == WIRE_ACK || h->type == WIRE_READ_RESP;
 	/* Handshake frames only in their step; requests only to the acceptor, answers back. */
 	bool ok = h->type == WIRE_ERROR ||
@@ -1079,6 +1212,13 @@ static void on_part_done(struct tcp_conn *conn)
 		on_header(conn);
 		return;
 	}
+	if (state == RX_SEGTAB) {
+		on_segtab(conn);
+		return;
+	}
+	if (state == RX_SEGDATA && next_seg(conn)) {
+		return;
+	}
 	rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES);
 	uint8_t type = conn->rx_h.type;
 	if (type == WIRE_HELLO) {
@@ -1087,8 +1227,8 @@ static void on_part_done(struct tcp_conn *conn)
 		on_proof(conn);
 	} else if (type == WIRE_ERROR) {
 		on_peer_error(conn);
-	} else if (type == WIRE_WRITE) {
-		on_write_done(conn, state == RX_DATA);
+	} else if (type == WIRE_WRITE || type == WIRE_WRITE_SEGS) {
+		on_write_done(conn, state == RX_DATA || state == RX_SEGDATA);
 	} else if (type == WIRE_MESSAGE) {
 		on_message_done(conn, state == RX_DATA);
 	} else {
@@ -1158,7 +1298,7 @@ static void receive(struct tcp_conn *conn)
 		if (!usable(conn) || reading_paused(conn) || calls == RX_BUDGET) {
 			return;
 		}
-		struct iovec iov[2];
+		struct iovec iov[2 + RX_SEG_IOV];
 		size_t n_iov = 0;
 		uint64_t direct = 0;
 		uint64_t ahead = conn->rx_bulk ? WIRE_HEADER_BYTES : RX_STAGE_BYTES;
@@ -1173,7 +1313,20 @@ static void receive(struct tcp_conn *conn)
 			}
 			iov[0].iov_len = direct;
 			n_iov = 1;
-			if (direct < want || conn->rx_len > RX_TAIL_MAX) {
+			if (conn->rx_state == RX_SEGDATA && direct == want) {
+				/* The segments behind this one, in the same call. */
+				uint32_t k = conn->rx_seg + 1;
+				for (; k < conn->rx_h.offset && n_iov <= RX_SEG_IOV; k++) {
+					const struct wire_seg *seg = &conn->rx_segs[k];
+					iov[n_iov].iov_base = conn->rx_region->addr + seg->offset;
+					iov[n_iov].iov_len = seg->length;
+					n_iov++;
+					direct += seg->length;
+				}
+				ahead = k == conn->rx_h.offset && conn->rx_h.length <= RX_TAIL_MAX
+						? WIRE_HEADER_BYTES
+						: 0;
+			} else if (direct < want || conn->rx_len > RX_TAIL_MAX) {
 				/*
 				 * Cannot reach the end of the part; or a large payload,
 				 * where the saved call is noise and 1 MiB writes measured
@@ -1209,8 +1362,16 @@ static void receive(struct tcp_conn *conn)
 		conn->last_io_ms = now_ms();
 		if (direct > 0) {
 			uint64_t part = MIN(got, direct);
-			rx_progress(conn, part);
 			got -= part;
+			/* Only a WRITE_SEGS read runs past its part, into the next segments. */
+			for (;;) {
+				uint64_t take = MIN(part, conn->rx_len - conn->rx_got);
+				rx_progress(conn, take);
+				part -= take;
+				if (part == 0 || !next_seg(conn)) {
+					break;
+				}
+			}
 		}
 		conn->rx_start = 0;
 		conn->rx_end = (uint32_t)got;
@@ -1499,7 +1660,54 @@ static int check_xfer(const struct xfer *xfer)
 	if (xfer->op == XFER_READ && !xfer->local->writable) {
 		return RDMAX_E_PERMISSION_DENIED;
 	}
-	return region_check_range(xfer->local, xfer->local_offset, xfer->length);
+	if (xfer->n_runs == 0) {
+		return region_check_range(xfer->local, xfer->local_offset, xfer->length);
+	}
+	uint64_t total = 0;
+	if (xfer->op != XFER_WRITE || !xfer->runs || xfer->n_runs > WIRE_SEGS_MAX) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	for (uint32_t i = 0; i < xfer->n_runs; i++) {
+		const struct plan_run *run = &xfer->runs[i];
+		int err = region_check_range(xfer->local, run->local_offset, run->length);
+		if (err < 0) {
+			return err;
+		}
+		if (run->length == 0 || run->remote_offset > UINT64_MAX - run->length) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+		total += run->length; /* each below the region's length: no wrap */
+	}
+	return total == xfer->length ? 0 : RDMAX_E_INVALID_ARGUMENT;
+}
+
+/* A WRITE_SEGS frame for an xfer of several runs (checked by check_xfer()). */
+static struct frame *segs_frame(struct tcp_transport *tt, struct xfer *xfer, struct wire_header *h)
+{
+	struct wire_seg segs[WIRE_SEGS_MAX];
+
+	h->type = WIRE_WRITE_SEGS;
+	h->offset = xfer->n_runs;
+	for (uint32_t i = 0; i < xfer->n_runs; i++) {
+		segs[i] = (struct wire_seg){.offset = xfer->runs[i].remote_offset,
+					    .length = xfer->runs[i].length};
+	}
+	struct frame *frame = frame_new(tt, h, NULL, 0);
+	if (!frame) {
+		return NULL;
+	}
+	frame->table_len = xfer->n_runs * WIRE_SEG_BYTES;
+	frame->table = malloc(frame->table_len);
+	if (!frame->table) {
+		frame_release(tt, frame);
+		return NULL;
+	}
+	wire_segs_encode(segs, xfer->n_runs, frame->table);
+	frame->runs = xfer->runs;
+	frame->n_runs = xfer->n_runs;
+	frame->base = xfer->local->addr;
+	frame->payload_len = frame->table_len + xfer->length;
+	return frame;
 }
 
 static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct frame *frame,
@@ -1533,11 +1741,11 @@ static int tcp_submit(struct transport *transport, struct xfer *xfer)
 		.offset = xfer->remote_offset,
 		.length = xfer->length,
 	};
-	struct frame *frame = frame_new(tt, &h, NULL, 0);
+	struct frame *frame = xfer->n_runs ? segs_frame(tt, xfer, &h) : frame_new(tt, &h, NULL, 0);
 	if (!frame) {
 		return -ENOMEM;
 	}
-	if (xfer->op == XFER_WRITE && xfer->length > 0) {
+	if (xfer->op == XFER_WRITE && xfer->length > 0 && !xfer->n_runs) {
 		frame->payload = xfer->local->addr + xfer->local_offset;
 		frame->payload_len = xfer->length;
 	}
@@ -1831,7 +2039,8 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	tt->base.ops = &g_tcp_ops;
 	tt->base.kind = ENDPOINT_TCP;
 	tt->base.daemon = daemon;
-	tt->base.ordered = true; /* one stream per peer, answered in order */
+	tt->base.ordered = true;           /* one stream per peer, answered in order */
+	tt->base.max_runs = WIRE_SEGS_MAX; /* paged jobs: one WRITE_SEGS frame per chunk */
 	tt->daemon = daemon;
 	list_init(&tt->conns);
 	list_init(&tt->frame_cache);

@@ -76,12 +76,13 @@ void wire_header_encode(const struct wire_header *header, uint8_t *out)
 static int check_header(const struct wire_header *h)
 {
 	bool request = h->type == WIRE_HELLO || h->type == WIRE_AUTH || h->type == WIRE_WRITE ||
-		       h->type == WIRE_READ_REQ || h->type == WIRE_MESSAGE;
+		       h->type == WIRE_READ_REQ || h->type == WIRE_MESSAGE ||
+		       h->type == WIRE_WRITE_SEGS;
 
 	if (h->flags & ~WIRE_F_HAS_IMM) {
 		return RDMAX_E_PROTOCOL_ERROR;
 	}
-	if ((h->flags & WIRE_F_HAS_IMM) && h->type != WIRE_WRITE) {
+	if ((h->flags & WIRE_F_HAS_IMM) && h->type != WIRE_WRITE && h->type != WIRE_WRITE_SEGS) {
 		return RDMAX_E_PROTOCOL_ERROR;
 	}
 	if (!(h->flags & WIRE_F_HAS_IMM) && h->imm != 0) {
@@ -99,6 +100,13 @@ static int check_header(const struct wire_header *h)
 		return h->length == WIRE_MAC_BYTES ? 0 : RDMAX_E_PROTOCOL_ERROR;
 	case WIRE_WRITE:
 	case WIRE_READ_REQ:
+		return 0;
+	case WIRE_WRITE_SEGS:
+		/* `offset` counts the table's entries; every segment holds at least a byte. */
+		if (h->offset == 0 || h->offset > WIRE_SEGS_MAX || h->length < h->offset ||
+		    h->length > WIRE_SEGS_DATA_MAX) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
 		return 0;
 	case WIRE_MESSAGE:
 		/* The name is 1..WIRE_MAILBOX_NAME_MAX bytes and leads the body. */
@@ -149,7 +157,42 @@ int wire_header_decode(const uint8_t *buf, size_t len, struct wire_header *ret_h
 
 uint64_t wire_payload_bytes(const struct wire_header *header)
 {
+	if (header->type == WIRE_WRITE_SEGS) {
+		return header->offset * WIRE_SEG_BYTES +
+		       header->length; /* both bounded by decode */
+	}
 	return header->type == WIRE_READ_REQ ? 0 : header->length;
+}
+
+/* Table entry: 0 offset u64 | 8 length u64 */
+void wire_segs_encode(const struct wire_seg *segs, uint32_t n, uint8_t *out)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		put_u64(out + (size_t)i * WIRE_SEG_BYTES, segs[i].offset);
+		put_u64(out + (size_t)i * WIRE_SEG_BYTES + 8, segs[i].length);
+	}
+}
+
+int wire_segs_decode(const struct wire_header *h, const uint8_t *buf, size_t len,
+		     struct wire_seg *ret_segs)
+{
+	uint64_t total = 0;
+
+	if (!h || !buf || h->type != WIRE_WRITE_SEGS || h->offset == 0 ||
+	    h->offset > WIRE_SEGS_MAX || len != h->offset * WIRE_SEG_BYTES) {
+		return RDMAX_E_PROTOCOL_ERROR;
+	}
+	for (uint64_t i = 0; i < h->offset; i++) {
+		uint64_t offset = get_u64(buf + i * WIRE_SEG_BYTES);
+		uint64_t length = get_u64(buf + i * WIRE_SEG_BYTES + 8);
+		/* Each term is checked before the sum, so the sum cannot wrap. */
+		if (length == 0 || offset > UINT64_MAX - length || length > h->length - total) {
+			return RDMAX_E_PROTOCOL_ERROR;
+		}
+		total += length;
+		ret_segs[i] = (struct wire_seg){.offset = offset, .length = length};
+	}
+	return total == h->length ? 0 : RDMAX_E_PROTOCOL_ERROR;
 }
 
 /* Hello body: 0 version u16 | 2 flags u16 | 4 reserved u32 | 8 instance u64 | 16 nonce[32] | 48
@@ -207,10 +250,11 @@ void wire_text_copy(char *dst, size_t dst_size, const uint8_t *src, size_t len)
 const char *wire_type_name(unsigned type)
 {
 	static const char *const names[WIRE_TYPE_MAX] = {
-		[WIRE_HELLO] = "HELLO",         [WIRE_AUTH] = "AUTH",
-		[WIRE_WRITE] = "WRITE",         [WIRE_READ_REQ] = "READ_REQ",
-		[WIRE_READ_RESP] = "READ_RESP", [WIRE_ACK] = "ACK",
-		[WIRE_ERROR] = "ERROR",         [WIRE_MESSAGE] = "MESSAGE",
+		[WIRE_HELLO] = "HELLO",           [WIRE_AUTH] = "AUTH",
+		[WIRE_WRITE] = "WRITE",           [WIRE_READ_REQ] = "READ_REQ",
+		[WIRE_READ_RESP] = "READ_RESP",   [WIRE_ACK] = "ACK",
+		[WIRE_ERROR] = "ERROR",           [WIRE_MESSAGE] = "MESSAGE",
+		[WIRE_WRITE_SEGS] = "WRITE_SEGS",
 	};
 
 	return type < WIRE_TYPE_MAX && names[type] ? names[type] : "unknown";

@@ -17,11 +17,14 @@
 #define WIRE_NONCE_BYTES         32
 #define WIRE_MAC_BYTES           32
 #define WIRE_NODE_NAME_BYTES     64
-#define WIRE_HELLO_BYTES         112         /* version, flags, instance, nonce, node name */
-#define WIRE_MESSAGE_MAX         160         /* text of ACK / ERROR / failed READ_RESP */
-#define WIRE_BODY_MAX            256         /* largest body of a non-data frame */
-#define WIRE_MAILBOX_NAME_MAX    64          /* MESSAGE: bytes of the mailbox name */
-#define WIRE_MESSAGE_PAYLOAD_MAX (64u << 10) /* MESSAGE: bytes of the payload */
+#define WIRE_HELLO_BYTES         112          /* version, flags, instance, nonce, node name */
+#define WIRE_MESSAGE_MAX         160          /* text of ACK / ERROR / failed READ_RESP */
+#define WIRE_BODY_MAX            256          /* largest body of a non-data frame */
+#define WIRE_MAILBOX_NAME_MAX    64           /* MESSAGE: bytes of the mailbox name */
+#define WIRE_MESSAGE_PAYLOAD_MAX (64u << 10)  /* MESSAGE: bytes of the payload */
+#define WIRE_SEGS_MAX            256          /* WRITE_SEGS: segments in one frame */
+#define WIRE_SEG_BYTES           16           /* one entry of a segment table */
+#define WIRE_SEGS_DATA_MAX       (1ull << 40) /* WRITE_SEGS: data bytes of one frame */
 
 /* Frame types; 0 and values from WIRE_TYPE_MAX up are invalid. */
 enum wire_type {
@@ -33,10 +36,17 @@ enum wire_type {
 	WIRE_ACK = 6,   /* answer to WRITE or MESSAGE: status + message (length = message bytes) */
 	WIRE_ERROR = 7, /* fatal: status + message, then the sender closes */
 	WIRE_MESSAGE = 8, /* request: mailbox name (`offset` bytes) then payload; for SEND jobs */
-	WIRE_TYPE_MAX,    /* terminator */
+	/*
+	 * request: a segment table of `offset` entries (1..WIRE_SEGS_MAX) for
+	 * one region, then `length` data bytes, the segments' bytes in table
+	 * order; one ACK answers the whole frame. Type 10 is kept for its
+	 * mirror READ_SEGS (docs/wire.md).
+	 */
+	WIRE_WRITE_SEGS = 9,
+	WIRE_TYPE_MAX, /* terminator */
 };
 
-#define WIRE_F_HAS_IMM    0x01u /* WRITE: count one landing under `imm` */
+#define WIRE_F_HAS_IMM    0x01u /* WRITE, WRITE_SEGS: count one landing under `imm` */
 #define WIRE_HELLO_F_AUTH 0x1u  /* HELLO: the sender requires HMAC authentication */
 
 struct wire_header {
@@ -72,6 +82,25 @@ int wire_header_decode(const uint8_t *buf, size_t len, struct wire_header *ret_h
 
 /* Bytes that follow this (decoded) header on the wire. */
 uint64_t wire_payload_bytes(const struct wire_header *header);
+
+/* One entry of a segment table: a byte range of the frame's region. */
+struct wire_seg {
+	uint64_t offset;
+	uint64_t length;
+};
+
+/* Write n entries (n * WIRE_SEG_BYTES bytes) into out. */
+void wire_segs_encode(const struct wire_seg *segs, uint32_t n, uint8_t *out);
+
+/*
+ * Parse and check the segment table of a WRITE_SEGS header h (buf holds
+ * h->offset * WIRE_SEG_BYTES bytes): every segment non-empty, its end within
+ * 64 bits, and the lengths summing to h->length exactly. Ranges against the
+ * region are the receiver's to check.
+ * \return 0, or RDMAX_E_PROTOCOL_ERROR
+ */
+int wire_segs_decode(const struct wire_header *h, const uint8_t *buf, size_t len,
+		     struct wire_seg *ret_segs);
 
 /* \return WIRE_HELLO_BYTES, or -ENOSPC when size is too small */
 int wire_hello_encode(const struct wire_hello *hello, uint8_t *out, size_t size);
