@@ -52,8 +52,8 @@ LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-
 LIBS_CLIENT := $(shell pkg-config --libs libprotobuf-c) -ldl
 LIBS_CHECK := $(shell pkg-config --libs check)
 
-LIB_SONAME := librdmax.so.1
-LIB_VERSION := 1.0.0
+LIB_SONAME := librdmax.so.2
+LIB_VERSION := 2.0.0
 
 PROTO_SRC := proto/rdmax.proto
 GEN_C := $(BUILD)/gen/rdmax.pb-c.c
@@ -145,6 +145,8 @@ $(BUILD)/tests/bench/%: tests/bench/%.c
 check: all
 	@echo "== unit tests"
 	$(BUILD)/tests/unit-tests
+	@echo "== public ABI (exports, header, struct growth)"
+	RDMAX_BUILD=$(BUILD) tests/abi/run
 	@echo "== integration tests (TCP transport, host)"
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
 	@echo "== operations tests (systemd units, socket activation, rdmaxctl, metrics)"
@@ -156,6 +158,10 @@ check: all
 
 check-unit: $(BUILD)/tests/unit-tests
 	$(BUILD)/tests/unit-tests
+
+# The public ABI: exports against the version script, the header as C99/C++, struct growth.
+check-abi: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(GEN_C)
+	RDMAX_BUILD=$(BUILD) tests/abi/run
 
 check-tcp: all
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
@@ -201,7 +207,7 @@ bench: $(BUILD)/rdmaxd $(BUILD)/rdmax-bench $(BENCH_TOOLS)
 
 format:
 	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c \
-		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c docs/examples/*.c
+		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c tests/abi/*.c docs/examples/*.c
 
 install: all $(BUILD)/librdmax.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
@@ -228,7 +234,7 @@ install: all $(BUILD)/librdmax.pc
 clean:
 	rm -rf build build-san
 
-.PHONY: all check check-unit check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
+.PHONY: all check check-unit check-abi check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
 	bench format install clean
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -38,6 +38,8 @@
 #include "gpu.h"
 #include "rdmax_ring.h"
 
+_Static_assert(sizeof(struct rdmax_event) >= RDMAX_EVENT_SIZE_MIN, "RDMAX_2.0 event layout");
+
 /* Busy-poll window before blocking: a blocking wake-up costs ~20 µs per hop. */
 #define SPIN_NS 1000000
 /* The Hello is the only request that can meet something that is not rdmaxd. */
@@ -123,7 +125,7 @@ static int pending_refuse(struct rdmax_client *c, const Rdmax__V1__Error *error)
 		e->type = RDMAX_EVENT_COMPLETION;
 		e->job_id = p->ids[i];
 		e->status = status;
-		client_copy_text(e->message, sizeof(e->message),
+		client_copy_text(e->reason, sizeof(e->reason),
 				 error->message ? error->message : rdmax_strerror(e->status));
 	}
 	pending_pop(c);
@@ -161,7 +163,7 @@ static int queue_completions(struct rdmax_client *c, const Rdmax__V1__Completion
 		e->job_id = cp->job_id;
 		e->status = client_err_from_status(cp->status);
 		e->bytes = cp->has_bytes ? cp->bytes : 0;
-		client_copy_text(e->message, sizeof(e->message), cp->message);
+		client_copy_text(e->reason, sizeof(e->reason), cp->message);
 	}
 	return 0;
 }
@@ -192,7 +194,7 @@ static int queue_event(struct rdmax_client *c, const Rdmax__V1__DaemonMsg *msg)
 		e->type = RDMAX_EVENT_MESSAGE;
 		e->bytes = mm->payload.len;
 		e->payload = payload;
-		client_copy_text(e->message, sizeof(e->message), mm->mailbox);
+		client_copy_text(e->mailbox, sizeof(e->mailbox), mm->mailbox);
 		client_copy_text(e->from_node, sizeof(e->from_node), mm->from_node);
 	}
 	return 0;
@@ -217,7 +219,7 @@ static int queue_ring_completion(struct rdmax_client *c, const struct rdmax_ring
 	e->bytes = cqe->bytes;
 	memcpy(text, cqe->message, len);
 	text[len] = '\0';
-	client_copy_text(e->message, sizeof(e->message), text);
+	client_copy_text(e->reason, sizeof(e->reason), text);
 	return 0;
 }
 
@@ -755,6 +757,7 @@ static void info_from_welcome(struct rdmax_daemon_info *info, const Rdmax__V1__W
 	const Rdmax__V1__Limits *l = w->limits;
 
 	memset(info, 0, sizeof(*info));
+	info->struct_size = sizeof(*info);
 	info->protocol_version = w->protocol_version;
 	client_copy_text(info->daemon_version, sizeof(info->daemon_version), w->daemon_version);
 	client_copy_text(info->node_name, sizeof(info->node_name), w->node_name);
@@ -998,11 +1001,32 @@ RDMAX_EXPORT int rdmax_client_uses_ring(const struct rdmax_client *client)
 	return client ? client->ring.v.base != NULL : -EINVAL;
 }
 
-RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_event *events,
-				   size_t max, int timeout_ms)
+/* Copy n events into the caller's array of event_size strides. */
+static void hand_out(struct rdmax_event *events, size_t event_size, const struct rdmax_event *ev,
+		     size_t n)
 {
-	if (!client || (!events && max)) {
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *dst = (uint8_t *)events + i * event_size;
+		if (event_size <= sizeof(ev[i])) {
+			memcpy(dst, &ev[i], event_size);
+		} else {
+			memcpy(dst, &ev[i], sizeof(ev[i]));
+			memset(dst + sizeof(ev[i]), 0, event_size - sizeof(ev[i]));
+		}
+	}
+}
+
+RDMAX_EXPORT int rdmax_poll_events_sized(struct rdmax_client *client, struct rdmax_event *events,
+					 size_t max, size_t event_size, int timeout_ms)
+{
+	struct rdmax_event local[64];
+
+	if (!client || (!events && max) || event_size < RDMAX_EVENT_SIZE_MIN) {
 		return -EINVAL;
+	}
+	if (event_size != sizeof(struct rdmax_event) && max > sizeof(local) / sizeof(local[0])) {
+		/* Another release's layout goes through a bounded buffer of ours. */
+		max = sizeof(local) / sizeof(local[0]);
 	}
 	if (max > INT_MAX) {
 		max = INT_MAX;
@@ -1038,11 +1062,16 @@ RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_eve
 		client->handed = handed;
 		client->cap_handed = msgs;
 	}
-	size_t n = client_evq_pop(&client->events, events, max);
+	bool direct = event_size == sizeof(struct rdmax_event);
+	struct rdmax_event *out = direct ? events : local;
+	size_t n = client_evq_pop(&client->events, out, max);
 	for (size_t i = 0; i < n; i++) {
-		if (events[i].payload) {
-			client->handed[client->n_handed++] = (void *)events[i].payload;
+		if (out[i].payload) {
+			client->handed[client->n_handed++] = (void *)out[i].payload;
 		}
+	}
+	if (!direct) {
+		hand_out(events, event_size, out, n);
 	}
 	if (n == 0 && client->err) {
 		return client->err;
@@ -1139,7 +1168,7 @@ RDMAX_EXPORT int rdmax_wait_imm(struct rdmax_client *client, uint32_t imm, int t
 static bool match_message(const struct rdmax_event *e, uint64_t key)
 {
 	const char *name = (const char *)(uintptr_t)key;
-	return e->type == RDMAX_EVENT_MESSAGE && (!name || strcmp(e->message, name) == 0);
+	return e->type == RDMAX_EVENT_MESSAGE && (!name || strcmp(e->mailbox, name) == 0);
 }
 
 RDMAX_EXPORT int rdmax_mailbox_recv(struct rdmax_client *client, const char *name, void *buf,

@@ -20,7 +20,8 @@ struct rdmax_region {
 	uint64_t id;
 	uint64_t length;
 	void *addr;     /* caller's mapping, ours when map_len != 0 */
-	size_t map_len; /* rdmax_alloc_host(): bytes to munmap */
+	size_t map_len; /* rdmax_region_alloc_host(): bytes to munmap */
+	bool allocated; /* made by an alloc call: rdmax_region_free(), not _deregister() */
 	uint32_t desc_len;
 	uint8_t desc[RDMAX_DESC_MAX];
 };

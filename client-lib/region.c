@@ -94,6 +94,11 @@ void client_region_set_addr(struct rdmax_region *region, void *addr)
 	region->addr = addr;
 }
 
+void client_region_set_allocated(struct rdmax_region *region)
+{
+	region->allocated = true;
+}
+
 /* A RegisterRegion or PoolAlloc request; map_len != 0: addr is ours to munmap. */
 static int region_request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd,
 			  uint64_t length, void *addr, size_t map_len,
@@ -178,8 +183,8 @@ static int check_access(uint32_t access)
 	return (access & ~known) ? RDMAX_E_INVALID_ARGUMENT : 0;
 }
 
-RDMAX_EXPORT int rdmax_alloc_host(struct rdmax_client *client, uint64_t length, uint32_t access,
-				  struct rdmax_region **ret_region)
+RDMAX_EXPORT int rdmax_region_alloc_host(struct rdmax_client *client, uint64_t length,
+					 uint32_t access, struct rdmax_region **ret_region)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	struct rdmax_region *region;
@@ -223,6 +228,7 @@ RDMAX_EXPORT int rdmax_alloc_host(struct rdmax_client *client, uint64_t length, 
 		goto out_unmap;
 	}
 	close(fd);
+	region->allocated = true;
 	*ret_region = region;
 	return 0;
 
@@ -252,16 +258,30 @@ RDMAX_EXPORT int rdmax_region_register_fd(struct rdmax_client *client, int fd, u
 	return register_region(client, fd, offset, length, addr, 0, access, ret_region);
 }
 
-RDMAX_EXPORT int rdmax_region_deregister(struct rdmax_client *client, struct rdmax_region *region)
+static int release(struct rdmax_client *client, struct rdmax_region *region)
 {
-	int r;
-
-	if (!client || !region || region->client != client) {
-		return -EINVAL;
-	}
-	r = deregister_id(client, region->id);
+	int r = deregister_id(client, region->id);
 	client_region_free(region);
 	return r;
+}
+
+RDMAX_EXPORT int rdmax_region_deregister(struct rdmax_client *client, struct rdmax_region *region)
+{
+	if (!client || !region || region->client != client || region->allocated) {
+		return -EINVAL;
+	}
+	return release(client, region);
+}
+
+RDMAX_EXPORT int rdmax_region_free(struct rdmax_client *client, struct rdmax_region *region)
+{
+	if (!region) {
+		return 0;
+	}
+	if (!client || region->client != client || !region->allocated) {
+		return -EINVAL;
+	}
+	return release(client, region);
 }
 
 RDMAX_EXPORT void *rdmax_region_addr(const struct rdmax_region *region)

@@ -82,9 +82,10 @@ static int check_job(const struct rdmax_client *c, const struct rdmax_job *j)
 		}
 		return 0;
 	case RDMAX_OP_PAGED_WRITE:
+	case RDMAX_OP_PAGED_READ:
 		if (!owned_region(c, j->local) || !client_desc_usable(j->remote) ||
-		    (j->u.paged.src.count && !j->u.paged.src.indices) ||
-		    (j->u.paged.dst.count && !j->u.paged.dst.indices)) {
+		    (j->u.paged.local_pages.count && !j->u.paged.local_pages.indices) ||
+		    (j->u.paged.remote_pages.count && !j->u.paged.remote_pages.indices)) {
 			return RDMAX_E_INVALID_ARGUMENT;
 		}
 		return 0;
@@ -130,6 +131,7 @@ struct pb_job {
 		Rdmax__V1__WriteJob write;
 		Rdmax__V1__ReadJob read;
 		Rdmax__V1__PagedWriteJob paged;
+		Rdmax__V1__PagedReadJob paged_read;
 		Rdmax__V1__ScatterJob scatter;
 		Rdmax__V1__BarrierJob barrier;
 		Rdmax__V1__SendJob send;
@@ -211,8 +213,8 @@ static void encode_paged(const struct rdmax_job *j, struct pb_job *pb)
 	rdmax__v1__paged_write_job__init(pw);
 	pw->local_region = j->local->id;
 	pw->page_len = j->u.paged.page_len;
-	encode_pages(&pb->src, &j->u.paged.src);
-	encode_pages(&pb->dst, &j->u.paged.dst);
+	encode_pages(&pb->src, &j->u.paged.local_pages);
+	encode_pages(&pb->dst, &j->u.paged.remote_pages);
 	pw->src = &pb->src;
 	pw->dst = &pb->dst;
 	pw->remote_desc = client_desc_bytes(j->remote);
@@ -222,6 +224,22 @@ static void encode_paged(const struct rdmax_job *j, struct pb_job *pb)
 	}
 	pb->job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
 	pb->job.paged_write = pw;
+}
+
+static void encode_paged_read(const struct rdmax_job *j, struct pb_job *pb)
+{
+	Rdmax__V1__PagedReadJob *pr = &pb->k.paged_read;
+
+	rdmax__v1__paged_read_job__init(pr);
+	pr->local_region = j->local->id;
+	pr->page_len = j->u.paged.page_len;
+	encode_pages(&pb->dst, &j->u.paged.local_pages);
+	encode_pages(&pb->src, &j->u.paged.remote_pages);
+	pr->dst = &pb->dst;
+	pr->src = &pb->src;
+	pr->remote_desc = client_desc_bytes(j->remote);
+	pb->job.kind_case = RDMAX__V1__JOB__KIND_PAGED_READ;
+	pb->job.paged_read = pr;
 }
 
 static void encode_scatter(const struct rdmax_job *j, struct pb_job *pb, struct submit_buf *b)
@@ -336,6 +354,9 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
 	case RDMAX_OP_PAGED_WRITE:
 		encode_paged(j, pb);
 		break;
+	case RDMAX_OP_PAGED_READ:
+		encode_paged_read(j, pb);
+		break;
 	case RDMAX_OP_SCATTER:
 		encode_scatter(j, pb, b);
 		break;
@@ -414,8 +435,7 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 	return 0;
 }
 
-RDMAX_EXPORT int rdmax_submit(struct rdmax_client *client, const struct rdmax_job *jobs,
-			      size_t count)
+static int submit(struct rdmax_client *client, const struct rdmax_job *jobs, size_t count)
 {
 	Rdmax__V1__Submit submit = RDMAX__V1__SUBMIT__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
@@ -424,9 +444,6 @@ RDMAX_EXPORT int rdmax_submit(struct rdmax_client *client, const struct rdmax_jo
 	void *mem;
 	int r;
 
-	if (!client || (!jobs && count)) {
-		return -EINVAL;
-	}
 	if (client->err) {
 		return client->err;
 	}
@@ -499,6 +516,60 @@ out_free_mem:
 	free(mem);
 	return r;
 }
+
+/*
+ * Whether the caller's job of job_size bytes has nothing past what this
+ * library knows: a newer program's fields must be zero to be ignored safely.
+ */
+static bool tail_zero(const struct rdmax_job *job, size_t job_size)
+{
+	const uint8_t *p = (const uint8_t *)job;
+
+	for (size_t i = sizeof(struct rdmax_job); i < job_size; i++) {
+		if (p[i]) {
+			return false;
+		}
+	}
+	return true;
+}
+
+RDMAX_EXPORT int rdmax_submit_sized(struct rdmax_client *client, const struct rdmax_job *jobs,
+				    size_t count, size_t job_size)
+{
+	struct rdmax_job *copy;
+	int r;
+
+	if (!client || (!jobs && count)) {
+		return -EINVAL;
+	}
+	if (job_size < RDMAX_JOB_SIZE_MIN) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (job_size == sizeof(struct rdmax_job)) {
+		return submit(client, jobs, count);
+	}
+	/* Another release's layout: copy each job into this one's, zero-extended or cut. */
+	if (count > SIZE_MAX / sizeof(*copy)) {
+		return -ENOMEM;
+	}
+	copy = calloc(count ? count : 1, sizeof(*copy));
+	if (!copy) {
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < count; i++) {
+		const struct rdmax_job *j = (const void *)((const uint8_t *)jobs + i * job_size);
+		if (!tail_zero(j, job_size)) {
+			free(copy);
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+		memcpy(&copy[i], j, job_size < sizeof(*copy) ? job_size : sizeof(*copy));
+	}
+	r = submit(client, copy, count);
+	free(copy);
+	return r;
+}
+
+_Static_assert(sizeof(struct rdmax_job) >= RDMAX_JOB_SIZE_MIN, "RDMAX_2.0 job layout");
 
 RDMAX_EXPORT int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count)
 {
