@@ -52,8 +52,8 @@ LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-
 LIBS_CLIENT := $(shell pkg-config --libs libprotobuf-c) -ldl
 LIBS_CHECK := $(shell pkg-config --libs check)
 
-LIB_SONAME := librdmax.so.1
-LIB_VERSION := 1.0.0
+LIB_SONAME := librdmax.so.2
+LIB_VERSION := 2.0.0
 
 PROTO_SRC := proto/rdmax.proto
 GEN_C := $(BUILD)/gen/rdmax.pb-c.c
@@ -78,9 +78,22 @@ UNIT_SRCS := $(wildcard tests/unit/*.c)
 EXAMPLES := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(wildcard docs/examples/*.c))
 ITEST_SRCS := $(wildcard tests/integration/*.c)
 
+# The `rdmax` Python package (client-lib/python): the C extension over librdmax, built for
+# Debian's /usr/bin/python3 when its headers (python3-dev) are there.
+PYTHON ?= /usr/bin/python3
+PY_INC := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_paths()['include'])" 2>/dev/null)
+PY_EXT := $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+PY_HAVE := $(if $(and $(PY_EXT),$(wildcard $(PY_INC)/Python.h)),1,)
+PY_SRCS := $(wildcard client-lib/python/rdmax/*.py client-lib/python/rdmax/*.pyi client-lib/python/rdmax/py.typed)
+PY_OUT := $(patsubst client-lib/python/rdmax/%,$(BUILD)/python/rdmax/%,$(PY_SRCS))
+PY_MOD := $(BUILD)/python/rdmax/_rdmax$(PY_EXT)
+PYTHON_PKG := $(if $(PY_HAVE),$(PY_MOD) $(PY_OUT),)
+# Where `make install` puts the package so that Debian's python3 finds it.
+PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python3/dist-packages)
+
 all: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(BUILD)/librdmax.a $(BUILD)/librdmax.pc $(TOOLS) \
 	$(BUILD)/tests/unit-tests $(BUILD)/tests/itest $(BENCH_TOOLS) $(GPU_CHECK) $(DEVICE_CHECK) \
-	$(EXAMPLES)
+	$(EXAMPLES) $(PYTHON_PKG)
 
 $(GEN_C) $(GEN_H): $(PROTO_SRC)
 	@mkdir -p $(BUILD)/gen
@@ -120,6 +133,18 @@ $(BUILD)/librdmax.pc: client-lib/librdmax.pc.in $(PC_STAMP)
 # Programs over the public library only.
 $(BUILD)/%: tools/%.c $(BUILD)/$(LIB_SONAME)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm
+
+# The extension finds librdmax next to it in the build tree ($ORIGIN/../..), and in LIBDIR once
+# installed (relinked by `make install`).
+$(PY_MOD): client-lib/python/_rdmax.c client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
+	@mkdir -p $(dir $@)
+	$(QUIET_CC)$(CC) -std=gnu11 $(WARN) -Wno-missing-field-initializers $(CFLAGS) $(SANFLAGS) -fPIC -shared \
+		-I$(PY_INC) -Iclient-lib/include -o $@ $< -L$(BUILD) -l:$(LIB_SONAME) \
+		-Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS_ALL) -lpthread
+
+$(BUILD)/python/rdmax/%: client-lib/python/rdmax/%
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 # Unit tests link the daemon's modules and the client library's objects.
 $(BUILD)/tests/unit-tests: $(UNIT_SRCS) $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
@@ -169,8 +194,12 @@ check: all
 	tests/check-man
 	@echo "== unit tests"
 	$(BUILD)/tests/unit-tests
+	@echo "== public ABI (exports, header, struct growth)"
+	RDMAX_BUILD=$(BUILD) tests/abi/run
 	@echo "== integration tests (TCP transport, host)"
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
+	@echo "== Python package (pytest against daemons on this machine)"
+	RDMAX_BUILD=$(BUILD) RDMAX_SAN=$(SAN) PYTHON=$(PYTHON) client-lib/python/run-tests
 	@echo "== operations tests (systemd units, socket activation, rdmaxctl, metrics)"
 	RDMAX_BUILD=$(BUILD) tests/ops/run
 	@echo "== examples (docs/examples against three daemons)"
@@ -186,6 +215,14 @@ check-layout:
 
 check-unit: $(BUILD)/tests/unit-tests
 	$(BUILD)/tests/unit-tests
+
+# The rdmax Python package's tests (pytest, /usr/bin/python3, real daemons).
+check-python: $(BUILD)/rdmaxd $(PYTHON_PKG)
+	RDMAX_BUILD=$(BUILD) RDMAX_SAN=$(SAN) PYTHON=$(PYTHON) client-lib/python/run-tests
+
+# The public ABI: exports against the version script, the header as C99/C++, struct growth.
+check-abi: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(GEN_C)
+	RDMAX_BUILD=$(BUILD) tests/abi/run
 
 check-tcp: all
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
@@ -235,7 +272,7 @@ bench: $(BUILD)/rdmaxd $(BUILD)/rdmax-bench $(BENCH_TOOLS)
 
 format:
 	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c \
-		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c docs/examples/*.c
+		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c tests/abi/*.c docs/examples/*.c
 
 install: all $(BUILD)/librdmax.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
@@ -251,6 +288,13 @@ install: all $(BUILD)/librdmax.pc
 		install -m 0644 config/rdmaxd.conf $(DESTDIR)$(SYSCONFDIR)/rdmaxd/rdmaxd.conf
 	for s in 3 5 8; do for m in docs/man/*.$$s; do [ -e "$$m" ] || continue; \
 		install -d $(DESTDIR)$(MANDIR)/man$$s && install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done; done
+	if [ -n "$(PY_HAVE)" ]; then \
+		install -d $(DESTDIR)$(PYTHONDIR)/rdmax && \
+		install -m 0644 $(PY_OUT) $(DESTDIR)$(PYTHONDIR)/rdmax/ && \
+		$(CC) -std=gnu11 $(CFLAGS) -fPIC -shared -I$(PY_INC) -Iclient-lib/include \
+			-o $(DESTDIR)$(PYTHONDIR)/rdmax/_rdmax$(PY_EXT) client-lib/python/_rdmax.c \
+			-L$(BUILD) -l:$(LIB_SONAME) -Wl,-rpath,$(LIBDIR) -lpthread; \
+	else echo "install: no Python headers ($(PYTHON), python3-dev): rdmax package not installed"; fi
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
 	sed 's|^ExecStart=/usr/sbin/rdmaxd|ExecStart=$(SBINDIR)/rdmaxd|' systemd/rdmaxd.service \
 		> $(DESTDIR)$(UNITDIR)/rdmaxd.service
@@ -262,8 +306,8 @@ install: all $(BUILD)/librdmax.pc
 clean:
 	rm -rf build build-san
 
-.PHONY: all check check-layout check-unit check-tcp check-ops check-verbs check-gpu device-check \
-	device-check-bundle demo demo-verbs examples run-examples \
+.PHONY: all check check-layout check-unit check-abi check-python check-tcp check-ops check-verbs check-gpu \
+	device-check device-check-bundle demo demo-verbs examples run-examples \
 	bench format install clean
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -2,9 +2,9 @@
 /*
  * librdmax: one connection to the node's rdmaxd over an AF_UNIX
  * SOCK_SEQPACKET socket, one protobuf message per datagram. Owns the socket,
- * the request/reply matching by seq, the regions this client registered and
- * the local mappings of rdmax_alloc_host(), its peer groups, and the payloads
- * of mailbox messages until the application is done with them. Events that
+ * the request/reply matching by seq (region.c and submit.c send through
+ * client_request()), the wait calls, and the payloads of mailbox messages
+ * until the application is done with them. Events that
  * arrive while a call waits for something else are kept, in order, for
  * rdmax_poll_events().
  *
@@ -34,10 +34,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "gpu.h"
-#include "internal.h"
-#include "rdmax.pb-c.h"
 #include "rdmax_ring.h"
+
+_Static_assert(sizeof(struct rdmax_event) >= RDMAX_EVENT_SIZE_MIN, "RDMAX_2.0 event layout");
 
 /* Busy-poll window before blocking: a blocking wake-up costs ~20 µs per hop. */
 #define SPIN_NS 1000000
@@ -55,66 +56,6 @@
 #define RING_SQ_ENTRIES 256u
 #define RING_SQE_BYTES  1024u
 #define RING_CQ_ENTRIES 1024u
-
-struct rdmax_region {
-	struct rdmax_client *client;
-	struct rdmax_region *prev;
-	struct rdmax_region *next;
-	uint64_t id;
-	uint64_t length;
-	void *addr;     /* caller's mapping, ours when map_len != 0 */
-	size_t map_len; /* rdmax_alloc_host(): bytes to munmap */
-	uint32_t desc_len;
-	uint8_t desc[RDMAX_DESC_MAX];
-};
-
-struct rdmax_peer_group {
-	struct rdmax_client *client;
-	struct rdmax_peer_group *prev;
-	struct rdmax_peer_group *next;
-	uint64_t handle; /* the daemon's */
-	size_t size;     /* members */
-};
-
-struct rdmax_client {
-	int fd;
-	int err;           /* sticky: DISCONNECTED, PROTOCOL_ERROR, lost event */
-	int hangup_err;    /* why the daemon said it would hang up (Error with seq 0) */
-	uint64_t next_seq; /* requests use 1, 2, ...; 0 marks events */
-	struct rdmax_daemon_info info;
-
-	uint8_t *rx;
-	size_t rx_size;
-	uint8_t *tx;
-	size_t tx_size;
-	size_t max_tx; /* largest request the daemon accepts */
-
-	uint64_t want_seq;           /* reply a synchronous call waits for, 0: none */
-	Rdmax__V1__DaemonMsg *reply; /* that reply, once it arrived */
-
-	struct client_evq events;
-	struct client_jobs jobs;
-	struct client_pending *pending; /* oldest first */
-	struct client_pending **pending_tail;
-
-	struct rdmax_region *regions;
-	struct rdmax_peer_group *groups;
-	struct client_gpu *gpu; /* GPU registrations and pool mappings (gpu.c); NULL until used */
-
-	/* Payloads of MESSAGE events returned by the last rdmax_poll_events(). */
-	void **handed;
-	size_t n_handed;
-	size_t cap_handed;
-
-	int64_t spin_ns; /* busy-poll window before sleeping in poll() */
-	/* Datagrams both ways, for the ring's ordering (RingNotify not counted). */
-	uint64_t msgs_sent;
-	uint64_t msgs_received;
-	struct client_ring ring; /* ring.base == NULL: the socket carries jobs */
-	bool ring_wake;          /* a RingNotify is asked for */
-	bool notify_pending;     /* the daemon took the request: a RingNotify may be queued */
-	bool spin_yield;         /* spin with sched_yield() rather than a pause */
-};
 
 static int64_t now_ns(void)
 {
@@ -184,7 +125,7 @@ static int pending_refuse(struct rdmax_client *c, const Rdmax__V1__Error *error)
 		e->type = RDMAX_EVENT_COMPLETION;
 		e->job_id = p->ids[i];
 		e->status = status;
-		client_copy_text(e->message, sizeof(e->message),
+		client_copy_text(e->reason, sizeof(e->reason),
 				 error->message ? error->message : rdmax_strerror(e->status));
 	}
 	pending_pop(c);
@@ -222,7 +163,7 @@ static int queue_completions(struct rdmax_client *c, const Rdmax__V1__Completion
 		e->job_id = cp->job_id;
 		e->status = client_err_from_status(cp->status);
 		e->bytes = cp->has_bytes ? cp->bytes : 0;
-		client_copy_text(e->message, sizeof(e->message), cp->message);
+		client_copy_text(e->reason, sizeof(e->reason), cp->message);
 	}
 	return 0;
 }
@@ -253,7 +194,7 @@ static int queue_event(struct rdmax_client *c, const Rdmax__V1__DaemonMsg *msg)
 		e->type = RDMAX_EVENT_MESSAGE;
 		e->bytes = mm->payload.len;
 		e->payload = payload;
-		client_copy_text(e->message, sizeof(e->message), mm->mailbox);
+		client_copy_text(e->mailbox, sizeof(e->mailbox), mm->mailbox);
 		client_copy_text(e->from_node, sizeof(e->from_node), mm->from_node);
 	}
 	return 0;
@@ -278,7 +219,7 @@ static int queue_ring_completion(struct rdmax_client *c, const struct rdmax_ring
 	e->bytes = cqe->bytes;
 	memcpy(text, cqe->message, len);
 	text[len] = '\0';
-	client_copy_text(e->message, sizeof(e->message), text);
+	client_copy_text(e->reason, sizeof(e->reason), text);
 	return 0;
 }
 
@@ -292,7 +233,7 @@ static int ring_drain(struct rdmax_client *c, bool all)
 	const struct rdmax_ring_cqe *cqe;
 	int n = 0, r = 0;
 
-	if (!c->ring.base) {
+	if (!c->ring.v.base) {
 		return 0;
 	}
 	while ((cqe = client_ring_cq_peek(&c->ring)) != NULL) {
@@ -453,7 +394,7 @@ static int recv_nonblock(struct rdmax_client *c)
 }
 
 /* Handle what is readable now, within a bound. */
-static int drain(struct rdmax_client *c)
+int client_drain(struct rdmax_client *c)
 {
 	for (int i = 0; i < DRAIN_MAX; i++) {
 		int r = recv_nonblock(c);
@@ -614,7 +555,7 @@ static int recv_one(struct rdmax_client *c, int64_t deadline)
 {
 	int64_t spin_end = now_ns() + c->spin_ns;
 
-	if (c->ring.base) {
+	if (c->ring.v.base) {
 		int r = ring_wait(c, deadline);
 		/* Leave every call asking for a RingNotify, for rdmax_client_fd() users. */
 		int n = ring_rewake(c);
@@ -705,7 +646,7 @@ static int send_datagram(struct rdmax_client *c, const void *buf, size_t len, in
 			return -errno;
 		}
 		if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
-			int r = drain(c);
+			int r = client_drain(c);
 			if (r < 0) {
 				return r;
 			}
@@ -727,7 +668,7 @@ static int tx_reserve(struct rdmax_client *c, size_t len)
 	return 0;
 }
 
-static int send_msg(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd)
+int client_send_msg(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd)
 {
 	size_t len = rdmax__v1__client_msg__get_packed_size(msg);
 	int r;
@@ -747,7 +688,7 @@ static int send_msg(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd)
  * Send a request and wait for the reply carrying its seq; events that
  * arrive meanwhile are queued. The caller frees the reply.
  */
-static int request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd, int timeout_ms,
+int client_request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd, int timeout_ms,
 		   Rdmax__V1__DaemonMsg **ret_reply)
 {
 	int64_t deadline;
@@ -758,7 +699,7 @@ static int request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd, in
 	}
 	msg->has_seq = 1;
 	msg->seq = c->next_seq++;
-	r = send_msg(c, msg, fd);
+	r = client_send_msg(c, msg, fd);
 	if (r < 0) {
 		return r;
 	}
@@ -784,10 +725,10 @@ static int request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd, in
 }
 
 /* For requests whose answer is a plain Error (status OK or not). */
-static int request_status(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd)
+int client_request_status(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd)
 {
 	Rdmax__V1__DaemonMsg *reply;
-	int r = request(c, msg, fd, -1, &reply);
+	int r = client_request(c, msg, fd, -1, &reply);
 
 	if (r < 0) {
 		return r;
@@ -802,7 +743,7 @@ static int request_status(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int
 }
 
 /* The error a reply that is not the expected kind stands for. */
-static int unexpected_reply(struct rdmax_client *c, const Rdmax__V1__DaemonMsg *reply)
+int client_unexpected_reply(struct rdmax_client *c, const Rdmax__V1__DaemonMsg *reply)
 {
 	if (reply->body_case == RDMAX__V1__DAEMON_MSG__BODY_ERROR &&
 	    reply->error->status != RDMAX__V1__STATUS__OK) {
@@ -816,6 +757,7 @@ static void info_from_welcome(struct rdmax_daemon_info *info, const Rdmax__V1__W
 	const Rdmax__V1__Limits *l = w->limits;
 
 	memset(info, 0, sizeof(*info));
+	info->struct_size = sizeof(*info);
 	info->protocol_version = w->protocol_version;
 	client_copy_text(info->daemon_version, sizeof(info->daemon_version), w->daemon_version);
 	client_copy_text(info->node_name, sizeof(info->node_name), w->node_name);
@@ -840,7 +782,7 @@ static int hello(struct rdmax_client *c, const char *client_name)
 	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_HELLO;
 	msg.hello = &h;
-	r = request(c, &msg, -1, HELLO_TIMEOUT_MS, &reply);
+	r = client_request(c, &msg, -1, HELLO_TIMEOUT_MS, &reply);
 	if (r == RDMAX_E_DISCONNECTED) {
 		/*
 		 * A daemon that refuses a client (too many clients) says why,
@@ -848,7 +790,7 @@ static int hello(struct rdmax_client *c, const char *client_name)
 		 * what it left before giving the reason.
 		 */
 		c->err = 0;
-		drain(c);
+		client_drain(c);
 		c->err = RDMAX_E_DISCONNECTED;
 		return c->hangup_err ? c->hangup_err : r;
 	}
@@ -856,7 +798,7 @@ static int hello(struct rdmax_client *c, const char *client_name)
 		return r;
 	}
 	if (reply->body_case != RDMAX__V1__DAEMON_MSG__BODY_WELCOME) {
-		r = unexpected_reply(c, reply);
+		r = client_unexpected_reply(c, reply);
 		goto out_free;
 	}
 	if (reply->welcome->protocol_version != RDMAX_PROTOCOL_VERSION) {
@@ -928,7 +870,7 @@ static int ring_open(struct rdmax_client *c)
 	rs.fd_index = 0;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP;
 	msg.ring_setup = &rs;
-	r = request_status(c, &msg, fd);
+	r = client_request_status(c, &msg, fd);
 	close(fd);
 	if (r < 0) {
 		client_ring_destroy(&ring);
@@ -1020,41 +962,6 @@ static void free_handed(struct rdmax_client *c)
 	}
 	c->n_handed = 0;
 }
-
-static void group_free(struct rdmax_peer_group *group)
-{
-	struct rdmax_client *c = group->client;
-
-	if (group->prev) {
-		group->prev->next = group->next;
-	} else {
-		c->groups = group->next;
-	}
-	if (group->next) {
-		group->next->prev = group->prev;
-	}
-	free(group);
-}
-
-static void region_free(struct rdmax_region *region)
-{
-	struct rdmax_client *c = region->client;
-
-	if (region->prev) {
-		region->prev->next = region->next;
-	} else {
-		c->regions = region->next;
-	}
-	if (region->next) {
-		region->next->prev = region->prev;
-	}
-	client_gpu_region_freed(c, region);
-	if (region->map_len) {
-		munmap(region->addr, region->map_len);
-	}
-	free(region);
-}
-
 RDMAX_EXPORT void rdmax_client_close(struct rdmax_client *client)
 {
 	if (!client) {
@@ -1063,10 +970,10 @@ RDMAX_EXPORT void rdmax_client_close(struct rdmax_client *client)
 	/* Closing the socket is the whole goodbye: the daemon releases everything. */
 	close(client->fd);
 	while (client->regions) {
-		region_free(client->regions);
+		client_region_free(client->regions);
 	}
 	while (client->groups) {
-		group_free(client->groups);
+		client_group_free(client->groups);
 	}
 	client_gpu_free(client);
 	free_handed(client);
@@ -1097,785 +1004,35 @@ RDMAX_EXPORT int rdmax_client_fd(const struct rdmax_client *client)
 
 RDMAX_EXPORT int rdmax_client_uses_ring(const struct rdmax_client *client)
 {
-	return client ? client->ring.base != NULL : -EINVAL;
+	return client ? client->ring.v.base != NULL : -EINVAL;
 }
 
-/*
- * A peer's descriptor must name at least one endpoint to be usable; our own
- * daemon may hand out one without (no transport configured yet).
- */
-static int desc_check(const void *bytes, size_t len, size_t min_endpoints)
+/* Copy n events into the caller's array of event_size strides. */
+static void hand_out(struct rdmax_event *events, size_t event_size, const struct rdmax_event *ev,
+		     size_t n)
 {
-	Rdmax__V1__RegionDesc *d;
-	int r = 0;
-
-	if (!bytes || len == 0 || len > RDMAX_DESC_MAX) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	d = rdmax__v1__region_desc__unpack(NULL, len, bytes);
-	if (!d) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	if (d->version != 1 || d->n_endpoints < min_endpoints) {
-		r = RDMAX_E_INVALID_ARGUMENT;
-	}
-	rdmax__v1__region_desc__free_unpacked(d, NULL);
-	return r;
-}
-
-static int deregister_id(struct rdmax_client *c, uint64_t region_id)
-{
-	Rdmax__V1__DeregisterRegion d = RDMAX__V1__DEREGISTER_REGION__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-
-	d.region_id = region_id;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_DEREGISTER_REGION;
-	msg.deregister_region = &d;
-	/* No timeout: the daemon answers once the jobs holding the region are done. */
-	return request_status(c, &msg, -1);
-}
-
-struct client_gpu **client_gpu_slot(struct rdmax_client *c)
-{
-	return &c->gpu;
-}
-
-void client_region_set_addr(struct rdmax_region *region, void *addr)
-{
-	region->addr = addr;
-}
-
-/* A RegisterRegion or PoolAlloc request; map_len != 0: addr is ours to munmap. */
-static int region_request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd,
-			  uint64_t length, void *addr, size_t map_len,
-			  struct rdmax_region **ret_region, Rdmax__V1__DaemonMsg **ret_reply)
-{
-	Rdmax__V1__DaemonMsg *reply;
-	struct rdmax_region *region;
-	int r;
-
-	r = request(c, msg, fd, -1, &reply);
-	if (r < 0) {
-		return r;
-	}
-	if (reply->body_case != RDMAX__V1__DAEMON_MSG__BODY_REGION) {
-		r = unexpected_reply(c, reply);
-		goto out_free_reply;
-	}
-	const Rdmax__V1__RegionReply *rep = reply->region;
-	if (desc_check(rep->desc.data, rep->desc.len, 0) < 0 ||
-	    (rep->has_length && rep->length < length)) {
-		/* Registered but unusable: give it back rather than leak it in the daemon. */
-		deregister_id(c, rep->region_id);
-		r = RDMAX_E_PROTOCOL_ERROR;
-		goto out_free_reply;
-	}
-	region = calloc(1, sizeof(*region));
-	if (!region) {
-		deregister_id(c, rep->region_id);
-		r = -ENOMEM;
-		goto out_free_reply;
-	}
-	region->client = c;
-	region->id = rep->region_id;
-	region->length = length;
-	region->addr = addr;
-	region->map_len = map_len;
-	region->desc_len = (uint32_t)rep->desc.len;
-	memcpy(region->desc, rep->desc.data, rep->desc.len);
-	region->next = c->regions;
-	if (c->regions) {
-		c->regions->prev = region;
-	}
-	c->regions = region;
-	*ret_region = region;
-	if (ret_reply) {
-		*ret_reply = reply;
-		return 0;
-	}
-out_free_reply:
-	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
-	return r;
-}
-
-int client_region_request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int fd,
-			  uint64_t length, void *addr, struct rdmax_region **ret_region,
-			  Rdmax__V1__DaemonMsg **ret_reply)
-{
-	return region_request(c, msg, fd, length, addr, 0, ret_region, ret_reply);
-}
-
-static int register_region(struct rdmax_client *c, int fd, uint64_t offset, uint64_t length,
-			   void *addr, size_t map_len, uint32_t access,
-			   struct rdmax_region **ret_region)
-{
-	Rdmax__V1__RegisterRegion rr = RDMAX__V1__REGISTER_REGION__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-
-	rr.kind = RDMAX__V1__REGION_KIND__REGION_HOST_FD;
-	rr.access = access;
-	rr.offset = offset;
-	rr.length = length;
-	rr.has_fd_index = 1;
-	rr.fd_index = 0;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_REGISTER_REGION;
-	msg.register_region = &rr;
-	return region_request(c, &msg, fd, length, addr, map_len, ret_region, NULL);
-}
-
-static int check_access(uint32_t access)
-{
-	const uint32_t known = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE;
-	return (access & ~known) ? RDMAX_E_INVALID_ARGUMENT : 0;
-}
-
-RDMAX_EXPORT int rdmax_alloc_host(struct rdmax_client *client, uint64_t length, uint32_t access,
-				  struct rdmax_region **ret_region)
-{
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-	struct rdmax_region *region;
-	uint64_t size;
-	void *addr;
-	int fd, r;
-
-	if (!client || !ret_region) {
-		return -EINVAL;
-	}
-	if (length == 0 || length > UINT64_MAX - page || check_access(access) < 0) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	if (client->err) {
-		return client->err;
-	}
-	size = (length + page - 1) & ~(page - 1);
-	if (size > SIZE_MAX || size > (uint64_t)INT64_MAX) {
-		return -ENOMEM;
-	}
-	fd = memfd_create("rdmax", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0) {
-		return -errno;
-	}
-	if (ftruncate(fd, (off_t)size) < 0) {
-		r = -errno;
-		goto out_close;
-	}
-	/* The daemon maps this file: it must never shrink under that mapping. */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-		r = -errno;
-		goto out_close;
-	}
-	addr = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (addr == MAP_FAILED) {
-		r = -errno;
-		goto out_close;
-	}
-	r = register_region(client, fd, 0, size, addr, (size_t)size, access, &region);
-	if (r < 0) {
-		goto out_unmap;
-	}
-	close(fd);
-	*ret_region = region;
-	return 0;
-
-out_unmap:
-	munmap(addr, (size_t)size);
-out_close:
-	close(fd);
-	return r;
-}
-
-RDMAX_EXPORT int rdmax_region_register_fd(struct rdmax_client *client, int fd, uint64_t offset,
-					  uint64_t length, void *addr, uint32_t access,
-					  struct rdmax_region **ret_region)
-{
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-
-	if (!client || !ret_region) {
-		return -EINVAL;
-	}
-	if (fd < 0) {
-		return -EBADF;
-	}
-	if (length == 0 || offset % page != 0 || offset > UINT64_MAX - length ||
-	    check_access(access) < 0) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	return register_region(client, fd, offset, length, addr, 0, access, ret_region);
-}
-
-RDMAX_EXPORT int rdmax_region_deregister(struct rdmax_client *client, struct rdmax_region *region)
-{
-	int r;
-
-	if (!client || !region || region->client != client) {
-		return -EINVAL;
-	}
-	r = deregister_id(client, region->id);
-	region_free(region);
-	return r;
-}
-
-RDMAX_EXPORT void *rdmax_region_addr(const struct rdmax_region *region)
-{
-	return region ? region->addr : NULL;
-}
-
-RDMAX_EXPORT uint64_t rdmax_region_length(const struct rdmax_region *region)
-{
-	return region ? region->length : 0;
-}
-
-RDMAX_EXPORT uint64_t rdmax_region_id(const struct rdmax_region *region)
-{
-	return region ? region->id : 0;
-}
-
-RDMAX_EXPORT int rdmax_region_desc(const struct rdmax_region *region, struct rdmax_desc *ret_desc)
-{
-	if (!region || !ret_desc) {
-		return -EINVAL;
-	}
-	ret_desc->len = region->desc_len;
-	memcpy(ret_desc->bytes, region->desc, region->desc_len);
-	memset(ret_desc->bytes + region->desc_len, 0, RDMAX_DESC_MAX - region->desc_len);
-	return 0;
-}
-
-RDMAX_EXPORT int rdmax_desc_import(const void *bytes, size_t len, struct rdmax_desc *ret_desc)
-{
-	int r;
-
-	if (!ret_desc) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	r = desc_check(bytes, len, 1);
-	if (r < 0) {
-		return r;
-	}
-	ret_desc->len = (uint32_t)len;
-	memcpy(ret_desc->bytes, bytes, len);
-	memset(ret_desc->bytes + len, 0, RDMAX_DESC_MAX - len);
-	return 0;
-}
-
-static bool desc_usable(const struct rdmax_desc *d)
-{
-	return d && d->len > 0 && d->len <= RDMAX_DESC_MAX;
-}
-
-static bool owned_region(const struct rdmax_client *c, const struct rdmax_region *r)
-{
-	return r && r->client == c;
-}
-
-static bool owned_group(const struct rdmax_client *c, const struct rdmax_peer_group *g)
-{
-	return g && g->client == c;
-}
-
-static int check_scatter(const struct rdmax_client *c, const struct rdmax_job *j)
-{
-	if (!owned_region(c, j->local) || (j->u.scatter.count && !j->u.scatter.dests) ||
-	    (j->u.scatter.group && !owned_group(c, j->u.scatter.group))) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	for (size_t i = 0; i < j->u.scatter.count; i++) {
-		const struct rdmax_scatter_dest *d = &j->u.scatter.dests[i];
-		if (d->remote ? !desc_usable(d->remote) : !j->u.scatter.group) {
-			return RDMAX_E_INVALID_ARGUMENT;
-		}
-	}
-	return 0;
-}
-
-static int check_barrier(const struct rdmax_client *c, const struct rdmax_job *j)
-{
-	if (j->u.barrier.group) {
-		return owned_group(c, j->u.barrier.group) && j->u.barrier.count == 0
-			       ? 0
-			       : RDMAX_E_INVALID_ARGUMENT;
-	}
-	if (j->u.barrier.count == 0 || !j->u.barrier.remotes) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	for (size_t i = 0; i < j->u.barrier.count; i++) {
-		if (!desc_usable(&j->u.barrier.remotes[i])) {
-			return RDMAX_E_INVALID_ARGUMENT;
-		}
-	}
-	return 0;
-}
-
-/*
- * What can be refused without asking the daemon: what cannot be encoded.
- * Ranges, page lists and names are the daemon's to judge: it says why.
- */
-static int check_job(const struct rdmax_client *c, const struct rdmax_job *j)
-{
-	bool imm_ok = j->op == RDMAX_OP_WRITE || j->op == RDMAX_OP_PAGED_WRITE ||
-		      j->op == RDMAX_OP_SCATTER || j->op == RDMAX_OP_BARRIER;
-
-	if (j->flags & ~RDMAX_JOB_IMM) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	if ((j->flags & RDMAX_JOB_IMM) && !imm_ok) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	switch (j->op) {
-	case RDMAX_OP_WRITE:
-	case RDMAX_OP_READ:
-		if (!owned_region(c, j->local) || !desc_usable(j->remote)) {
-			return RDMAX_E_INVALID_ARGUMENT;
-		}
-		if (j->local_offset > j->local->length ||
-		    j->length > j->local->length - j->local_offset) {
-			return RDMAX_E_OUT_OF_RANGE;
-		}
-		return 0;
-	case RDMAX_OP_PAGED_WRITE:
-		if (!owned_region(c, j->local) || !desc_usable(j->remote) ||
-		    (j->u.paged.src.count && !j->u.paged.src.indices) ||
-		    (j->u.paged.dst.count && !j->u.paged.dst.indices)) {
-			return RDMAX_E_INVALID_ARGUMENT;
-		}
-		return 0;
-	case RDMAX_OP_SCATTER:
-		return check_scatter(c, j);
-	case RDMAX_OP_BARRIER:
-		return check_barrier(c, j);
-	case RDMAX_OP_SEND:
-		if (!desc_usable(j->remote) || !j->u.send.mailbox ||
-		    (j->u.send.length && !j->u.send.payload)) {
-			return RDMAX_E_INVALID_ARGUMENT;
-		}
-		return j->u.send.length > RDMAX_MESSAGE_PAYLOAD_MAX ? RDMAX_E_RESOURCE_EXHAUSTED
-								    : 0;
-	default:
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-}
-
-/* Room for \p count more jobs under the daemon's limit, after reading what has arrived. */
-static int check_outstanding(struct rdmax_client *c, size_t count)
-{
-	uint32_t max = c->info.max_outstanding_jobs;
-
-	if (max == 0 || (count <= max && c->jobs.len <= max - count)) {
-		return 0;
-	}
-	/* Completions may be waiting in the socket: our count only falls when we read them. */
-	int r = drain(c);
-	if (r < 0) {
-		return r;
-	}
-	if (count <= max && c->jobs.len <= max - count) {
-		return 0;
-	}
-	return RDMAX_E_RESOURCE_EXHAUSTED;
-}
-
-/* One job's protobuf structures. */
-struct pb_job {
-	Rdmax__V1__Job job;
-	union {
-		Rdmax__V1__WriteJob write;
-		Rdmax__V1__ReadJob read;
-		Rdmax__V1__PagedWriteJob paged;
-		Rdmax__V1__ScatterJob scatter;
-		Rdmax__V1__BarrierJob barrier;
-		Rdmax__V1__SendJob send;
-	} k;
-	Rdmax__V1__PageList src;
-	Rdmax__V1__PageList dst;
-};
-
-/* Everything a Submit needs, in one allocation (every member is 8-byte aligned). */
-struct submit_buf {
-	Rdmax__V1__Job **ptrs;
-	struct pb_job *pbs;
-	Rdmax__V1__ScatterDest *dests;
-	Rdmax__V1__ScatterDest **dest_ptrs;
-	ProtobufCBinaryData *descs; /* barrier descriptors */
-	size_t next_dest;
-	size_t next_desc;
-};
-
-static bool add_size(size_t *total, size_t count, size_t each)
-{
-	size_t bytes;
-	return !__builtin_mul_overflow(count, each, &bytes) &&
-	       !__builtin_add_overflow(*total, bytes, total);
-}
-
-static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct submit_buf *ret)
-{
-	size_t n_dests = 0, n_descs = 0, total = 0;
-	char *mem;
-
-	for (size_t i = 0; i < count; i++) {
-		if (jobs[i].op == RDMAX_OP_SCATTER &&
-		    __builtin_add_overflow(n_dests, jobs[i].u.scatter.count, &n_dests)) {
-			return NULL;
-		}
-		if (jobs[i].op == RDMAX_OP_BARRIER && !jobs[i].u.barrier.group &&
-		    __builtin_add_overflow(n_descs, jobs[i].u.barrier.count, &n_descs)) {
-			return NULL;
-		}
-	}
-	if (!add_size(&total, count, sizeof(struct pb_job)) ||
-	    !add_size(&total, count, sizeof(Rdmax__V1__Job *)) ||
-	    !add_size(&total, n_dests, sizeof(Rdmax__V1__ScatterDest)) ||
-	    !add_size(&total, n_dests, sizeof(Rdmax__V1__ScatterDest *)) ||
-	    !add_size(&total, n_descs, sizeof(ProtobufCBinaryData))) {
-		return NULL;
-	}
-	mem = malloc(total ? total : 1);
-	if (!mem) {
-		return NULL;
-	}
-	/* Largest alignment first so each array stays aligned. */
-	ret->pbs = (struct pb_job *)mem;
-	ret->dests = (Rdmax__V1__ScatterDest *)(ret->pbs + count);
-	ret->descs = (ProtobufCBinaryData *)(ret->dests + n_dests);
-	ret->ptrs = (Rdmax__V1__Job **)(ret->descs + n_descs);
-	ret->dest_ptrs = (Rdmax__V1__ScatterDest **)(ret->ptrs + count);
-	ret->next_dest = 0;
-	ret->next_desc = 0;
-	return mem;
-}
-
-static ProtobufCBinaryData desc_bytes(const struct rdmax_desc *d)
-{
-	return (ProtobufCBinaryData){.len = d->len, .data = (uint8_t *)d->bytes};
-}
-
-static void encode_pages(Rdmax__V1__PageList *pl, const struct rdmax_pages *pages)
-{
-	rdmax__v1__page_list__init(pl);
-	pl->has_offset = pages->offset != 0;
-	pl->offset = pages->offset;
-	pl->has_stride = pages->stride != 0;
-	pl->stride = pages->stride;
-	pl->n_indices = pages->count;
-	pl->indices = (uint32_t *)pages->indices;
-}
-
-static void encode_paged(const struct rdmax_job *j, struct pb_job *pb)
-{
-	Rdmax__V1__PagedWriteJob *pw = &pb->k.paged;
-
-	rdmax__v1__paged_write_job__init(pw);
-	pw->local_region = j->local->id;
-	pw->page_len = j->u.paged.page_len;
-	encode_pages(&pb->src, &j->u.paged.src);
-	encode_pages(&pb->dst, &j->u.paged.dst);
-	pw->src = &pb->src;
-	pw->dst = &pb->dst;
-	pw->remote_desc = desc_bytes(j->remote);
-	if (j->flags & RDMAX_JOB_IMM) {
-		pw->has_imm = 1;
-		pw->imm = j->imm;
-	}
-	pb->job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
-	pb->job.paged_write = pw;
-}
-
-static void encode_scatter(const struct rdmax_job *j, struct pb_job *pb, struct submit_buf *b)
-{
-	Rdmax__V1__ScatterJob *sj = &pb->k.scatter;
-
-	rdmax__v1__scatter_job__init(sj);
-	sj->local_region = j->local->id;
-	sj->n_dests = j->u.scatter.count;
-	sj->dests = &b->dest_ptrs[b->next_dest];
-	for (size_t i = 0; i < j->u.scatter.count; i++) {
-		const struct rdmax_scatter_dest *d = &j->u.scatter.dests[i];
-		Rdmax__V1__ScatterDest *x = &b->dests[b->next_dest];
-		rdmax__v1__scatter_dest__init(x);
-		if (d->remote) {
-			x->has_remote_desc = 1;
-			x->remote_desc = desc_bytes(d->remote);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *dst = (uint8_t *)events + i * event_size;
+		if (event_size <= sizeof(ev[i])) {
+			memcpy(dst, &ev[i], event_size);
 		} else {
-			x->has_peer_index = 1;
-			x->peer_index = d->peer_index;
-		}
-		x->remote_offset = d->remote_offset;
-		x->local_offset = d->local_offset;
-		x->length = d->length;
-		b->dest_ptrs[b->next_dest++] = x;
-	}
-	if (j->u.scatter.group) {
-		sj->has_peer_group = 1;
-		sj->peer_group = j->u.scatter.group->handle;
-	}
-	if (j->flags & RDMAX_JOB_IMM) {
-		sj->has_imm = 1;
-		sj->imm = j->imm;
-	}
-	pb->job.kind_case = RDMAX__V1__JOB__KIND_SCATTER;
-	pb->job.scatter = sj;
-}
-
-static void encode_barrier(const struct rdmax_job *j, struct pb_job *pb, struct submit_buf *b)
-{
-	Rdmax__V1__BarrierJob *bj = &pb->k.barrier;
-
-	rdmax__v1__barrier_job__init(bj);
-	bj->imm = j->imm;
-	if (j->u.barrier.group) {
-		bj->has_peer_group = 1;
-		bj->peer_group = j->u.barrier.group->handle;
-	} else {
-		bj->n_remote_descs = j->u.barrier.count;
-		bj->remote_descs = &b->descs[b->next_desc];
-		for (size_t i = 0; i < j->u.barrier.count; i++) {
-			b->descs[b->next_desc++] = desc_bytes(&j->u.barrier.remotes[i]);
+			memcpy(dst, &ev[i], sizeof(ev[i]));
+			memset(dst + sizeof(ev[i]), 0, event_size - sizeof(ev[i]));
 		}
 	}
-	pb->job.kind_case = RDMAX__V1__JOB__KIND_BARRIER;
-	pb->job.barrier = bj;
 }
 
-static void encode_send(const struct rdmax_job *j, struct pb_job *pb)
+RDMAX_EXPORT int rdmax_poll_events_sized(struct rdmax_client *client, struct rdmax_event *events,
+					 size_t max, size_t event_size, int timeout_ms)
 {
-	Rdmax__V1__SendJob *sj = &pb->k.send;
+	struct rdmax_event local[64];
 
-	rdmax__v1__send_job__init(sj);
-	sj->remote_desc = desc_bytes(j->remote);
-	sj->mailbox = (char *)j->u.send.mailbox;
-	sj->payload.len = j->u.send.length;
-	sj->payload.data = (uint8_t *)j->u.send.payload;
-	pb->job.kind_case = RDMAX__V1__JOB__KIND_SEND;
-	pb->job.send = sj;
-}
-
-static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i)
-{
-	struct pb_job *pb = &b->pbs[i];
-	Rdmax__V1__Job *pj = &pb->job;
-
-	rdmax__v1__job__init(pj);
-	pj->job_id = j->id;
-	if (j->deadline_ms) {
-		pj->has_deadline_ms = 1;
-		pj->deadline_ms = j->deadline_ms;
-	}
-	switch (j->op) {
-	case RDMAX_OP_WRITE: {
-		Rdmax__V1__WriteJob *w = &pb->k.write;
-		rdmax__v1__write_job__init(w);
-		w->local_region = j->local->id;
-		w->local_offset = j->local_offset;
-		w->length = j->length;
-		w->remote_desc = desc_bytes(j->remote);
-		w->remote_offset = j->remote_offset;
-		if (j->flags & RDMAX_JOB_IMM) {
-			w->has_imm = 1;
-			w->imm = j->imm;
-		}
-		pj->kind_case = RDMAX__V1__JOB__KIND_WRITE;
-		pj->write = w;
-		break;
-	}
-	case RDMAX_OP_READ: {
-		Rdmax__V1__ReadJob *rd = &pb->k.read;
-		rdmax__v1__read_job__init(rd);
-		rd->remote_desc = desc_bytes(j->remote);
-		rd->remote_offset = j->remote_offset;
-		rd->length = j->length;
-		rd->local_region = j->local->id;
-		rd->local_offset = j->local_offset;
-		pj->kind_case = RDMAX__V1__JOB__KIND_READ;
-		pj->read = rd;
-		break;
-	}
-	case RDMAX_OP_PAGED_WRITE:
-		encode_paged(j, pb);
-		break;
-	case RDMAX_OP_SCATTER:
-		encode_scatter(j, pb, b);
-		break;
-	case RDMAX_OP_BARRIER:
-		encode_barrier(j, pb, b);
-		break;
-	case RDMAX_OP_SEND:
-		encode_send(j, pb);
-		break;
-	}
-	b->ptrs[i] = pj;
-}
-
-/*
- * The batch as ring entries, all or none: -ENOSPC when the ring lacks room
- * or a job does not fit a slot (the caller then uses the socket, which keeps
- * the order through the entries' `after`).
- */
-static size_t varint_size(uint64_t v)
-{
-	size_t n = 1;
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
-}
-
-static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, size_t count,
-		       struct submit_buf *b)
-{
-	uint32_t max = client_ring_sqe_max(&c->ring);
-	size_t submit_len = 0;
-
-	if (count > client_ring_sq_space(&c->ring)) {
-		return -ENOSPC;
-	}
-	for (size_t i = 0; i < count; i++) {
-		encode_job(&jobs[i], b, i);
-		size_t len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
-		submit_len += 1 + varint_size(len) + len;
-		if (len > max) {
-			/* The socket path encodes again from the start. */
-			b->next_dest = 0;
-			b->next_desc = 0;
-			return -ENOSPC;
-		}
-	}
-	/* The same limit as the Submit it replaces: the call behaves alike on both paths. */
-	size_t msg_len = 1 + varint_size(c->next_seq) + 1 + varint_size(submit_len) + submit_len;
-	if (msg_len > c->max_tx) {
-		return RDMAX_E_RESOURCE_EXHAUSTED;
-	}
-	for (size_t i = 0; i < count; i++) {
-		size_t len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
-		uint8_t *data =
-			client_ring_sqe_prepare(&c->ring, (uint32_t)i, (uint32_t)len, c->msgs_sent);
-		rdmax__v1__job__pack(b->ptrs[i], data);
-	}
-	bool doorbell = client_ring_sq_publish(&c->ring, (uint32_t)count);
-	/*
-	 * A ring job's completion also proves the Submits sent before it were
-	 * accepted: the daemon took it only after reading them.
-	 */
-	for (size_t i = 0; i < count; i++) {
-		client_jobs_add(&c->jobs, jobs[i].id, c->next_seq - 1);
-	}
-	if (doorbell) {
-		Rdmax__V1__RingDoorbell db = RDMAX__V1__RING_DOORBELL__INIT;
-		Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL;
-		msg.ring_doorbell = &db;
-		/* The jobs are the daemon's now; a failure here sticks for the next call. */
-		(void)send_msg(c, &msg, -1);
-	}
-	return 0;
-}
-
-RDMAX_EXPORT int rdmax_submit(struct rdmax_client *client, const struct rdmax_job *jobs,
-			      size_t count)
-{
-	Rdmax__V1__Submit submit = RDMAX__V1__SUBMIT__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	struct client_pending *p;
-	struct submit_buf b;
-	void *mem;
-	int r;
-
-	if (!client || (!jobs && count)) {
+	if (!client || (!events && max) || event_size < RDMAX_EVENT_SIZE_MIN) {
 		return -EINVAL;
 	}
-	if (client->err) {
-		return client->err;
-	}
-	if (count == 0) {
-		return 0;
-	}
-	for (size_t i = 0; i < count; i++) {
-		r = check_job(client, &jobs[i]);
-		if (r < 0) {
-			return r;
-		}
-	}
-	if (client->info.max_jobs_per_submit && count > client->info.max_jobs_per_submit) {
-		return RDMAX_E_RESOURCE_EXHAUSTED;
-	}
-	r = check_outstanding(client, count);
-	if (r < 0) {
-		return r;
-	}
-	mem = submit_alloc(jobs, count, &b);
-	if (!mem) {
-		return -ENOMEM;
-	}
-	p = malloc(sizeof(*p) + count * sizeof(p->ids[0]));
-	if (!p) {
-		r = -ENOMEM;
-		goto out_free_mem;
-	}
-	/* Reserve before sending so nothing can fail once the daemon has the jobs. */
-	r = client_jobs_reserve(&client->jobs, count);
-	if (r < 0) {
-		goto out_free_pending;
-	}
-	if (client->ring.base) {
-		r = ring_submit(client, jobs, count, &b);
-		if (r != -ENOSPC) {
-			free(p);
-			free(mem);
-			return r;
-		}
-	}
-	for (size_t i = 0; i < count; i++) {
-		encode_job(&jobs[i], &b, i);
-		p->ids[i] = jobs[i].id;
-	}
-	submit.n_jobs = count;
-	submit.jobs = b.ptrs;
-	msg.has_seq = 1;
-	msg.seq = client->next_seq++;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_SUBMIT;
-	msg.submit = &submit;
-	r = send_msg(client, &msg, -1);
-	if (r < 0) {
-		goto out_free_pending;
-	}
-	p->next = NULL;
-	p->seq = msg.seq;
-	p->n_ids = count;
-	*client->pending_tail = p;
-	client->pending_tail = &p->next;
-	for (size_t i = 0; i < count; i++) {
-		client_jobs_add(&client->jobs, jobs[i].id, msg.seq);
-	}
-	free(mem);
-	return 0;
-
-out_free_pending:
-	free(p);
-out_free_mem:
-	free(mem);
-	return r;
-}
-
-RDMAX_EXPORT int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count)
-{
-	Rdmax__V1__ExpectImm e = RDMAX__V1__EXPECT_IMM__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-
-	if (!client) {
-		return -EINVAL;
-	}
-	e.imm = imm;
-	e.count = count;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM;
-	msg.expect_imm = &e;
-	return request_status(client, &msg, -1);
-}
-
-RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_event *events,
-				   size_t max, int timeout_ms)
-{
-	if (!client || (!events && max)) {
-		return -EINVAL;
+	if (event_size != sizeof(struct rdmax_event) && max > sizeof(local) / sizeof(local[0])) {
+		/* Another release's layout goes through a bounded buffer of ours. */
+		max = sizeof(local) / sizeof(local[0]);
 	}
 	if (max > INT_MAX) {
 		max = INT_MAX;
@@ -1883,18 +1040,18 @@ RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_eve
 	/* The payloads handed out last time are the application's no more. */
 	free_handed(client);
 	/* Errors stick in client->err; events read before one are still handed out. */
-	if (client->ring.base) {
+	if (client->ring.v.base) {
 		ring_unwake(client);
 		ring_progress(client);
 	} else {
-		drain(client);
+		client_drain(client);
 	}
 	if (client->events.len == 0 && max && timeout_ms != 0) {
 		int64_t deadline = deadline_after(timeout_ms);
 		while (client->events.len == 0 && recv_one(client, deadline) > 0) {
 		}
 	}
-	if (client->ring.base) {
+	if (client->ring.v.base) {
 		/* Asked for a RingNotify again before the last look, so none can slip by. */
 		ring_rewake(client);
 	}
@@ -1911,11 +1068,16 @@ RDMAX_EXPORT int rdmax_poll_events(struct rdmax_client *client, struct rdmax_eve
 		client->handed = handed;
 		client->cap_handed = msgs;
 	}
-	size_t n = client_evq_pop(&client->events, events, max);
+	bool direct = event_size == sizeof(struct rdmax_event);
+	struct rdmax_event *out = direct ? events : local;
+	size_t n = client_evq_pop(&client->events, out, max);
 	for (size_t i = 0; i < n; i++) {
-		if (events[i].payload) {
-			client->handed[client->n_handed++] = (void *)events[i].payload;
+		if (out[i].payload) {
+			client->handed[client->n_handed++] = (void *)out[i].payload;
 		}
+	}
+	if (!direct) {
+		hand_out(events, event_size, out, n);
 	}
 	if (n == 0 && client->err) {
 		return client->err;
@@ -2008,183 +1170,11 @@ RDMAX_EXPORT int rdmax_wait_imm(struct rdmax_client *client, uint32_t imm, int t
 	return wait_event(client, match_imm, imm, true, timeout_ms, &e);
 }
 
-RDMAX_EXPORT int rdmax_cancel(struct rdmax_client *client, uint64_t job_id)
-{
-	Rdmax__V1__Cancel cancel = RDMAX__V1__CANCEL__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-
-	if (!client) {
-		return -EINVAL;
-	}
-	cancel.job_id = job_id;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_CANCEL;
-	msg.cancel = &cancel;
-	return request_status(client, &msg, -1);
-}
-
-RDMAX_EXPORT int rdmax_job_status(struct rdmax_client *client, uint64_t job_id, uint64_t *ret_done,
-				  uint64_t *ret_total)
-{
-	Rdmax__V1__JobStatusQuery q = RDMAX__V1__JOB_STATUS_QUERY__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	Rdmax__V1__DaemonMsg *reply;
-	int r;
-
-	if (!client) {
-		return -EINVAL;
-	}
-	q.job_id = job_id;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_JOB_STATUS;
-	msg.job_status = &q;
-	r = request(client, &msg, -1, -1, &reply);
-	if (r < 0) {
-		return r;
-	}
-	if (reply->body_case != RDMAX__V1__DAEMON_MSG__BODY_JOB_STATUS ||
-	    reply->job_status->job_id != job_id) {
-		r = unexpected_reply(client, reply);
-	} else if (!reply->job_status->in_flight) {
-		r = RDMAX_E_NOT_FOUND;
-	} else {
-		if (ret_done) {
-			*ret_done = reply->job_status->bytes_done;
-		}
-		if (ret_total) {
-			*ret_total = reply->job_status->bytes_total;
-		}
-	}
-	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
-	return r;
-}
-
-RDMAX_EXPORT int rdmax_peer_group_create(struct rdmax_client *client,
-					 const struct rdmax_desc *descs, size_t count,
-					 struct rdmax_peer_group **ret_group)
-{
-	Rdmax__V1__PeerGroupCreate pg = RDMAX__V1__PEER_GROUP_CREATE__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	Rdmax__V1__DaemonMsg *reply;
-	struct rdmax_peer_group *group;
-	ProtobufCBinaryData *bins;
-	int r;
-
-	if (!client || !ret_group || (count && !descs)) {
-		return -EINVAL;
-	}
-	if (count == 0 || count > SIZE_MAX / sizeof(*bins)) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	for (size_t i = 0; i < count; i++) {
-		if (!desc_usable(&descs[i])) {
-			return RDMAX_E_INVALID_ARGUMENT;
-		}
-	}
-	group = calloc(1, sizeof(*group));
-	bins = malloc(count * sizeof(*bins));
-	if (!group || !bins) {
-		r = -ENOMEM;
-		goto out_free;
-	}
-	for (size_t i = 0; i < count; i++) {
-		bins[i] = desc_bytes(&descs[i]);
-	}
-	pg.n_remote_descs = count;
-	pg.remote_descs = bins;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_CREATE;
-	msg.peer_group_create = &pg;
-	r = request(client, &msg, -1, -1, &reply);
-	if (r < 0) {
-		goto out_free;
-	}
-	if (reply->body_case != RDMAX__V1__DAEMON_MSG__BODY_PEER_GROUP) {
-		r = unexpected_reply(client, reply);
-		rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
-		goto out_free;
-	}
-	group->client = client;
-	group->handle = reply->peer_group->peer_group;
-	group->size = count;
-	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
-	group->next = client->groups;
-	if (client->groups) {
-		client->groups->prev = group;
-	}
-	client->groups = group;
-	free(bins);
-	*ret_group = group;
-	return 0;
-
-out_free:
-	free(bins);
-	free(group);
-	return r;
-}
-
-RDMAX_EXPORT int rdmax_peer_group_destroy(struct rdmax_client *client,
-					  struct rdmax_peer_group *group)
-{
-	Rdmax__V1__PeerGroupDestroy d = RDMAX__V1__PEER_GROUP_DESTROY__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	int r;
-
-	if (!group) {
-		return 0;
-	}
-	if (!client || group->client != client) {
-		return -EINVAL;
-	}
-	d.peer_group = group->handle;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_DESTROY;
-	msg.peer_group_destroy = &d;
-	r = request_status(client, &msg, -1);
-	group_free(group);
-	return r;
-}
-
-RDMAX_EXPORT size_t rdmax_peer_group_size(const struct rdmax_peer_group *group)
-{
-	return group ? group->size : 0;
-}
-
-static int mailbox_request(struct rdmax_client *client, const char *name, bool open)
-{
-	Rdmax__V1__MailboxOpen mo = RDMAX__V1__MAILBOX_OPEN__INIT;
-	Rdmax__V1__MailboxClose mc = RDMAX__V1__MAILBOX_CLOSE__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-
-	if (!client) {
-		return -EINVAL;
-	}
-	if (!name || strnlen(name, RDMAX_MAILBOX_NAME_MAX + 1) > RDMAX_MAILBOX_NAME_MAX) {
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	if (open) {
-		mo.name = (char *)name;
-		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN;
-		msg.mailbox_open = &mo;
-	} else {
-		mc.name = (char *)name;
-		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE;
-		msg.mailbox_close = &mc;
-	}
-	return request_status(client, &msg, -1);
-}
-
-RDMAX_EXPORT int rdmax_mailbox_open(struct rdmax_client *client, const char *name)
-{
-	return mailbox_request(client, name, true);
-}
-
-RDMAX_EXPORT int rdmax_mailbox_close(struct rdmax_client *client, const char *name)
-{
-	return mailbox_request(client, name, false);
-}
-
 /* key: the mailbox name as a pointer, 0 for any. */
 static bool match_message(const struct rdmax_event *e, uint64_t key)
 {
 	const char *name = (const char *)(uintptr_t)key;
-	return e->type == RDMAX_EVENT_MESSAGE && (!name || strcmp(e->message, name) == 0);
+	return e->type == RDMAX_EVENT_MESSAGE && (!name || strcmp(e->mailbox, name) == 0);
 }
 
 RDMAX_EXPORT int rdmax_mailbox_recv(struct rdmax_client *client, const char *name, void *buf,

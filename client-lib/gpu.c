@@ -603,8 +603,9 @@ static int map_get(const struct rdmax_cuda *cu, struct client_gpu *g, CUdevice d
 	return 0;
 }
 
-RDMAX_EXPORT int rdmax_alloc_gpu(struct rdmax_client *client, int cuda_device, uint64_t length,
-				 uint32_t access, struct rdmax_region **ret_region)
+RDMAX_EXPORT int rdmax_region_alloc_gpu(struct rdmax_client *client, int cuda_device,
+					uint64_t length, uint32_t access,
+					struct rdmax_region **ret_region)
 {
 	Rdmax__V1__PoolAlloc pa = RDMAX__V1__POOL_ALLOC__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
@@ -662,6 +663,7 @@ RDMAX_EXPORT int rdmax_alloc_gpu(struct rdmax_client *client, int cuda_device, u
 		goto out_deregister;
 	}
 	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
+	client_region_set_allocated(region);
 	*ret_region = region;
 	return 0;
 

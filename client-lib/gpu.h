@@ -29,6 +29,8 @@ int client_region_request(struct rdmax_client *c, Rdmax__V1__ClientMsg *msg, int
 			  Rdmax__V1__DaemonMsg **ret_reply);
 /* Set a region's address after the request (pool slices are mapped afterwards). */
 void client_region_set_addr(struct rdmax_region *region, void *addr);
+/* The region is an allocation: rdmax_region_free() releases it, not rdmax_region_deregister(). */
+void client_region_set_allocated(struct rdmax_region *region);
 /* The client's GPU state slot (NULL until a GPU call needed it). */
 struct client_gpu **client_gpu_slot(struct rdmax_client *c);
 

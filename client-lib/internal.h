@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "rdmax.h"
+#include "rdmax_ring.h"
 
 /* Marks the functions of rdmax.h; everything else stays hidden. */
 #define RDMAX_EXPORT __attribute__((visibility("default")))
@@ -73,20 +74,11 @@ struct client_pending {
 
 /*
  * The library's side of the shared-memory ring (ring.c, proto/rdmax_ring.h).
- * base == NULL: no ring. sq_tail and cq_head are the library's own indices;
+ * sq_tail and cq_head are the library's own indices;
  * the shared copies are what the daemon reads.
  */
-struct rdmax_ring_ctl;
-struct rdmax_ring_cqe;
 struct client_ring {
-	uint8_t *base;
-	size_t map_len;
-	struct rdmax_ring_ctl *ctl;
-	uint8_t *sq;
-	struct rdmax_ring_cqe *cq;
-	uint32_t sq_entries;
-	uint32_t sqe_bytes;
-	uint32_t cq_entries;
+	struct rdmax_ring_view v; /* v.base == NULL: no ring */
 	uint32_t sq_tail;
 	uint32_t cq_head;
 };

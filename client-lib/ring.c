@@ -44,17 +44,9 @@ int client_ring_create(uint32_t sq_entries, uint32_t sqe_bytes, uint32_t cq_entr
 		goto out_close;
 	}
 	memset(&r, 0, sizeof(r));
-	r.base = base;
-	r.map_len = len;
-	r.ctl = base;
-	r.sq = (uint8_t *)base + rdmax_ring_sq_offset();
-	r.cq = (struct rdmax_ring_cqe *)((uint8_t *)base +
-					 rdmax_ring_cq_offset(sq_entries, sqe_bytes));
-	r.sq_entries = sq_entries;
-	r.sqe_bytes = sqe_bytes;
-	r.cq_entries = cq_entries;
+	r.v = rdmax_ring_view_of(base, sq_entries, sqe_bytes, cq_entries);
 	/* Until a call spins on the ring, whoever waits sleeps on the socket. */
-	atomic_store_explicit(&r.ctl->client_flags, RDMAX_RING_CLIENT_WAKE, memory_order_relaxed);
+	atomic_store_explicit(&r.v.ctl->client_flags, RDMAX_RING_CLIENT_WAKE, memory_order_relaxed);
 	*ret_ring = r;
 	*ret_fd = fd;
 	return 0;
@@ -66,30 +58,30 @@ out_close:
 
 void client_ring_destroy(struct client_ring *ring)
 {
-	if (!ring || !ring->base) {
+	if (!ring || !ring->v.base) {
 		return;
 	}
-	munmap(ring->base, ring->map_len);
+	munmap(ring->v.base, ring->v.map_len);
 	memset(ring, 0, sizeof(*ring));
 }
 
 uint32_t client_ring_sq_space(const struct client_ring *ring)
 {
-	uint32_t head = atomic_load_explicit(&ring->ctl->sq_head, memory_order_acquire);
+	uint32_t head = atomic_load_explicit(&ring->v.ctl->sq_head, memory_order_acquire);
 	uint32_t used = ring->sq_tail - head;
 
-	return used >= ring->sq_entries ? 0 : ring->sq_entries - used;
+	return used >= ring->v.sq_entries ? 0 : ring->v.sq_entries - used;
 }
 
 uint32_t client_ring_sqe_max(const struct client_ring *ring)
 {
-	return ring->sqe_bytes - RDMAX_RING_SQE_HDR;
+	return ring->v.sqe_bytes - RDMAX_RING_SQE_HDR;
 }
 
 uint8_t *client_ring_sqe_prepare(struct client_ring *ring, uint32_t i, uint32_t len, uint64_t after)
 {
-	uint8_t *slot =
-		ring->sq + (size_t)((ring->sq_tail + i) & (ring->sq_entries - 1)) * ring->sqe_bytes;
+	uint8_t *slot = ring->v.sq + (size_t)((ring->sq_tail + i) & (ring->v.sq_entries - 1)) *
+					     ring->v.sqe_bytes;
 	struct rdmax_ring_sqe hdr = {.len = len, .flags = 0, .after = after};
 
 	memcpy(slot, &hdr, sizeof(hdr));
@@ -99,21 +91,21 @@ uint8_t *client_ring_sqe_prepare(struct client_ring *ring, uint32_t i, uint32_t 
 bool client_ring_sq_publish(struct client_ring *ring, uint32_t n)
 {
 	ring->sq_tail += n;
-	atomic_store_explicit(&ring->ctl->sq_tail, ring->sq_tail, memory_order_release);
+	atomic_store_explicit(&ring->v.ctl->sq_tail, ring->sq_tail, memory_order_release);
 	/* Pairs with the daemon's fence between setting SLEEPING and reading the tail. */
 	atomic_thread_fence(memory_order_seq_cst);
-	return atomic_load_explicit(&ring->ctl->daemon_flags, memory_order_relaxed) &
+	return atomic_load_explicit(&ring->v.ctl->daemon_flags, memory_order_relaxed) &
 	       RDMAX_RING_DAEMON_SLEEPING;
 }
 
 const struct rdmax_ring_cqe *client_ring_cq_peek(const struct client_ring *ring)
 {
-	uint32_t tail = atomic_load_explicit(&ring->ctl->cq_tail, memory_order_acquire);
+	uint32_t tail = atomic_load_explicit(&ring->v.ctl->cq_tail, memory_order_acquire);
 
 	if (tail == ring->cq_head) {
 		return NULL;
 	}
-	return &ring->cq[ring->cq_head & (ring->cq_entries - 1)];
+	return &ring->v.cq[ring->cq_head & (ring->v.cq_entries - 1)];
 }
 
 void client_ring_cq_advance(struct client_ring *ring)
@@ -123,23 +115,24 @@ void client_ring_cq_advance(struct client_ring *ring)
 
 void client_ring_cq_release(struct client_ring *ring)
 {
-	atomic_store_explicit(&ring->ctl->cq_head, ring->cq_head, memory_order_release);
+	atomic_store_explicit(&ring->v.ctl->cq_head, ring->cq_head, memory_order_release);
 }
 
 uint64_t client_ring_daemon_sent(const struct client_ring *ring)
 {
-	return atomic_load_explicit(&ring->ctl->msgs_sent, memory_order_acquire);
+	return atomic_load_explicit(&ring->v.ctl->msgs_sent, memory_order_acquire);
 }
 
 bool client_ring_set_wake(struct client_ring *ring, bool wake)
 {
 	if (wake) {
-		atomic_store_explicit(&ring->ctl->client_flags, RDMAX_RING_CLIENT_WAKE,
+		atomic_store_explicit(&ring->v.ctl->client_flags, RDMAX_RING_CLIENT_WAKE,
 				      memory_order_relaxed);
 		/* Pairs with the daemon's fence between publishing cq_tail and reading the flag. */
 		atomic_thread_fence(memory_order_seq_cst);
 		return false;
 	}
-	uint32_t old = atomic_exchange_explicit(&ring->ctl->client_flags, 0, memory_order_relaxed);
+	uint32_t old =
+		atomic_exchange_explicit(&ring->v.ctl->client_flags, 0, memory_order_relaxed);
 	return !(old & RDMAX_RING_CLIENT_WAKE);
 }

@@ -132,4 +132,37 @@ static inline int rdmax_ring_sizes_ok(uint32_t sq_entries, uint32_t sqe_bytes, u
 	return areas <= RDMAX_RING_MAX_BYTES;
 }
 
+/*
+ * Where the parts of one mapped ring lie: the same view on both sides (the
+ * library that made the memfd and the daemon that maps it). Each side keeps
+ * its own private indices next to it.
+ */
+struct rdmax_ring_view {
+	uint8_t *base; /* the mapping, map_len bytes; NULL when there is no ring */
+	size_t map_len;
+	struct rdmax_ring_ctl *ctl;
+	uint8_t *sq;               /* sq_entries slots of sqe_bytes */
+	struct rdmax_ring_cqe *cq; /* cq_entries slots */
+	uint32_t sq_entries;
+	uint32_t sqe_bytes;
+	uint32_t cq_entries;
+};
+
+/* The view of a mapping of rdmax_ring_bytes() for these (validated) sizes. */
+static inline struct rdmax_ring_view rdmax_ring_view_of(void *base, uint32_t sq_entries,
+							uint32_t sqe_bytes, uint32_t cq_entries)
+{
+	return (struct rdmax_ring_view){
+		.base = (uint8_t *)base,
+		.map_len = rdmax_ring_bytes(sq_entries, sqe_bytes, cq_entries),
+		.ctl = (struct rdmax_ring_ctl *)base,
+		.sq = (uint8_t *)base + rdmax_ring_sq_offset(),
+		.cq = (struct rdmax_ring_cqe *)((uint8_t *)base +
+						rdmax_ring_cq_offset(sq_entries, sqe_bytes)),
+		.sq_entries = sq_entries,
+		.sqe_bytes = sqe_bytes,
+		.cq_entries = cq_entries,
+	};
+}
+
 #endif

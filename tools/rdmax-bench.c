@@ -401,8 +401,8 @@ static int run_serve(struct opts *o)
 	if (ret < 0) {
 		return fail("connect", ret);
 	}
-	ret = rdmax_alloc_host(c, o->serve_bytes,
-			       RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &region);
+	ret = rdmax_region_alloc_host(
+		c, o->serve_bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &region);
 	if (ret < 0) {
 		rdmax_client_close(c);
 		return fail("allocate region", ret);
@@ -440,7 +440,7 @@ static int run_serve(struct opts *o)
 	if (strcmp(o->desc_path, "-") != 0) {
 		unlink(o->desc_path);
 	}
-	ret = rdmax_region_deregister(c, region);
+	ret = rdmax_region_free(c, region);
 	rdmax_client_close(c);
 	return ret < 0 ? fail("deregister", ret) : 0;
 }
@@ -475,10 +475,10 @@ static void fill_job(struct bench *b, struct rdmax_job *j, enum rdmax_op op, uin
 	case RDMAX_OP_PAGED_WRITE:
 		j->remote = &b->peer;
 		j->u.paged.page_len = b->page_len;
-		j->u.paged.src.indices = b->src_pages;
-		j->u.paged.src.count = b->n_pages;
-		j->u.paged.dst.indices = b->dst_pages;
-		j->u.paged.dst.count = b->n_pages;
+		j->u.paged.local_pages.indices = b->src_pages;
+		j->u.paged.local_pages.count = b->n_pages;
+		j->u.paged.remote_pages.indices = b->dst_pages;
+		j->u.paged.remote_pages.count = b->n_pages;
 		break;
 	case RDMAX_OP_SCATTER:
 		j->u.scatter.dests = b->dests;
@@ -572,7 +572,7 @@ static int one_job(struct bench *b, enum rdmax_op op, uint64_t size, char *msg, 
 			if (e->type == RDMAX_EVENT_COMPLETION && e->job_id == j.id) {
 				if (e->status != 0) {
 					snprintf(msg, msg_len, "the daemon answered %s: %s",
-						 rdmax_strerror(e->status), e->message);
+						 rdmax_strerror(e->status), e->reason);
 				}
 				return e->status;
 			}
@@ -659,7 +659,7 @@ static int run_jobs(struct bench *b, enum rdmax_op op, uint64_t size, uint64_t c
 			if (e->status != 0) {
 				fprintf(stderr,
 					"rdmax-bench: %s job of %" PRIu64 " bytes failed: %s: %s\n",
-					o->op_name, size, rdmax_strerror(e->status), e->message);
+					o->op_name, size, rdmax_strerror(e->status), e->reason);
 				return e->status;
 			}
 			uint64_t seq = e->job_id - base;
@@ -1039,21 +1039,21 @@ static int run_requester(struct opts *o)
 			fail("connect the target client", ret);
 			goto out_close;
 		}
-		ret = rdmax_alloc_host(target_client, max_size,
-				       RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE,
-				       &target);
+		ret = rdmax_region_alloc_host(target_client, max_size,
+					      RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE,
+					      &target);
 		if (ret < 0) {
 			fail("allocate the target region", ret);
 			goto out_close;
 		}
 		rdmax_region_desc(target, &b.peer);
 	}
-	ret = rdmax_alloc_host(b.c, max_size, RDMAX_ACCESS_LOCAL, &b.src);
+	ret = rdmax_region_alloc_host(b.c, max_size, RDMAX_ACCESS_LOCAL, &b.src);
 	if (ret < 0) {
 		fail("allocate the source region", ret);
 		goto out_close;
 	}
-	ret = rdmax_alloc_host(b.c, max_size, RDMAX_ACCESS_LOCAL, &b.dst);
+	ret = rdmax_region_alloc_host(b.c, max_size, RDMAX_ACCESS_LOCAL, &b.dst);
 	if (ret < 0) {
 		fail("allocate the destination region", ret);
 		goto out_close;

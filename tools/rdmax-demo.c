@@ -103,7 +103,7 @@ static int run_receive(const char *socket_path, const char *desc_path, struct la
 	if (ret < 0) {
 		return fail("connect", ret);
 	}
-	ret = rdmax_alloc_host(c, l.total, RDMAX_ACCESS_REMOTE_WRITE, &dst);
+	ret = rdmax_region_alloc_host(c, l.total, RDMAX_ACCESS_REMOTE_WRITE, &dst);
 	if (ret < 0) {
 		return fail("allocate destination", ret);
 	}
@@ -141,7 +141,7 @@ static int run_receive(const char *socket_path, const char *desc_path, struct la
 	       " wrong; checksum %016" PRIx64 "\n",
 	       DEMO_IMM, l.jobs, l.total, bad, fnv1a(got, l.total));
 	free(want);
-	rdmax_region_deregister(c, dst);
+	rdmax_region_free(c, dst);
 	rdmax_client_close(c);
 	return bad == 0 ? 0 : 1;
 }
@@ -179,7 +179,7 @@ static int run_send(const char *socket_path, const char *desc_path, struct layou
 	if (ret < 0) {
 		return fail("connect", ret);
 	}
-	ret = rdmax_alloc_host(c, l.total, RDMAX_ACCESS_LOCAL, &src);
+	ret = rdmax_region_alloc_host(c, l.total, RDMAX_ACCESS_LOCAL, &src);
 	if (ret < 0) {
 		return fail("allocate source", ret);
 	}
@@ -238,7 +238,7 @@ static int run_send(const char *socket_path, const char *desc_path, struct layou
 			if (ev[k].status != 0) {
 				failed++;
 				fprintf(stderr, "rdmax-demo: job %" PRIu64 ": %s: %s\n",
-					ev[k].job_id, rdmax_strerror(ev[k].status), ev[k].message);
+					ev[k].job_id, rdmax_strerror(ev[k].status), ev[k].reason);
 			}
 		}
 	}
@@ -261,7 +261,7 @@ static int run_send(const char *socket_path, const char *desc_path, struct layou
 	       l.jobs, secs * 1e3, (double)l.total / (1 << 20) / secs,
 	       (double)l.total * 8 / secs / 1e9, failed, checksum);
 	free(jobs);
-	rdmax_region_deregister(c, src);
+	rdmax_region_free(c, src);
 	rdmax_client_close(c);
 	return failed == 0 ? 0 : 1;
 }

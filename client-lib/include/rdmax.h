@@ -4,9 +4,9 @@
  * \brief librdmax: the client library of the rdmaxd transfer daemon.
  *
  * An application connects to the node's rdmaxd over a Unix socket, hands it
- * memory once (rdmax_alloc_host() or rdmax_region_register_fd()), exports
+ * memory once (rdmax_region_alloc_host() or rdmax_region_register_fd()), exports
  * region descriptors to its peers however it likes, then submits transfer
- * jobs: WRITE, READ, PAGED_WRITE (KV-cache block tables), SCATTER (one
+ * jobs: WRITE, READ, PAGED_WRITE and PAGED_READ (KV-cache block tables), SCATTER (one
  * region to many peers), BARRIER (an imm to every peer of a group) and SEND
  * (a small message to a named mailbox), alone or mixed in one batch. Every
  * submitted job gets exactly one completion event; rdmax_cancel() and
@@ -16,8 +16,32 @@
  * success and a negative value on failure: a negative errno, or one of the
  * RDMAX_E_* codes below -1000. rdmax_strerror() names both.
  *
- * Thread safety: a struct rdmax_client is not thread-safe; use one per
- * thread or serialise calls.
+ * Thread safety: a struct rdmax_client and the regions and peer groups made
+ * through it are not thread-safe: use one client per thread, or serialise
+ * every call that names the client (or one of its objects) with a lock. Calls
+ * that name no client (rdmax_strerror(), rdmax_err_name(), rdmax_desc_import())
+ * are safe from any thread. Different clients never share state.
+ *
+ * Ownership: the library owns what it returns by pointer (the client, regions,
+ * peer groups, rdmax_client_info(), the payloads of MESSAGE events) and frees
+ * it in the matching destructor; everything the caller passes in stays the
+ * caller's and need only live for the duration of the call.
+ *
+ * Object lifetimes come in pairs: rdmax_client_open()/rdmax_client_close(),
+ * rdmax_region_alloc_host() and rdmax_region_alloc_gpu()/rdmax_region_free(),
+ * rdmax_region_register_fd() and rdmax_region_register_gpu()/
+ * rdmax_region_deregister(), rdmax_peer_group_create()/rdmax_peer_group_destroy(),
+ * rdmax_mailbox_open()/rdmax_mailbox_close().
+ *
+ * ABI: the library is librdmax.so.2, every symbol in version node RDMAX_2.0.
+ * struct rdmax_job and struct rdmax_event cross the boundary with their size
+ * (the inline rdmax_submit() and rdmax_poll_events() pass sizeof of this
+ * header's structs to rdmax_submit_sized() and rdmax_poll_events_sized()), and
+ * struct rdmax_daemon_info starts with its own size, so later releases append
+ * fields without breaking programs built against this header: a shorter job
+ * is read as if its missing tail were zero, a longer one is refused with
+ * RDMAX_E_INVALID_ARGUMENT only when its unknown tail is not zero, and events
+ * are written up to the caller's size. Append fields only; never reorder.
  */
 #ifndef RDMAX_H
 #define RDMAX_H
@@ -31,6 +55,9 @@ extern "C" {
 
 /** Protocol version spoken by this library. */
 #define RDMAX_PROTOCOL_VERSION 1
+
+/** ABI of this header: librdmax.so.\<RDMAX_ABI_VERSION\>, symbol version RDMAX_2.0. */
+#define RDMAX_ABI_VERSION 2
 
 /** Default client socket path of rdmaxd. */
 #define RDMAX_DEFAULT_SOCKET "/run/rdmaxd.sock"
@@ -84,7 +111,7 @@ extern "C" {
 /** Largest encoded region descriptor the library produces or accepts. */
 #define RDMAX_DESC_MAX 1024
 
-/** Bytes of the message text carried by an event. */
+/** Bytes of the failure reason carried by a completion event, including the NUL. */
 #define RDMAX_MESSAGE_MAX 160
 
 /** Longest mailbox name in bytes (printable ASCII, no spaces). */
@@ -122,6 +149,7 @@ enum rdmax_op {
 	RDMAX_OP_SCATTER = 4,     /**< one local region -> many destinations */
 	RDMAX_OP_BARRIER = 5,     /**< zero-byte write-with-imm to each peer */
 	RDMAX_OP_SEND = 6,        /**< small message to a named mailbox */
+	RDMAX_OP_PAGED_READ = 7,  /**< page lists on both sides, remote pages into local ones */
 };
 
 /**
@@ -133,7 +161,7 @@ enum rdmax_op {
 #define RDMAX_JOB_IMM 0x1u
 
 /**
- * A page list of one side of a PAGED_WRITE: page \c i starts at byte
+ * A page list of one side of a PAGED_WRITE or PAGED_READ: page \c i starts at byte
  * <tt>offset + indices[i] * stride</tt> of its region and is \c page_len
  * bytes long (a KV-cache block table).
  */
@@ -163,13 +191,17 @@ struct rdmax_scatter_dest {
  * - WRITE: \c length bytes at \c local_offset of \c local to
  *   \c remote_offset of \c remote.
  * - READ: the reverse; \c local receives.
- * - PAGED_WRITE: \c u.paged.src pages of \c local to \c u.paged.dst pages
- *   of \c remote, pairwise in list order, each \c u.paged.page_len bytes.
- *   The lists have the same length (any number of pages; the daemon's
- *   message limit bounds it: 10 000 pages take about 40 KB); destination
- *   pages must not repeat; every page must lie inside its region. Pages
- *   contiguous on both sides move as one transfer. No pages with
- *   RDMAX_JOB_IMM: the imm alone is sent.
+ * - PAGED_WRITE: \c u.paged.local_pages of \c local to
+ *   \c u.paged.remote_pages of \c remote, pairwise in list order, each
+ *   \c u.paged.page_len bytes. The lists have the same length (any number of
+ *   pages; the daemon's message limit bounds it: 10 000 pages take about
+ *   40 KB); destination pages must not repeat; every page must lie inside its
+ *   region. Pages contiguous on both sides move as one transfer. No pages
+ *   with RDMAX_JOB_IMM: the imm alone is sent.
+ * - PAGED_READ: the mirror of PAGED_WRITE: \c u.paged.remote_pages of
+ *   \c remote are read into \c u.paged.local_pages of \c local (the local
+ *   pages are the destination and must not repeat; remote pages may). Takes
+ *   no imm: the reader learns of the landing from the completion itself.
  * - SCATTER: from \c local to each of \c u.scatter.dests (descriptors, or
  *   members of \c u.scatter.group); with RDMAX_JOB_IMM each destination
  *   node counts the imm once for the job.
@@ -181,6 +213,10 @@ struct rdmax_scatter_dest {
  *   of \c remote (any descriptor of that node). Completes once the message
  *   was handed to the mailbox's owner; RDMAX_E_NOT_FOUND when no such
  *   mailbox is open there.
+ *
+ * Extensible: later releases append fields after \c u. Zero the whole
+ * struct (e.g. <tt>struct rdmax_job j = {0};</tt> or designated
+ * initialisers) so that fields this program does not know stay zero.
  */
 struct rdmax_job {
 	uint64_t id;          /**< chosen by the caller, echoed in the completion */
@@ -188,19 +224,19 @@ struct rdmax_job {
 	uint32_t flags;       /**< RDMAX_JOB_* */
 	uint32_t imm;         /**< immediate value (RDMAX_JOB_IMM; always for BARRIER) */
 	uint32_t deadline_ms; /**< 0: none; else the job fails with RDMAX_E_TIMEOUT after it */
-	struct rdmax_region *local;      /**< WRITE, READ, PAGED_WRITE, SCATTER: local region */
+	struct rdmax_region *local;      /**< WRITE, READ, PAGED_*, SCATTER: local region */
 	uint64_t local_offset;           /**< WRITE/READ: offset in \c local */
 	uint64_t length;                 /**< WRITE/READ: bytes */
-	const struct rdmax_desc *remote; /**< WRITE, READ, PAGED_WRITE: remote region; SEND: any
+	const struct rdmax_desc *remote; /**< WRITE, READ, PAGED_*: remote region; SEND: any
 					      descriptor of the destination node */
 	uint64_t remote_offset;          /**< WRITE/READ: offset in the remote region */
 	/** Fields of the other ops. */
 	union {
-		/** PAGED_WRITE */
+		/** PAGED_WRITE and PAGED_READ */
 		struct {
-			uint64_t page_len;      /**< bytes per page, > 0 */
-			struct rdmax_pages src; /**< pages of \c local */
-			struct rdmax_pages dst; /**< pages of \c remote */
+			uint64_t page_len;               /**< bytes per page, > 0 */
+			struct rdmax_pages local_pages;  /**< pages of \c local */
+			struct rdmax_pages remote_pages; /**< pages of \c remote */
 		} paged;
 		/** SCATTER */
 		struct {
@@ -230,16 +266,20 @@ enum rdmax_event_type {
 	RDMAX_EVENT_MESSAGE = 3,     /**< a message for one of this client's mailboxes */
 };
 
-/** One event. */
+/**
+ * One event. Each field has one meaning, for the event types named in its
+ * comment; the others leave it zero. Extensible: later releases append
+ * fields, written only to callers whose event size covers them.
+ */
 struct rdmax_event {
-	enum rdmax_event_type type;      /**< what happened */
-	uint64_t job_id;                 /**< COMPLETION: the job's id */
-	int status;                      /**< COMPLETION: 0 or RDMAX_E_* */
-	uint64_t bytes;                  /**< COMPLETION: bytes moved; MESSAGE: payload bytes */
-	uint32_t imm;                    /**< IMM_REACHED: the imm value */
-	uint64_t count;                  /**< IMM_REACHED: the count that was reached */
-	char message[RDMAX_MESSAGE_MAX]; /**< COMPLETION: reason when status != 0; MESSAGE: mailbox
-					  */
+	enum rdmax_event_type type;     /**< what happened */
+	uint64_t job_id;                /**< COMPLETION: the job's id */
+	int status;                     /**< COMPLETION: 0 or RDMAX_E_* */
+	uint64_t bytes;                 /**< COMPLETION: bytes moved; MESSAGE: payload bytes */
+	uint32_t imm;                   /**< IMM_REACHED: the imm value */
+	uint64_t count;                 /**< IMM_REACHED: the count that was reached */
+	char reason[RDMAX_MESSAGE_MAX]; /**< COMPLETION: why it failed ("" when status is 0) */
+	char mailbox[RDMAX_MAILBOX_NAME_MAX + 1]; /**< MESSAGE: the receiving mailbox's name */
 	/**
 	 * MESSAGE: the payload (\c bytes long), owned by the library and valid
 	 * until the next rdmax_poll_events() or rdmax_client_close() call.
@@ -248,8 +288,12 @@ struct rdmax_event {
 	char from_node[RDMAX_NODE_NAME_MAX]; /**< MESSAGE: node name of the sender's daemon */
 };
 
-/** Information returned by the daemon on connect. */
+/**
+ * Information returned by the daemon on connect. Extensible: later releases
+ * append fields; a field exists when RDMAX_INFO_HAS(info, field) says so.
+ */
 struct rdmax_daemon_info {
+	uint32_t struct_size;          /**< bytes of this struct the library filled in */
 	uint32_t protocol_version;     /**< daemon's protocol version */
 	char daemon_version[32];       /**< daemon's release */
 	char node_name[64];            /**< node name */
@@ -262,6 +306,10 @@ struct rdmax_daemon_info {
 	uint32_t max_outstanding_jobs; /**< per-client limit */
 	uint32_t max_jobs_per_submit;  /**< per-client limit */
 };
+
+/** Whether \p info (a struct rdmax_daemon_info pointer) has \p field. */
+#define RDMAX_INFO_HAS(info, field)                                                                \
+	((info)->struct_size >= offsetof(struct rdmax_daemon_info, field) + sizeof((info)->field))
 
 /** \name Daemon capabilities @{ */
 #define RDMAX_CAP_TCP     0x1u
@@ -279,24 +327,30 @@ struct rdmax_daemon_info {
  * \param client_name name shown in the daemon's logs and metrics, and matched by
  *        the daemon's [verbs] pin rules, which may bind this client's traffic
  *        to some RDMA devices (e.g. the NICs nearest its GPU); may be NULL
- * \param ret_client receives the connection on success
- * \return 0 or a negative error
+ * \param ret_client receives the connection on success; close it with
+ *        rdmax_client_close()
+ * \return 0 or a negative error (RDMAX_E_DISCONNECTED or -ECONNREFUSED/-ENOENT
+ *         when no daemon listens, RDMAX_E_PROTOCOL_ERROR when the peer is not rdmaxd)
+ * Thread-safe: yes (it touches no other client).
  */
 int rdmax_client_open(const char *socket_path, const char *client_name,
 		      struct rdmax_client **ret_client);
 
 /**
  * Close the connection. The daemon fails the client's outstanding jobs and
- * releases its regions. Local mappings made by rdmax_alloc_host() are
- * unmapped and the client's region handles are freed. Accepts NULL.
- * \param client connection to close
+ * releases its regions. Local mappings made by rdmax_region_alloc_host() are
+ * unmapped and the client's region and peer-group handles are freed: none of
+ * them may be used afterwards. Accepts NULL.
+ * \param client connection to close; freed
  */
 void rdmax_client_close(struct rdmax_client *client);
 
 /**
  * What the daemon said in its Welcome.
  * \param client an open connection
- * \return pointer valid until rdmax_client_close()
+ * \return pointer owned by the library, valid until rdmax_client_close()
+ *         (NULL for a NULL client); check RDMAX_INFO_HAS() before reading a
+ *         field newer than RDMAX_2.0
  */
 const struct rdmax_daemon_info *rdmax_client_info(const struct rdmax_client *client);
 
@@ -305,7 +359,7 @@ const struct rdmax_daemon_info *rdmax_client_info(const struct rdmax_client *cli
  * the application's own event loop. Call rdmax_poll_events() with a zero
  * timeout when it does.
  * \param client an open connection
- * \return the fd (owned by the library)
+ * \return the fd (owned by the library: never read, write or close it), or -EINVAL
  */
 int rdmax_client_fd(const struct rdmax_client *client);
 
@@ -322,15 +376,19 @@ int rdmax_client_uses_ring(const struct rdmax_client *client);
 
 /**
  * Allocate host memory (a sealed memfd mapped here), register it with the
- * daemon and return the region.
+ * daemon and return the region. rdmax_region_addr() is the mapping, zeroed;
+ * rdmax_region_free() releases both.
  * \param client an open connection
  * \param length bytes (rounded up to the page size)
  * \param access RDMAX_ACCESS_* bits
- * \param ret_region receives the region
- * \return 0 or a negative error
+ * \param ret_region receives the region, owned by the library until
+ *        rdmax_region_free() or rdmax_client_close()
+ * \return 0 or a negative error (RDMAX_E_INVALID_ARGUMENT for length 0 or
+ *         unknown access bits, RDMAX_E_RESOURCE_EXHAUSTED past the daemon's
+ *         region limits, -ENOMEM)
  */
-int rdmax_alloc_host(struct rdmax_client *client, uint64_t length, uint32_t access,
-		     struct rdmax_region **ret_region);
+int rdmax_region_alloc_host(struct rdmax_client *client, uint64_t length, uint32_t access,
+			    struct rdmax_region **ret_region);
 
 /**
  * Register a range of an fd the application already has (memfd with
@@ -343,8 +401,10 @@ int rdmax_alloc_host(struct rdmax_client *client, uint64_t length, uint32_t acce
  * \param addr the caller's own mapping of the range, or NULL (then
  *        rdmax_region_addr() returns NULL)
  * \param access RDMAX_ACCESS_* bits
- * \param ret_region receives the region
- * \return 0 or a negative error
+ * \param ret_region receives the region; release it with rdmax_region_deregister()
+ * \return 0 or a negative error (RDMAX_E_INVALID_ARGUMENT for an unaligned
+ *         offset or unknown access bits, RDMAX_E_PERMISSION_DENIED for an fd
+ *         without F_SEAL_SHRINK, -EBADF)
  */
 int rdmax_region_register_fd(struct rdmax_client *client, int fd, uint64_t offset, uint64_t length,
 			     void *addr, uint32_t access, struct rdmax_region **ret_region);
@@ -367,7 +427,8 @@ int rdmax_region_register_fd(struct rdmax_client *client, int fd, uint64_t offse
  * \param dev_ptr start of the range (device pointer)
  * \param length bytes
  * \param access RDMAX_ACCESS_* bits
- * \param ret_region receives the region; rdmax_region_addr() returns \p dev_ptr
+ * \param ret_region receives the region; rdmax_region_addr() returns \p dev_ptr;
+ *        release it with rdmax_region_deregister()
  * \return 0 or a negative error: RDMAX_E_GPU_DRIVER_MISSING,
  *         RDMAX_E_GPU_NOT_DEVICE_MEMORY, RDMAX_E_GPU_NOT_EXPORTABLE,
  *         RDMAX_E_GPU_NO_DMABUF, RDMAX_E_GPU_NEEDS_RDMA, RDMAX_E_GPU_TOO_LARGE,
@@ -382,76 +443,125 @@ int rdmax_region_register_gpu(struct rdmax_client *client, void *dev_ptr, uint64
  * docs/gpu.md): the pool was registered with the RDMA devices when the
  * daemon started, so a lease costs no registration. The library maps the
  * pool into this process (CUDA IPC) and rdmax_region_addr() returns the
- * slice's device pointer. rdmax_region_deregister() gives the slice back,
- * as does closing the connection.
+ * slice's device pointer. rdmax_region_free() gives the slice back, as does
+ * closing the connection.
  * \param client an open connection
  * \param cuda_device CUDA device ordinal in this process
  * \param length bytes (rounded up to the pool's granularity)
  * \param access RDMAX_ACCESS_* bits
- * \param ret_region receives the region
+ * \param ret_region receives the region; release it with rdmax_region_free()
  * \return 0 or a negative error: RDMAX_E_NOT_FOUND (no pool on that GPU),
  *         RDMAX_E_RESOURCE_EXHAUSTED (pool full), RDMAX_E_GPU_DRIVER_MISSING,
  *         or another error
  */
-int rdmax_alloc_gpu(struct rdmax_client *client, int cuda_device, uint64_t length, uint32_t access,
-		    struct rdmax_region **ret_region);
+int rdmax_region_alloc_gpu(struct rdmax_client *client, int cuda_device, uint64_t length,
+			   uint32_t access, struct rdmax_region **ret_region);
 
 /**
- * Deregister a region. Waits until the daemon has finished the jobs that
- * use it, then frees the handle (and unmaps memory from rdmax_alloc_host()).
+ * Deregister a region made by rdmax_region_register_fd() or
+ * rdmax_region_register_gpu(). Waits until the daemon has finished the jobs
+ * that use it, then frees the handle; the memory stays the caller's.
  * \param client an open connection
- * \param region the region; freed even when an error is returned
- * \return 0 or a negative error
+ * \param region the region; freed even when the daemon's answer is an error
+ * \return 0 or a negative error; -EINVAL (nothing freed) for a region of
+ *         another client or one made by rdmax_region_alloc_host() or
+ *         rdmax_region_alloc_gpu()
  */
 int rdmax_region_deregister(struct rdmax_client *client, struct rdmax_region *region);
 
-/** \return the local address of the region, or NULL when unknown */
+/**
+ * Free a region made by rdmax_region_alloc_host() or rdmax_region_alloc_gpu():
+ * waits until the daemon has finished the jobs that use it, deregisters it,
+ * unmaps its memory (host) or gives the pool slice back (GPU), and frees the
+ * handle. Accepts NULL.
+ * \param client an open connection
+ * \param region the region; freed even when the daemon's answer is an error
+ * \return 0 or a negative error; -EINVAL (nothing freed) for a region of
+ *         another client or one made by a register call
+ */
+int rdmax_region_free(struct rdmax_client *client, struct rdmax_region *region);
+
+/**
+ * \param region a region
+ * \return the local address of the region (the library's mapping for
+ *         rdmax_region_alloc_host(), the caller's address otherwise), or NULL
+ *         when unknown
+ */
 void *rdmax_region_addr(const struct rdmax_region *region);
 
-/** \return the region's length in bytes */
+/** \param region a region \return the region's length in bytes (0 for NULL) */
 uint64_t rdmax_region_length(const struct rdmax_region *region);
 
-/** \return the daemon's id of the region */
+/** \param region a region \return the daemon's id of the region (0 for NULL) */
 uint64_t rdmax_region_id(const struct rdmax_region *region);
 
 /**
  * The region's descriptor, for peers to address it.
  * \param region a registered region
- * \param ret_desc receives a copy of the descriptor
- * \return 0 or a negative error
+ * \param ret_desc receives a copy of the descriptor (the caller's memory)
+ * \return 0 or -EINVAL
  */
 int rdmax_region_desc(const struct rdmax_region *region, struct rdmax_desc *ret_desc);
 
 /**
- * Build a descriptor from bytes received from a peer (checks the encoding).
+ * Build a descriptor from bytes received from a peer (checks the encoding:
+ * a version this library knows, at least one endpoint). Thread-safe.
  * \param bytes the encoded descriptor
- * \param len its length
- * \param ret_desc receives the descriptor
+ * \param len its length, at most RDMAX_DESC_MAX
+ * \param ret_desc receives the descriptor (the caller's memory)
  * \return 0 or RDMAX_E_INVALID_ARGUMENT
  */
 int rdmax_desc_import(const void *bytes, size_t len, struct rdmax_desc *ret_desc);
 
 /**
  * Submit jobs in one message; kinds may be mixed freely (WRITE, READ,
- * PAGED_WRITE, SCATTER, BARRIER, SEND in one batch). The daemon starts them
- * in array order; they run concurrently. Either all jobs are accepted for
- * processing (each then gets exactly one completion event, which may be an
- * error) or the call fails and none was submitted: RDMAX_E_INVALID_ARGUMENT
- * for a job whose fields cannot be encoded (unknown op or flags, missing
- * region, descriptor, page indices or mailbox), RDMAX_E_RESOURCE_EXHAUSTED
+ * PAGED_WRITE, PAGED_READ, SCATTER, BARRIER, SEND in one batch). The daemon
+ * starts them in array order; they run concurrently. Either all jobs are
+ * accepted for processing (each then gets exactly one completion event,
+ * which may be an error) or the call fails and none was submitted:
+ * RDMAX_E_INVALID_ARGUMENT for a job whose fields cannot be encoded (unknown
+ * op or flags, missing region, descriptor, page indices or mailbox, a
+ * non-zero field this library does not know), RDMAX_E_RESOURCE_EXHAUSTED
  * when the batch exceeds the daemon's message or job limits. The daemon
- * judges ranges, page lists and names and reports them in the completion. The call does not wait
- * for the daemon: should the daemon refuse the whole message later, each of its jobs gets a
- * completion event carrying the refusal's status. \param client an open connection \param jobs
- * array of jobs \param count number of jobs (at most max_jobs_per_submit) \return 0 or a negative
- * error
+ * judges ranges, page lists and names and reports them in the completion.
+ * The call does not wait for the daemon: should the daemon refuse the whole
+ * message later, each of its jobs gets a completion event carrying the
+ * refusal's status.
+ * Applications call rdmax_submit(); this is what it calls.
+ * \param client an open connection
+ * \param jobs array of \p count jobs, \p job_size bytes apart; read during
+ *        the call only (descriptors, page lists and payloads are encoded at once)
+ * \param count number of jobs (at most max_jobs_per_submit)
+ * \param job_size sizeof(struct rdmax_job) of the caller's header; at least
+ *        RDMAX_JOB_SIZE_MIN
+ * \return 0 or a negative error
  */
-int rdmax_submit(struct rdmax_client *client, const struct rdmax_job *jobs, size_t count);
+int rdmax_submit_sized(struct rdmax_client *client, const struct rdmax_job *jobs, size_t count,
+		       size_t job_size);
+
+/** Smallest job size rdmax_submit_sized() accepts: struct rdmax_job of RDMAX_2.0. */
+#define RDMAX_JOB_SIZE_MIN 136u
+
+/**
+ * rdmax_submit_sized() with this header's struct size.
+ * \param client an open connection
+ * \param jobs array of jobs
+ * \param count number of jobs
+ * \return 0 or a negative error
+ */
+static inline int rdmax_submit(struct rdmax_client *client, const struct rdmax_job *jobs,
+			       size_t count)
+{
+	return rdmax_submit_sized(client, jobs, count, sizeof(struct rdmax_job));
+}
 
 /**
  * Ask to be told when \p count jobs carrying \p imm have fully landed on
  * this node. Fires once as an RDMAX_EVENT_IMM_REACHED event; the counter is
  * then reset. A value claimed by another client is refused.
+ * \param client an open connection
+ * \param imm the immediate value
+ * \param count landings to wait for, > 0
  * \return 0 or a negative error (RDMAX_E_ALREADY_EXISTS)
  */
 int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count);
@@ -460,17 +570,48 @@ int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count);
  * Return up to \p max events, waiting up to \p timeout_ms for the first
  * (0: do not wait; -1: wait forever). Events received before the
  * connection failed are returned before the error. The payloads of
- * RDMAX_EVENT_MESSAGE events returned by one call stay valid until the
- * next call (or rdmax_client_close()); copy what must live longer.
+ * RDMAX_EVENT_MESSAGE events returned by one call are owned by the library
+ * and stay valid until the next call (or rdmax_client_close()); copy what
+ * must live longer. Applications call rdmax_poll_events(); this is what it
+ * calls.
+ * \param client an open connection
+ * \param events receives the events, \p event_size bytes apart
+ * \param max room in \p events
+ * \param event_size sizeof(struct rdmax_event) of the caller's header, at
+ *        least RDMAX_EVENT_SIZE_MIN: fields past it are not written, fields
+ *        the library does not know are zeroed
+ * \param timeout_ms 0: do not wait; -1: wait forever
  * \return number of events (0 on timeout) or a negative error
- *         (RDMAX_E_DISCONNECTED once the daemon has hung up)
+ *         (RDMAX_E_DISCONNECTED once the daemon has hung up, -EINVAL for a
+ *         size below the minimum)
  */
-int rdmax_poll_events(struct rdmax_client *client, struct rdmax_event *events, size_t max,
-		      int timeout_ms);
+int rdmax_poll_events_sized(struct rdmax_client *client, struct rdmax_event *events, size_t max,
+			    size_t event_size, int timeout_ms);
+
+/** Smallest event size rdmax_poll_events_sized() accepts: struct rdmax_event of RDMAX_2.0. */
+#define RDMAX_EVENT_SIZE_MIN 352u
+
+/**
+ * rdmax_poll_events_sized() with this header's struct size.
+ * \param client an open connection
+ * \param events receives the events
+ * \param max room in \p events
+ * \param timeout_ms 0: do not wait; -1: wait forever
+ * \return number of events (0 on timeout) or a negative error
+ */
+static inline int rdmax_poll_events(struct rdmax_client *client, struct rdmax_event *events,
+				    size_t max, int timeout_ms)
+{
+	return rdmax_poll_events_sized(client, events, max, sizeof(struct rdmax_event), timeout_ms);
+}
 
 /**
  * Wait for one job's completion; other events that arrive meanwhile are kept
- * for rdmax_poll_events().
+ * for rdmax_poll_events(). The completion's reason is not returned: use
+ * rdmax_poll_events() when it matters.
+ * \param client an open connection
+ * \param job_id the job
+ * \param timeout_ms 0: do not wait; -1: wait forever
  * \return the job's status (0 or RDMAX_E_*), RDMAX_E_TIMEOUT when the wait
  *         timed out, RDMAX_E_NOT_FOUND when the job is not outstanding and
  *         its completion is not queued, or another negative error
@@ -479,6 +620,9 @@ int rdmax_wait_job(struct rdmax_client *client, uint64_t job_id, int timeout_ms)
 
 /**
  * Wait until the given imm value's ExpectImm fires; other events are kept.
+ * \param client an open connection
+ * \param imm the value given to rdmax_expect_imm()
+ * \param timeout_ms 0: do not wait; -1: wait forever
  * \return 0, RDMAX_E_TIMEOUT, or a negative error
  */
 int rdmax_wait_imm(struct rdmax_client *client, uint32_t imm, int timeout_ms);
@@ -529,7 +673,7 @@ int rdmax_peer_group_create(struct rdmax_client *client, const struct rdmax_desc
  */
 int rdmax_peer_group_destroy(struct rdmax_client *client, struct rdmax_peer_group *group);
 
-/** \return the number of members of a group (0 for NULL) */
+/** \param group a group \return the number of members of a group (0 for NULL) */
 size_t rdmax_peer_group_size(const struct rdmax_peer_group *group);
 
 /**
@@ -546,6 +690,8 @@ int rdmax_mailbox_open(struct rdmax_client *client, const char *name);
 /**
  * Close one of this client's mailboxes; later SENDs to it fail with
  * RDMAX_E_NOT_FOUND. Messages already queued for this client stay queued.
+ * \param client an open connection
+ * \param name a mailbox this client opened
  * \return 0, RDMAX_E_NOT_FOUND, or a negative error
  */
 int rdmax_mailbox_close(struct rdmax_client *client, const char *name);
@@ -567,10 +713,21 @@ int rdmax_mailbox_recv(struct rdmax_client *client, const char *name, void *buf,
 		       char *ret_from, int timeout_ms);
 
 /**
- * Name an error code (negative errno or RDMAX_E_*).
- * \return a static string
+ * Describe an error code (negative errno or RDMAX_E_*) in words.
+ * Thread-safe.
+ * \param err 0, a negative errno or an RDMAX_E_* code
+ * \return a static string, e.g. "timed out"
  */
 const char *rdmax_strerror(int err);
+
+/**
+ * The symbolic name of an error code: "RDMAX_E_TIMEOUT", "ENOENT",
+ * "RDMAX_OK" for 0, "RDMAX_E_UNKNOWN" or "UNKNOWN" for codes it does not
+ * know. For logs and tests. Thread-safe.
+ * \param err 0, a negative errno or an RDMAX_E_* code
+ * \return a static string
+ */
+const char *rdmax_err_name(int err);
 
 #ifdef __cplusplus
 }

@@ -50,8 +50,13 @@ _Static_assert(MAILBOX_NAME_MAX == TRANSPORT_MAILBOX_NAME_MAX, "mailbox name bou
 _Static_assert(MAILBOX_PAYLOAD_MAX == TRANSPORT_MESSAGE_PAYLOAD_MAX, "message bounds differ");
 
 static const char *const g_kind_names[JOB_KIND_MAX] = {
-	[JOB_WRITE] = "write",     [JOB_READ] = "read",       [JOB_PAGED_WRITE] = "paged_write",
-	[JOB_SCATTER] = "scatter", [JOB_BARRIER] = "barrier", [JOB_SEND] = "send",
+	[JOB_WRITE] = "write",
+	[JOB_READ] = "read",
+	[JOB_PAGED_WRITE] = "paged_write",
+	[JOB_PAGED_READ] = "paged_read",
+	[JOB_SCATTER] = "scatter",
+	[JOB_BARRIER] = "barrier",
+	[JOB_SEND] = "send",
 };
 
 const char *engine_job_kind_name(int kind)
@@ -970,35 +975,50 @@ static struct plan_pages page_list(const Rdmax__V1__PageList *list)
 				   .count = list->n_indices};
 }
 
-static int prepare_paged(struct job *job, const Rdmax__V1__PagedWriteJob *pw, char *why,
-			 size_t why_size)
+/* The page lists and descriptor of a PAGED_WRITE or PAGED_READ, side by side. */
+struct paged_req {
+	uint64_t local_region;
+	uint64_t page_len;
+	const Rdmax__V1__PageList *local_pages;
+	const Rdmax__V1__PageList *remote_pages;
+	ProtobufCBinaryData remote_desc;
+};
+
+static int prepare_paged(struct job *job, const struct paged_req *pr, char *why, size_t why_size)
 {
 	struct rdmaxd *daemon = job->engine->daemon;
+	bool read = job->op == XFER_READ;
 	struct transport *transport;
 	struct endpoint peer;
 	struct plan_run *runs;
 	size_t n;
 	int ret;
 
-	job->has_imm = pw->has_imm;
-	job->imm = pw->imm;
-	if (!pw->src || !pw->dst) {
-		snprintf(why, why_size, "paged_write needs a src and a dst page list");
+	if (!pr->local_pages || !pr->remote_pages) {
+		snprintf(why, why_size, "%s needs a src and a dst page list",
+			 engine_job_kind_name(job->kind));
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	ret = take_local(job, pw->local_region, 0, 0, false, why, why_size);
+	ret = take_local(job, pr->local_region, 0, 0, read, why, why_size);
 	if (ret < 0) {
 		return ret;
 	}
-	ret = engine_desc_decode(job->engine, pw->remote_desc.data, pw->remote_desc.len,
+	ret = engine_desc_decode(job->engine, pr->remote_desc.data, pr->remote_desc.len,
 				 &job->remote);
 	if (ret < 0) {
 		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
 	}
-	struct plan_pages src = page_list(pw->src), dst = page_list(pw->dst);
-	ret = planner_paged(pw->page_len, &src, job->local->length, &dst, job->remote.length,
-			    daemon->cfg.chunk_bytes, &runs, &n, why, why_size);
+	struct plan_pages local = page_list(pr->local_pages), remote = page_list(pr->remote_pages);
+	if (read) {
+		ret = planner_paged_read(pr->page_len, &local, job->local->length, &remote,
+					 job->remote.length, daemon->cfg.chunk_bytes, &runs, &n,
+					 why, why_size);
+	} else {
+		ret = planner_paged(pr->page_len, &local, job->local->length, &remote,
+				    job->remote.length, daemon->cfg.chunk_bytes, &runs, &n, why,
+				    why_size);
+	}
 	if (ret < 0) {
 		return ret;
 	}
@@ -1396,9 +1416,29 @@ static int prepare(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t 
 		job->remote_offset = pj->read->remote_offset;
 		return prepare_single(job, pj->read->local_region, pj->read->remote_desc, why,
 				      why_size);
-	case RDMAX__V1__JOB__KIND_PAGED_WRITE:
+	case RDMAX__V1__JOB__KIND_PAGED_WRITE: {
+		const Rdmax__V1__PagedWriteJob *pw = pj->paged_write;
 		job->kind = JOB_PAGED_WRITE;
-		return prepare_paged(job, pj->paged_write, why, why_size);
+		job->has_imm = pw->has_imm;
+		job->imm = pw->imm;
+		struct paged_req pr = {.local_region = pw->local_region,
+				       .page_len = pw->page_len,
+				       .local_pages = pw->src,
+				       .remote_pages = pw->dst,
+				       .remote_desc = pw->remote_desc};
+		return prepare_paged(job, &pr, why, why_size);
+	}
+	case RDMAX__V1__JOB__KIND_PAGED_READ: {
+		const Rdmax__V1__PagedReadJob *prj = pj->paged_read;
+		job->kind = JOB_PAGED_READ;
+		job->op = XFER_READ;
+		struct paged_req pr = {.local_region = prj->local_region,
+				       .page_len = prj->page_len,
+				       .local_pages = prj->dst,
+				       .remote_pages = prj->src,
+				       .remote_desc = prj->remote_desc};
+		return prepare_paged(job, &pr, why, why_size);
+	}
 	case RDMAX__V1__JOB__KIND_SCATTER:
 		job->kind = JOB_SCATTER;
 		return prepare_scatter(job, pj->scatter, why, why_size);

@@ -21,7 +21,7 @@ struct remote_desc;
 struct transport;
 struct Rdmax__V1__Job;
 
-/* What the client asked for. Every kind but READ moves bytes as writes. */
+/* What the client asked for. Every kind but READ and PAGED_READ moves bytes as writes. */
 enum job_kind {
 	JOB_WRITE,       /* one local range to one remote region */
 	JOB_READ,        /* one remote range into the local region */
@@ -29,6 +29,7 @@ enum job_kind {
 	JOB_SCATTER,     /* one local region to many destinations on many nodes */
 	JOB_BARRIER,     /* a zero-byte write with imm to every node of a group */
 	JOB_SEND,        /* a small message for a mailbox of one node */
+	JOB_PAGED_READ,  /* page lists on both sides, read from one remote region */
 	JOB_KIND_MAX,    /* terminator */
 };
 
@@ -95,7 +96,7 @@ struct endpoint;
 struct engine_job_info {
 	uint64_t id;
 	const void *owner;           /* the client's job_owner; NULL once the client left */
-	int op;                      /* enum xfer_op (WRITE for paged, scatter, barrier, send) */
+	int op;                      /* enum xfer_op (READ for read and paged_read, else WRITE) */
 	const char *kind;            /* job kind: "write", "read", "paged_write", "scatter", ... */
 	bool completed;              /* completion delivered; transfers still returning */
 	const struct endpoint *peer; /* NULL for a job between two regions of this daemon */

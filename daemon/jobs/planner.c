@@ -2,8 +2,8 @@
 /*
  * The job planner. Owns the arithmetic of page lists and scatter
  * destinations: every offset is computed with overflow checks, every range is
- * checked against its region, and a paged write whose destination pages would
- * overlap is refused, all before the engine issues a single xfer. Pure
+ * checked against its region, and a paged write or read whose destination
+ * pages would overlap is refused, all before the engine issues a single xfer. Pure
  * functions: never touches daemon state, memory of regions or the network,
  * and never logs (the reason goes back to the client in `why`).
  */
@@ -122,10 +122,18 @@ static int check_stride(uint64_t page_len, uint64_t stride, const char *side, ch
 	return RDMAX_E_INVALID_ARGUMENT;
 }
 
-int planner_paged(uint64_t page_len, const struct plan_pages *src, uint64_t src_len,
-		  const struct plan_pages *dst, uint64_t dst_len, uint64_t max_run,
-		  struct plan_run **ret_runs, size_t *ret_n, char *why, size_t why_size)
+/*
+ * Both paged kinds: local pages in a region of local_len bytes, remote pages
+ * in one of remote_len, paired in list order. `read`: the remote pages are
+ * the source and the local ones the destination (PAGED_READ), else the
+ * reverse (PAGED_WRITE). Runs carry local and remote offsets either way.
+ */
+static int plan_paged(uint64_t page_len, const struct plan_pages *local, uint64_t local_len,
+		      const struct plan_pages *remote, uint64_t remote_len, bool read,
+		      uint64_t max_run, struct plan_run **ret_runs, size_t *ret_n, char *why,
+		      size_t why_size)
 {
+	const struct plan_pages *src = read ? remote : local, *dst = read ? local : remote;
 	uint64_t src_stride, dst_stride;
 	struct plan_run *runs = NULL;
 	size_t n = 0;
@@ -167,12 +175,16 @@ int planner_paged(uint64_t page_len, const struct plan_pages *src, uint64_t src_
 			return -ENOMEM;
 		}
 	}
+	uint64_t local_stride = read ? dst_stride : src_stride;
+	uint64_t remote_stride = read ? src_stride : dst_stride;
+	const char *local_side = read ? "destination" : "source";
+	const char *remote_side = read ? "source" : "destination";
 	for (size_t i = 0; i < src->count; i++) {
 		uint64_t l, r;
-		ret = page_at(src, i, page_len, src_stride, src_len, "source", "local", &l, why,
-			      why_size);
+		ret = page_at(local, i, page_len, local_stride, local_len, local_side, "local", &l,
+			      why, why_size);
 		if (ret == 0) {
-			ret = page_at(dst, i, page_len, dst_stride, dst_len, "destination",
+			ret = page_at(remote, i, page_len, remote_stride, remote_len, remote_side,
 				      "remote", &r, why, why_size);
 		}
 		if (ret < 0) {
@@ -206,6 +218,22 @@ int planner_paged(uint64_t page_len, const struct plan_pages *src, uint64_t src_
 out_free:
 	free(runs);
 	return ret;
+}
+
+int planner_paged(uint64_t page_len, const struct plan_pages *src, uint64_t src_len,
+		  const struct plan_pages *dst, uint64_t dst_len, uint64_t max_run,
+		  struct plan_run **ret_runs, size_t *ret_n, char *why, size_t why_size)
+{
+	return plan_paged(page_len, src, src_len, dst, dst_len, false, max_run, ret_runs, ret_n,
+			  why, why_size);
+}
+
+int planner_paged_read(uint64_t page_len, const struct plan_pages *local, uint64_t local_len,
+		       const struct plan_pages *remote, uint64_t remote_len, uint64_t max_run,
+		       struct plan_run **ret_runs, size_t *ret_n, char *why, size_t why_size)
+{
+	return plan_paged(page_len, local, local_len, remote, remote_len, true, max_run, ret_runs,
+			  ret_n, why, why_size);
 }
 
 int planner_scatter(const struct plan_dest *dests, size_t n, uint64_t local_len,

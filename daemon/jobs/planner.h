@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Job planning: pure functions that turn the page lists of a PAGED_WRITE and
+ * Job planning: pure functions that turn the page lists of a PAGED_WRITE or
+ * PAGED_READ and
  * the destinations of a SCATTER into runs (contiguous byte ranges on both
  * sides), with every range, overlap and overflow check done once, before any
  * byte moves. The engine cuts runs into xfers of at most chunk_bytes.
@@ -38,6 +39,17 @@ struct plan_pages {
 int planner_paged(uint64_t page_len, const struct plan_pages *src, uint64_t src_len,
 		  const struct plan_pages *dst, uint64_t dst_len, uint64_t max_run,
 		  struct plan_run **ret_runs, size_t *ret_n, char *why, size_t why_size);
+
+/*
+ * Plan a paged read: remote's pages (in a remote region of remote_len bytes)
+ * into local's pages (in a local region of local_len bytes), pairwise in list
+ * order; the same merging and errors as planner_paged(), with the local
+ * pages as the destination (they must not repeat) and the remote pages as
+ * the source.
+ */
+int planner_paged_read(uint64_t page_len, const struct plan_pages *local, uint64_t local_len,
+		       const struct plan_pages *remote, uint64_t remote_len, uint64_t max_run,
+		       struct plan_run **ret_runs, size_t *ret_n, char *why, size_t why_size);
 
 /* One destination of a scatter, as the engine resolved it. */
 struct plan_dest {

@@ -91,7 +91,7 @@ struct session {
 	/* Datagrams both ways, for the ring's ordering (RingNotify not counted). */
 	uint64_t msgs_sent;
 	uint64_t msgs_received;
-	/* Shared-memory ring (ring.base == NULL: none). */
+	/* Shared-memory ring (ring.v.base == NULL: none). */
 	struct ring ring;
 	struct list_node ring_link; /* in ipc->rings while the ring is mapped */
 	uint64_t ring_active_ns;    /* last entry taken or datagram read */
@@ -139,7 +139,7 @@ static void session_io(uv_poll_t *poll, int status, int events);
 static void count_sent(struct session *s)
 {
 	s->msgs_sent++;
-	if (s->ring.base) {
+	if (s->ring.v.base) {
 		ring_report_sent(&s->ring, s->msgs_sent);
 	}
 }
@@ -304,7 +304,7 @@ static void flush_dirty(uv_check_t *check)
 		list_del(&s->dirty_link);
 		s->dirty = false;
 		flush_completions(s);
-		if (s->ring_posted && s->ring.base) {
+		if (s->ring_posted && s->ring.v.base) {
 			s->ring_posted = false;
 			if (ring_take_wake_request(&s->ring)) {
 				send_ring_notify(s);
@@ -331,7 +331,7 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 	 * The ring, unless completions already wait for the socket: those were
 	 * decided first and must be read first.
 	 */
-	if (s->ring.base && s->n_completions == 0 && !s->ring_bad) {
+	if (s->ring.v.base && s->n_completions == 0 && !s->ring_bad) {
 		int ret = ring_cq_post(&s->ring, job_id, status_from_err(err), bytes,
 				       err ? message : NULL, s->msgs_sent);
 		if (ret == 0) {
@@ -847,7 +847,7 @@ static void handle_ring_setup(struct session *s, uint64_t seq, const Rdmax__V1__
 	const char *why;
 	int ret;
 
-	if (s->ring.base) {
+	if (s->ring.v.base) {
 		reply_status(s, seq, RDMAX_E_ALREADY_EXISTS, "this client has a ring already");
 		return;
 	}
@@ -894,7 +894,7 @@ static uint32_t ring_take(struct session *s, uint32_t max)
 	struct ipc *ipc = s->ipc;
 	uint32_t n = 0;
 
-	while (n < max && s->ring.base && !s->closing && !s->ring_bad) {
+	while (n < max && s->ring.v.base && !s->closing && !s->ring_bad) {
 		int len = ring_sq_peek(&s->ring, s->msgs_received, ipc->ring_buf,
 				       RDMAX_RING_MAX_SQE_BYTES);
 		if (len == -EAGAIN) {
@@ -929,7 +929,7 @@ static void ring_cancel_pending(struct session *s)
 {
 	struct ipc *ipc = s->ipc;
 
-	for (uint32_t i = 0; s->ring.base && !s->closing && i < s->ring.sq_entries; i++) {
+	for (uint32_t i = 0; s->ring.v.base && !s->closing && i < s->ring.v.sq_entries; i++) {
 		int len =
 			ring_sq_peek(&s->ring, UINT64_MAX, ipc->ring_buf, RDMAX_RING_MAX_SQE_BYTES);
 		if (len < 0) {
@@ -1111,7 +1111,7 @@ static int read_one(struct session *s)
 	if (n == 0) {
 		return -ECONNRESET;
 	}
-	if (s->ring.base) {
+	if (s->ring.v.base) {
 		/* Entries written before this datagram was sent go first. */
 		ring_wake(&s->ring);
 		ring_take(s, UINT32_MAX);
@@ -1241,7 +1241,7 @@ static void session_close(struct session *s, const char *why)
 	job_owner_leave(daemon->engine, &s->owner);
 	imm_release_owner(&daemon->imm, &s->owner);
 	mailbox_release_owner(&ipc->mailboxes, &s->owner);
-	if (s->ring.base) {
+	if (s->ring.v.base) {
 		/* Entries left in it die with the session, like unread datagrams. */
 		list_del(&s->ring_link);
 		ring_unmap(&s->ring);

@@ -49,20 +49,10 @@ int ring_map(int fd, uint32_t sq_entries, uint32_t sqe_bytes, uint32_t cq_entrie
 		/* Read-only fd, or sealed against writes. */
 		return RDMAX_E_PERMISSION_DENIED;
 	}
-	struct ring r = {
-		.base = base,
-		.map_len = len,
-		.ctl = base,
-		.sq = (uint8_t *)base + rdmax_ring_sq_offset(),
-		.cq = (struct rdmax_ring_cqe *)((uint8_t *)base +
-						rdmax_ring_cq_offset(sq_entries, sqe_bytes)),
-		.sq_entries = sq_entries,
-		.sqe_bytes = sqe_bytes,
-		.cq_entries = cq_entries,
-	};
-	atomic_store_explicit(&r.ctl->sq_head, 0, memory_order_relaxed);
-	atomic_store_explicit(&r.ctl->cq_tail, 0, memory_order_relaxed);
-	atomic_store_explicit(&r.ctl->daemon_flags, 0, memory_order_relaxed);
+	struct ring r = {.v = rdmax_ring_view_of(base, sq_entries, sqe_bytes, cq_entries)};
+	atomic_store_explicit(&r.v.ctl->sq_head, 0, memory_order_relaxed);
+	atomic_store_explicit(&r.v.ctl->cq_tail, 0, memory_order_relaxed);
+	atomic_store_explicit(&r.v.ctl->daemon_flags, 0, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
 	*ret_ring = r;
 	return 0;
@@ -70,38 +60,38 @@ int ring_map(int fd, uint32_t sq_entries, uint32_t sqe_bytes, uint32_t cq_entrie
 
 void ring_unmap(struct ring *ring)
 {
-	if (!ring || !ring->base) {
+	if (!ring || !ring->v.base) {
 		return;
 	}
-	munmap(ring->base, ring->map_len);
+	munmap(ring->v.base, ring->v.map_len);
 	memset(ring, 0, sizeof(*ring));
 }
 
 uint32_t ring_sq_pending(const struct ring *ring)
 {
-	uint32_t tail = atomic_load_explicit(&ring->ctl->sq_tail, memory_order_acquire);
+	uint32_t tail = atomic_load_explicit(&ring->v.ctl->sq_tail, memory_order_acquire);
 	uint32_t n = tail - ring->sq_head;
 
-	return n > ring->sq_entries ? 0 : n;
+	return n > ring->v.sq_entries ? 0 : n;
 }
 
 int ring_sq_peek(struct ring *ring, uint64_t msgs_received, uint8_t *buf, size_t buf_size)
 {
-	uint32_t tail = atomic_load_explicit(&ring->ctl->sq_tail, memory_order_acquire);
+	uint32_t tail = atomic_load_explicit(&ring->v.ctl->sq_tail, memory_order_acquire);
 	uint32_t avail = tail - ring->sq_head;
 	struct rdmax_ring_sqe hdr;
 
 	if (avail == 0) {
 		return -EAGAIN;
 	}
-	if (avail > ring->sq_entries) {
+	if (avail > ring->v.sq_entries) {
 		return RDMAX_E_PROTOCOL_ERROR;
 	}
 	const uint8_t *slot =
-		ring->sq + (size_t)(ring->sq_head & (ring->sq_entries - 1)) * ring->sqe_bytes;
+		ring->v.sq + (size_t)(ring->sq_head & (ring->v.sq_entries - 1)) * ring->v.sqe_bytes;
 	/* One copy of the header: later rewrites by the client cannot change what we use. */
 	memcpy(&hdr, slot, sizeof(hdr));
-	if (hdr.len > ring->sqe_bytes - RDMAX_RING_SQE_HDR || hdr.len > buf_size ||
+	if (hdr.len > ring->v.sqe_bytes - RDMAX_RING_SQE_HDR || hdr.len > buf_size ||
 	    hdr.len > INT32_MAX) {
 		return RDMAX_E_PROTOCOL_ERROR;
 	}
@@ -115,23 +105,23 @@ int ring_sq_peek(struct ring *ring, uint64_t msgs_received, uint8_t *buf, size_t
 void ring_sq_consume(struct ring *ring)
 {
 	ring->sq_head++;
-	atomic_store_explicit(&ring->ctl->sq_head, ring->sq_head, memory_order_release);
+	atomic_store_explicit(&ring->v.ctl->sq_head, ring->sq_head, memory_order_release);
 }
 
 int ring_cq_post(struct ring *ring, uint64_t job_id, int status, uint64_t bytes,
 		 const char *message, uint64_t after)
 {
 	/* Acquire: the client has finished reading the slots it gave back. */
-	uint32_t head = atomic_load_explicit(&ring->ctl->cq_head, memory_order_acquire);
+	uint32_t head = atomic_load_explicit(&ring->v.ctl->cq_head, memory_order_acquire);
 	uint32_t used = ring->cq_tail - head;
 
-	if (used > ring->cq_entries) {
+	if (used > ring->v.cq_entries) {
 		return RDMAX_E_PROTOCOL_ERROR;
 	}
-	if (used == ring->cq_entries) {
+	if (used == ring->v.cq_entries) {
 		return -ENOSPC;
 	}
-	struct rdmax_ring_cqe *e = &ring->cq[ring->cq_tail & (ring->cq_entries - 1)];
+	struct rdmax_ring_cqe *e = &ring->v.cq[ring->cq_tail & (ring->v.cq_entries - 1)];
 	size_t msg_len = message ? strnlen(message, RDMAX_RING_CQE_MESSAGE) : 0;
 	e->job_id = job_id;
 	e->bytes = bytes;
@@ -143,37 +133,37 @@ int ring_cq_post(struct ring *ring, uint64_t job_id, int status, uint64_t bytes,
 		memcpy(e->message, message, msg_len);
 	}
 	ring->cq_tail++;
-	atomic_store_explicit(&ring->ctl->cq_tail, ring->cq_tail, memory_order_release);
+	atomic_store_explicit(&ring->v.ctl->cq_tail, ring->cq_tail, memory_order_release);
 	return 0;
 }
 
 void ring_report_sent(struct ring *ring, uint64_t msgs_sent)
 {
-	atomic_store_explicit(&ring->ctl->msgs_sent, msgs_sent, memory_order_release);
+	atomic_store_explicit(&ring->v.ctl->msgs_sent, msgs_sent, memory_order_release);
 }
 
 bool ring_take_wake_request(struct ring *ring)
 {
 	/* Pairs with the client's fence between setting the flag and reading cq_tail. */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!(atomic_load_explicit(&ring->ctl->client_flags, memory_order_relaxed) &
+	if (!(atomic_load_explicit(&ring->v.ctl->client_flags, memory_order_relaxed) &
 	      RDMAX_RING_CLIENT_WAKE)) {
 		return false;
 	}
-	atomic_fetch_and_explicit(&ring->ctl->client_flags, ~RDMAX_RING_CLIENT_WAKE,
+	atomic_fetch_and_explicit(&ring->v.ctl->client_flags, ~RDMAX_RING_CLIENT_WAKE,
 				  memory_order_relaxed);
 	return true;
 }
 
 bool ring_sleep(struct ring *ring)
 {
-	atomic_store_explicit(&ring->ctl->daemon_flags, RDMAX_RING_DAEMON_SLEEPING,
+	atomic_store_explicit(&ring->v.ctl->daemon_flags, RDMAX_RING_DAEMON_SLEEPING,
 			      memory_order_relaxed);
 	/* Pairs with the client's fence between publishing its tail and reading the flag. */
 	atomic_thread_fence(memory_order_seq_cst);
-	uint32_t tail = atomic_load_explicit(&ring->ctl->sq_tail, memory_order_acquire);
+	uint32_t tail = atomic_load_explicit(&ring->v.ctl->sq_tail, memory_order_acquire);
 	if (tail != ring->sq_head) {
-		atomic_store_explicit(&ring->ctl->daemon_flags, 0, memory_order_relaxed);
+		atomic_store_explicit(&ring->v.ctl->daemon_flags, 0, memory_order_relaxed);
 		return false;
 	}
 	ring->sleeping = true;
@@ -184,6 +174,6 @@ void ring_wake(struct ring *ring)
 {
 	if (ring->sleeping) {
 		ring->sleeping = false;
-		atomic_store_explicit(&ring->ctl->daemon_flags, 0, memory_order_relaxed);
+		atomic_store_explicit(&ring->v.ctl->daemon_flags, 0, memory_order_relaxed);
 	}
 }

@@ -15,14 +15,7 @@
 #include "rdmax_ring.h"
 
 struct ring {
-	uint8_t *base; /* the mapping, map_len bytes; NULL when not set up */
-	size_t map_len;
-	struct rdmax_ring_ctl *ctl;
-	uint8_t *sq;
-	struct rdmax_ring_cqe *cq;
-	uint32_t sq_entries;
-	uint32_t sqe_bytes;
-	uint32_t cq_entries;
+	struct rdmax_ring_view v; /* v.base == NULL: not set up */
 	/* The daemon's own indices: the shared copies are only reports to the client. */
 	uint32_t sq_head;
 	uint32_t cq_tail;

@@ -106,9 +106,10 @@ static int run_decode(const char *socket_path, const char *desc_path, const stru
 	if (ret < 0) {
 		return fail("rdmax_client_open", ret);
 	}
-	ret = rdmax_alloc_host(client, kv->layers * layer_bytes, RDMAX_ACCESS_REMOTE_WRITE, &cache);
+	ret = rdmax_region_alloc_host(client, kv->layers * layer_bytes, RDMAX_ACCESS_REMOTE_WRITE,
+				      &cache);
 	if (ret < 0) {
-		return fail("rdmax_alloc_host", ret);
+		return fail("rdmax_region_alloc_host", ret);
 	}
 	/* Claim every layer's imm first: landings that come earlier are kept anyway. */
 	for (uint32_t layer = 0; layer < kv->layers; layer++) {
@@ -195,9 +196,9 @@ static int run_prefill(const char *socket_path, const char *desc_path, const str
 	if (ret < 0) {
 		return fail("rdmax_client_open", ret);
 	}
-	ret = rdmax_alloc_host(client, kv->layers * layer_bytes, RDMAX_ACCESS_LOCAL, &cache);
+	ret = rdmax_region_alloc_host(client, kv->layers * layer_bytes, RDMAX_ACCESS_LOCAL, &cache);
 	if (ret < 0) {
-		return fail("rdmax_alloc_host", ret);
+		return fail("rdmax_region_alloc_host", ret);
 	}
 	uint8_t *base = rdmax_region_addr(cache);
 	uint64_t sum = 0xcbf29ce484222325ull;
@@ -230,11 +231,11 @@ static int run_prefill(const char *socket_path, const char *desc_path, const str
 			.remote = &peer,
 		};
 		job.u.paged.page_len = kv->block_bytes;
-		job.u.paged.src = (struct rdmax_pages){
+		job.u.paged.local_pages = (struct rdmax_pages){
 			.offset = layer * layer_bytes, .indices = src_pages, .count = kv->blocks};
-		job.u.paged.dst = (struct rdmax_pages){.offset = layer * 2 * layer_bytes,
-						       .indices = dst_pages,
-						       .count = kv->blocks};
+		job.u.paged.remote_pages = (struct rdmax_pages){.offset = layer * 2 * layer_bytes,
+								.indices = dst_pages,
+								.count = kv->blocks};
 		/* The library encodes the lists at once: the arrays can be reused for the next
 		 * layer. */
 		ret = rdmax_submit(client, &job, 1);

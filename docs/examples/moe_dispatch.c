@@ -119,12 +119,13 @@ static int run(const char *socket_path, const char *dir, const struct moe *m)
 	/* Slot e of send_buf: tokens for expert e. Slot s of a recv_buf half: tokens from rank s.
 	 */
 	uint64_t half = m->world * m->slot_bytes;
-	ret = rdmax_alloc_host(client, half, RDMAX_ACCESS_LOCAL, &send_buf);
+	ret = rdmax_region_alloc_host(client, half, RDMAX_ACCESS_LOCAL, &send_buf);
 	if (ret == 0) {
-		ret = rdmax_alloc_host(client, 2 * half, RDMAX_ACCESS_REMOTE_WRITE, &recv_buf);
+		ret = rdmax_region_alloc_host(client, 2 * half, RDMAX_ACCESS_REMOTE_WRITE,
+					      &recv_buf);
 	}
 	if (ret < 0) {
-		return fail(m->rank, "rdmax_alloc_host", ret);
+		return fail(m->rank, "rdmax_region_alloc_host", ret);
 	}
 	rdmax_region_desc(recv_buf, &descs[m->rank]);
 	ret = publish(dir, m->rank, &descs[m->rank]);

@@ -95,9 +95,9 @@ static int run_receive(const char *socket_path, const char *desc_path, uint64_t 
 	if (ret < 0) {
 		return fail("rdmax_client_open", ret);
 	}
-	ret = rdmax_alloc_host(client, bytes, RDMAX_ACCESS_REMOTE_WRITE, &buf);
+	ret = rdmax_region_alloc_host(client, bytes, RDMAX_ACCESS_REMOTE_WRITE, &buf);
 	if (ret < 0) {
-		return fail("rdmax_alloc_host", ret);
+		return fail("rdmax_region_alloc_host", ret);
 	}
 	ret = rdmax_expect_imm(client, WEIGHTS_VERSION, 1);
 	if (ret < 0) {
@@ -156,9 +156,9 @@ static int run_send(const char *socket_path, uint64_t bytes, bool writes, char *
 	if (ret < 0) {
 		return fail("rdmax_client_open", ret);
 	}
-	ret = rdmax_alloc_host(client, bytes, RDMAX_ACCESS_LOCAL, &src);
+	ret = rdmax_region_alloc_host(client, bytes, RDMAX_ACCESS_LOCAL, &src);
 	if (ret < 0) {
-		return fail("rdmax_alloc_host", ret);
+		return fail("rdmax_region_alloc_host", ret);
 	}
 	weights(rdmax_region_addr(src), bytes);
 
@@ -210,7 +210,7 @@ static int run_send(const char *socket_path, uint64_t bytes, bool writes, char *
 			if (ev.status != 0) {
 				fprintf(stderr,
 					"weight_broadcast: job %" PRIu64 " failed: %s (%s)\n",
-					ev.job_id, rdmax_strerror(ev.status), ev.message);
+					ev.job_id, rdmax_strerror(ev.status), ev.reason);
 				return 1;
 			}
 			left--;

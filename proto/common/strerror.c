@@ -77,3 +77,55 @@ RDMAX_EXPORT const char *rdmax_strerror(int err)
 	}
 	return "unknown error";
 }
+
+static const char *const rdmax_error_names[] = {
+#define NAME(x) [-x - RDMAX_ERR_BASE] = #x
+	NAME(RDMAX_E_INVALID_ARGUMENT),
+	NAME(RDMAX_E_NOT_FOUND),
+	NAME(RDMAX_E_PERMISSION_DENIED),
+	NAME(RDMAX_E_OUT_OF_RANGE),
+	NAME(RDMAX_E_UNREACHABLE),
+	NAME(RDMAX_E_REMOTE_ACCESS),
+	NAME(RDMAX_E_TIMEOUT),
+	NAME(RDMAX_E_CANCELLED),
+	NAME(RDMAX_E_TRANSPORT_ERROR),
+	NAME(RDMAX_E_RESOURCE_EXHAUSTED),
+	NAME(RDMAX_E_UNIMPLEMENTED),
+	NAME(RDMAX_E_PROTOCOL_ERROR),
+	NAME(RDMAX_E_ALREADY_EXISTS),
+	NAME(RDMAX_E_INTERNAL),
+	NAME(RDMAX_E_GPU_DRIVER_MISSING),
+	NAME(RDMAX_E_GPU_NOT_DEVICE_MEMORY),
+	NAME(RDMAX_E_GPU_NOT_EXPORTABLE),
+	NAME(RDMAX_E_GPU_NO_DMABUF),
+	NAME(RDMAX_E_GPU_NEEDS_RDMA),
+	NAME(RDMAX_E_GPU_TOO_LARGE),
+	NAME(RDMAX_E_GPU_ADDRESS_REUSED),
+#undef NAME
+};
+
+RDMAX_EXPORT const char *rdmax_err_name(int err)
+{
+	if (err == 0) {
+		return "RDMAX_OK";
+	}
+	if (err == RDMAX_E_DISCONNECTED) {
+		return "RDMAX_E_DISCONNECTED";
+	}
+	if (err <= -RDMAX_ERR_BASE) {
+		size_t i = (size_t)(-(int64_t)err - RDMAX_ERR_BASE);
+		if (i < sizeof(rdmax_error_names) / sizeof(rdmax_error_names[0]) &&
+		    rdmax_error_names[i]) {
+			return rdmax_error_names[i];
+		}
+		return "RDMAX_E_UNKNOWN";
+	}
+	if (err < 0) {
+		/* glibc's "ENOENT", "ETIMEDOUT", ...: a static string. */
+		const char *s = strerrorname_np(-err);
+		if (s) {
+			return s;
+		}
+	}
+	return "UNKNOWN";
+}

@@ -111,54 +111,6 @@ void itest_sleep_ms(unsigned ms)
 	}
 }
 
-const char *itest_err_name(int err)
-{
-	static char bufs[4][64];
-	static unsigned next;
-	char *buf;
-
-	switch (err) {
-	case 0:
-		return "OK";
-#define NAME(x)                                                                                    \
-	case x:                                                                                    \
-		return #x;
-		NAME(RDMAX_E_INVALID_ARGUMENT)
-		NAME(RDMAX_E_NOT_FOUND)
-		NAME(RDMAX_E_PERMISSION_DENIED)
-		NAME(RDMAX_E_OUT_OF_RANGE)
-		NAME(RDMAX_E_UNREACHABLE)
-		NAME(RDMAX_E_REMOTE_ACCESS)
-		NAME(RDMAX_E_TIMEOUT)
-		NAME(RDMAX_E_CANCELLED)
-		NAME(RDMAX_E_TRANSPORT_ERROR)
-		NAME(RDMAX_E_RESOURCE_EXHAUSTED)
-		NAME(RDMAX_E_UNIMPLEMENTED)
-		NAME(RDMAX_E_PROTOCOL_ERROR)
-		NAME(RDMAX_E_ALREADY_EXISTS)
-		NAME(RDMAX_E_INTERNAL)
-		NAME(RDMAX_E_GPU_DRIVER_MISSING)
-		NAME(RDMAX_E_GPU_NOT_DEVICE_MEMORY)
-		NAME(RDMAX_E_GPU_NOT_EXPORTABLE)
-		NAME(RDMAX_E_GPU_NO_DMABUF)
-		NAME(RDMAX_E_GPU_NEEDS_RDMA)
-		NAME(RDMAX_E_GPU_TOO_LARGE)
-		NAME(RDMAX_E_GPU_ADDRESS_REUSED)
-		NAME(RDMAX_E_DISCONNECTED)
-#undef NAME
-	default:
-		break;
-	}
-	buf = bufs[next++ % 4];
-	if (err < 0 && err > -4096) {
-		snprintf(buf, sizeof(bufs[0]), "-%s",
-			 strerrorname_np(-err) ? strerrorname_np(-err) : "errno?");
-	} else {
-		snprintf(buf, sizeof(bufs[0]), "unknown code %d", err);
-	}
-	return buf;
-}
-
 /* ------------------------------------------------------------------ runner */
 
 void itest_run_dir_init(void)
@@ -477,7 +429,7 @@ void itest_daemon_start(struct itest_daemon *d)
 		if (itest_now_ms() >= deadline) {
 			print_tail(d->log_path, title, LOG_TAIL_LINES);
 			ck_abort_msg("daemon '%s' socket '%s' accepted no client within %d ms: %s",
-				     d->name, d->socket_path, START_WAIT_MS, itest_err_name(last));
+				     d->name, d->socket_path, START_WAIT_MS, rdmax_err_name(last));
 		}
 		itest_sleep_ms(10);
 	}
@@ -692,7 +644,7 @@ struct rdmax_client *itest_client(const struct itest_daemon *d, const char *name
 		}
 		if (itest_now_ms() >= deadline) {
 			ck_abort_msg("rdmax_client_open('%s') for '%s' failed: %s%s",
-				     d->socket_path, name, itest_err_name(ret),
+				     d->socket_path, name, rdmax_err_name(ret),
 				     itest_daemon_deaths());
 		}
 		itest_sleep_ms(10);
@@ -702,10 +654,10 @@ struct rdmax_client *itest_client(const struct itest_daemon *d, const char *name
 struct rdmax_region *itest_alloc(struct rdmax_client *c, uint64_t length, uint32_t access)
 {
 	struct rdmax_region *r = NULL;
-	int ret = rdmax_alloc_host(c, length, access, &r);
+	int ret = rdmax_region_alloc_host(c, length, access, &r);
 
-	ck_assert_msg(ret == 0, "rdmax_alloc_host(%" PRIu64 ", access %u) failed: %s", length,
-		      access, itest_err_name(ret));
+	ck_assert_msg(ret == 0, "rdmax_region_alloc_host(%" PRIu64 ", access %u) failed: %s",
+		      length, access, rdmax_err_name(ret));
 	ck_assert_ptr_nonnull(r);
 	ck_assert_uint_ge(rdmax_region_length(r), length);
 	return r;
@@ -716,7 +668,7 @@ struct rdmax_desc itest_desc(const struct rdmax_region *region)
 	struct rdmax_desc desc;
 	int ret = rdmax_region_desc(region, &desc);
 
-	ck_assert_msg(ret == 0, "rdmax_region_desc() failed: %s", itest_err_name(ret));
+	ck_assert_msg(ret == 0, "rdmax_region_desc() failed: %s", rdmax_err_name(ret));
 	ck_assert_uint_gt(desc.len, 0);
 	ck_assert_uint_le(desc.len, RDMAX_DESC_MAX);
 	return desc;
@@ -751,8 +703,8 @@ static void fail_unexpected(const struct rdmax_event *ev, const char *while_doin
 {
 	ck_abort_msg("unexpected event while %s: type %d, job %" PRIu64 ", status %s, imm %u, "
 		     "count %" PRIu64 ", message '%s'",
-		     while_doing, (int)ev->type, ev->job_id, itest_err_name(ev->status), ev->imm,
-		     ev->count, ev->message);
+		     while_doing, (int)ev->type, ev->job_id, rdmax_err_name(ev->status), ev->imm,
+		     ev->count, ev->reason);
 }
 
 struct rdmax_event itest_run_job(struct rdmax_client *c, const struct rdmax_job *job,
@@ -763,13 +715,13 @@ struct rdmax_event itest_run_job(struct rdmax_client *c, const struct rdmax_job 
 	int ret = rdmax_submit(c, job, 1);
 
 	ck_assert_msg(ret == 0, "rdmax_submit(job %" PRIu64 ") failed: %s%s", job->id,
-		      itest_err_name(ret), itest_daemon_deaths());
+		      rdmax_err_name(ret), itest_daemon_deaths());
 	for (;;) {
 		uint64_t now = itest_now_ms();
 		ck_assert_msg(now < deadline, "job %" PRIu64 " got no completion within %d ms%s",
 			      job->id, timeout_ms, itest_daemon_deaths());
 		ret = rdmax_poll_events(c, &ev, 1, (int)(deadline - now));
-		ck_assert_msg(ret >= 0, "rdmax_poll_events() failed: %s%s", itest_err_name(ret),
+		ck_assert_msg(ret >= 0, "rdmax_poll_events() failed: %s%s", rdmax_err_name(ret),
 			      itest_daemon_deaths());
 		if (ret == 0) {
 			continue;
@@ -791,7 +743,7 @@ bool itest_expect_job_error_at(const char *file, int line, struct rdmax_client *
 		ck_assert_msg(ret == err,
 			      "%s:%d: rdmax_submit(job %" PRIu64
 			      ") refused it with %s, expected %s",
-			      file, line, job->id, itest_err_name(ret), itest_err_name(err));
+			      file, line, job->id, rdmax_err_name(ret), rdmax_err_name(err));
 		/* A refused job has no completion. */
 		itest_assert_quiet(c, 100);
 		return false;
@@ -804,9 +756,9 @@ bool itest_expect_job_error_at(const char *file, int line, struct rdmax_client *
 		      ev.job_id, job->id);
 	ck_assert_msg(ev.status == err,
 		      "%s:%d: job %" PRIu64 " completed with %s ('%s'), expected %s", file, line,
-		      job->id, itest_err_name(ev.status), ev.message, itest_err_name(err));
-	ck_assert_msg(ev.message[0] != '\0', "%s:%d: job %" PRIu64 " failed with %s but no message",
-		      file, line, job->id, itest_err_name(err));
+		      job->id, rdmax_err_name(ev.status), ev.reason, rdmax_err_name(err));
+	ck_assert_msg(ev.reason[0] != '\0', "%s:%d: job %" PRIu64 " failed with %s but no message",
+		      file, line, job->id, rdmax_err_name(err));
 	itest_assert_quiet(c, 100);
 	return true;
 }
@@ -827,7 +779,7 @@ size_t itest_collect(struct rdmax_client *c, struct rdmax_event *out, size_t cou
 		int got = rdmax_poll_events(c, evs, want, (int)(deadline - now));
 		ck_assert_msg(got >= 0,
 			      "rdmax_poll_events() failed after %zu of %zu completions: %s%s", n,
-			      count, itest_err_name(got), itest_daemon_deaths());
+			      count, rdmax_err_name(got), itest_daemon_deaths());
 		for (int i = 0; i < got; i++) {
 			if (evs[i].type == RDMAX_EVENT_COMPLETION) {
 				out[n++] = evs[i];
@@ -852,7 +804,7 @@ void itest_assert_quiet(struct rdmax_client *c, int ms)
 			return;
 		}
 		int got = rdmax_poll_events(c, &ev, 1, (int)(deadline - now));
-		ck_assert_msg(got >= 0, "rdmax_poll_events() failed: %s%s", itest_err_name(got),
+		ck_assert_msg(got >= 0, "rdmax_poll_events() failed: %s%s", rdmax_err_name(got),
 			      itest_daemon_deaths());
 		if (got > 0) {
 			fail_unexpected(&ev, "expecting no event");

@@ -127,7 +127,7 @@ bool itest_stopped_peer_stalls(void);
 
 /* Connect to the daemon, retrying until ITEST_WAIT_MS passed. */
 struct rdmax_client *itest_client(const struct itest_daemon *d, const char *name);
-/* rdmax_alloc_host() that must succeed. */
+/* rdmax_region_alloc_host() that must succeed. */
 struct rdmax_region *itest_alloc(struct rdmax_client *c, uint64_t length, uint32_t access);
 /* rdmax_region_desc() that must succeed. */
 struct rdmax_desc itest_desc(const struct rdmax_region *region);
@@ -182,11 +182,10 @@ uint64_t itest_seed(void);
 void itest_mem_eq_at(const char *file, int line, const uint8_t *a, const uint8_t *b, size_t len,
 		     const char *what);
 
-/* Name of an error code such as "RDMAX_E_NOT_FOUND" (or "0"). */
-const char *itest_err_name(int err);
+/* Fails naming both codes (rdmax_err_name()) when got != want. */
 #define itest_assert_err(got, want)                                                                \
 	ck_assert_msg((got) == (want), "%s: got %d (%s), expected %d (%s)", #got, (int)(got),      \
-		      itest_err_name((int)(got)), (int)(want), itest_err_name((int)(want)))
+		      rdmax_err_name((int)(got)), (int)(want), rdmax_err_name((int)(want)))
 
 /* ------------------------------------------------------------------ runner */
 
@@ -212,6 +211,7 @@ TCase *itest_tcase_same_node(void);
 TCase *itest_tcase_dereg_wait(void);
 TCase *itest_tcase_jobs(void);
 TCase *itest_tcase_ring(void);
+TCase *itest_tcase_paged_read(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

@@ -144,13 +144,13 @@ int raw_recv_status_at(const char *file, int line, int fd, uint64_t seq)
 	if (got != 0) {
 		ck_assert_msg(m->error->message && m->error->message[0],
 			      "%s:%d: error reply %s has no message", file, line,
-			      itest_err_name(got));
+			      rdmax_err_name(got));
 	}
 	uint64_t got_seq = m->has_seq ? m->seq : 0;
 	ck_assert_msg(got_seq == seq,
 		      "%s:%d: reply with status %s ('%s') carries seq %" PRIu64
 		      ", expected %" PRIu64,
-		      file, line, itest_err_name(got), m->error->message ? m->error->message : "",
+		      file, line, rdmax_err_name(got), m->error->message ? m->error->message : "",
 		      got_seq, seq);
 	rdmax__v1__daemon_msg__free_unpacked(m, NULL);
 	return got;
@@ -161,7 +161,7 @@ void raw_expect_status_at(const char *file, int line, int fd, uint64_t seq, int 
 	int got = raw_recv_status_at(file, line, fd, seq);
 
 	ck_assert_msg(got == err, "%s:%d: reply to seq %" PRIu64 ": status %s, expected %s", file,
-		      line, seq, itest_err_name(got), itest_err_name(err));
+		      line, seq, rdmax_err_name(got), rdmax_err_name(err));
 }
 
 void raw_expect_closed(int fd, int timeout_ms)
@@ -231,7 +231,7 @@ int raw_wait_completion(int fd, uint64_t job_id, int timeout_ms)
 			if (status != 0) {
 				ck_assert_msg(c->message && c->message[0],
 					      "job %" PRIu64 " failed with %s but no message",
-					      job_id, itest_err_name(status));
+					      job_id, rdmax_err_name(status));
 			}
 		}
 		rdmax__v1__daemon_msg__free_unpacked(m, NULL);

@@ -90,8 +90,8 @@ static int handle(unsigned k, const struct plan *p, const struct rdmax_event *ev
 	}
 	if (ev->status != 0) {
 		return child_fail(k, "job %" PRIu64 " (%s) failed: %s ('%s')", i,
-				  is_read(k, i) ? "READ" : "WRITE", itest_err_name(ev->status),
-				  ev->message);
+				  is_read(k, i) ? "READ" : "WRITE", rdmax_err_name(ev->status),
+				  ev->reason);
 	}
 	if (ev->bytes != job_len(k, i)) {
 		return child_fail(k, "job %" PRIu64 " moved %" PRIu64 " bytes, expected %" PRIu64,
@@ -115,12 +115,12 @@ static int run_client(unsigned k, const struct plan *p)
 	snprintf(name, sizeof(name), "itest-conc-%u", k);
 	ret = rdmax_client_open(p->socket_path, name, &c);
 	if (ret < 0) {
-		return child_fail(k, "rdmax_client_open() failed: %s", itest_err_name(ret));
+		return child_fail(k, "rdmax_client_open() failed: %s", rdmax_err_name(ret));
 	}
 	/* First half: write sources; second half: read sinks. */
-	ret = rdmax_alloc_host(c, 2 * p->jobs * SLOT, RDMAX_ACCESS_LOCAL, &local);
+	ret = rdmax_region_alloc_host(c, 2 * p->jobs * SLOT, RDMAX_ACCESS_LOCAL, &local);
 	if (ret < 0) {
-		return child_fail(k, "rdmax_alloc_host() failed: %s", itest_err_name(ret));
+		return child_fail(k, "rdmax_region_alloc_host() failed: %s", rdmax_err_name(ret));
 	}
 	uint8_t *mem = rdmax_region_addr(local);
 	itest_fill(mem, p->jobs * SLOT, 500 + k);
@@ -152,12 +152,12 @@ static int run_client(unsigned k, const struct plan *p)
 			ret = rdmax_submit(c, batch, n);
 			if (ret < 0) {
 				return child_fail(k, "rdmax_submit(%zu jobs) failed: %s", n,
-						  itest_err_name(ret));
+						  rdmax_err_name(ret));
 			}
 		}
 		int got = rdmax_poll_events(c, evs, 64, next < p->jobs ? 0 : 1000);
 		if (got < 0) {
-			return child_fail(k, "rdmax_poll_events() failed: %s", itest_err_name(got));
+			return child_fail(k, "rdmax_poll_events() failed: %s", rdmax_err_name(got));
 		}
 		for (int e = 0; e < got; e++) {
 			if (handle(k, p, &evs[e], seen, &done)) {
@@ -301,7 +301,7 @@ START_TEST(completion_batching)
 	for (size_t i = 0; i < total; i += per_submit) {
 		int ret = rdmax_submit(c, jobs + i, per_submit);
 		ck_assert_msg(ret == 0, "rdmax_submit(%zu jobs) failed: %s%s", per_submit,
-			      itest_err_name(ret), itest_daemon_deaths());
+			      rdmax_err_name(ret), itest_daemon_deaths());
 	}
 	ck_assert_uint_eq(itest_collect(c, evs, total, 30000, NULL), total);
 	for (size_t e = 0; e < total; e++) {
@@ -312,7 +312,7 @@ START_TEST(completion_batching)
 		ck_assert_msg(!seen[i]++, "job %" PRIu64 " completed twice", i);
 		if (i % 2) {
 			itest_assert_err(evs[e].status, RDMAX_E_OUT_OF_RANGE);
-			ck_assert(evs[e].message[0]);
+			ck_assert(evs[e].reason[0]);
 		} else {
 			itest_assert_err(evs[e].status, 0);
 			ck_assert_uint_eq(evs[e].bytes, 64);
@@ -360,7 +360,7 @@ START_TEST(slow_reader)
 		}
 		int ret = rdmax_submit(c, jobs, per_submit);
 		ck_assert_msg(ret == 0, "rdmax_submit() of jobs %zu.. failed: %s%s", i,
-			      itest_err_name(ret), itest_daemon_deaths());
+			      rdmax_err_name(ret), itest_daemon_deaths());
 	}
 	itest_sleep_ms(300);
 	size_t got = itest_collect(c, evs, total, 30000, NULL);

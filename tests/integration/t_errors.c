@@ -25,9 +25,9 @@
 
 static void dereg(struct rdmax_client *c, struct rdmax_region *r)
 {
-	int ret = rdmax_region_deregister(c, r);
+	int ret = rdmax_region_free(c, r);
 
-	ck_assert_msg(ret == 0, "rdmax_region_deregister() failed: %s", itest_err_name(ret));
+	ck_assert_msg(ret == 0, "rdmax_region_free() failed: %s", rdmax_err_name(ret));
 }
 
 static void expect_ok(struct rdmax_client *c, const struct rdmax_job *job)
@@ -35,7 +35,7 @@ static void expect_ok(struct rdmax_client *c, const struct rdmax_job *job)
 	struct rdmax_event ev = itest_run_job(c, job, ITEST_WAIT_MS);
 
 	ck_assert_msg(ev.status == 0, "job %" PRIu64 " failed: %s ('%s')", job->id,
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	ck_assert_uint_eq(ev.bytes, job->length);
 }
 
@@ -59,7 +59,7 @@ static void expect_submit_error(struct rdmax_client *c, const struct rdmax_job *
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_msg(evs[i].status == err,
 			      "job %" PRIu64 " completed with %s, expected %s", evs[i].job_id,
-			      itest_err_name(evs[i].status), itest_err_name(err));
+			      rdmax_err_name(evs[i].status), rdmax_err_name(err));
 		for (size_t j = 0; j < i; j++) {
 			ck_assert_msg(evs[j].job_id != evs[i].job_id,
 				      "job %" PRIu64 " completed twice", evs[i].job_id);
@@ -121,7 +121,7 @@ static struct rdmax_desc forge_desc(const struct rdmax_desc *in, enum forge what
 	/* Well-formed, so the library accepts it; only the owner can tell it is a lie. */
 	int ret = rdmax_desc_import(buf, len, &out);
 	ck_assert_msg(ret == 0, "rdmax_desc_import() of a re-encoded descriptor failed: %s",
-		      itest_err_name(ret));
+		      rdmax_err_name(ret));
 	return out;
 }
 
@@ -352,7 +352,7 @@ START_TEST(job_limits)
 			  (size_t)max_outstanding);
 	for (int i = 0; i < max_outstanding; i++) {
 		ck_assert_msg(evs[i].status == 0, "job %" PRIu64 " failed: %s ('%s')",
-			      evs[i].job_id, itest_err_name(evs[i].status), evs[i].message);
+			      evs[i].job_id, rdmax_err_name(evs[i].status), evs[i].reason);
 		ck_assert_msg(evs[i].job_id >= 100 &&
 				      evs[i].job_id < 100 + (unsigned)max_outstanding,
 			      "completion for job %" PRIu64, evs[i].job_id);
@@ -397,26 +397,26 @@ START_TEST(region_limits)
 	for (int i = 0; i < 4; i++) {
 		r[i] = itest_alloc(c, 64 * KiB, RDMAX_ACCESS_LOCAL);
 	}
-	itest_assert_err(rdmax_alloc_host(c, 64 * KiB, RDMAX_ACCESS_LOCAL, &extra),
+	itest_assert_err(rdmax_region_alloc_host(c, 64 * KiB, RDMAX_ACCESS_LOCAL, &extra),
 			 RDMAX_E_RESOURCE_EXHAUSTED);
 	ck_assert_ptr_null(extra);
 	dereg(c, r[0]);
 	r[0] = itest_alloc(c, 64 * KiB, RDMAX_ACCESS_LOCAL);
-	itest_assert_err(rdmax_alloc_host(c, 4 * KiB, RDMAX_ACCESS_LOCAL, &extra),
+	itest_assert_err(rdmax_region_alloc_host(c, 4 * KiB, RDMAX_ACCESS_LOCAL, &extra),
 			 RDMAX_E_RESOURCE_EXHAUSTED);
 
 	/* Registered bytes, counted per client: 1 MiB in all, exactly reachable. */
 	struct rdmax_client *c2 = itest_client(a, "bytes");
 	struct rdmax_region *half = itest_alloc(c2, 512 * KiB, RDMAX_ACCESS_LOCAL);
-	itest_assert_err(rdmax_alloc_host(c2, 768 * KiB, RDMAX_ACCESS_LOCAL, &extra),
+	itest_assert_err(rdmax_region_alloc_host(c2, 768 * KiB, RDMAX_ACCESS_LOCAL, &extra),
 			 RDMAX_E_RESOURCE_EXHAUSTED);
 	struct rdmax_region *rest = itest_alloc(c2, 512 * KiB, RDMAX_ACCESS_LOCAL);
-	itest_assert_err(rdmax_alloc_host(c2, 4 * KiB, RDMAX_ACCESS_LOCAL, &extra),
+	itest_assert_err(rdmax_region_alloc_host(c2, 4 * KiB, RDMAX_ACCESS_LOCAL, &extra),
 			 RDMAX_E_RESOURCE_EXHAUSTED);
 	dereg(c2, rest);
 	rest = itest_alloc(c2, 256 * KiB, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *quarter = itest_alloc(c2, 256 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
-	itest_assert_err(rdmax_alloc_host(c2, 4 * KiB, RDMAX_ACCESS_LOCAL, &extra),
+	itest_assert_err(rdmax_region_alloc_host(c2, 4 * KiB, RDMAX_ACCESS_LOCAL, &extra),
 			 RDMAX_E_RESOURCE_EXHAUSTED);
 
 	/* The regions that were accepted work. */
@@ -495,7 +495,7 @@ static int write_between(struct itest_daemon *from, struct itest_daemon *to)
 		itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 4096,
 				    "authenticated WRITE");
 	} else {
-		ck_assert_msg(ev.message[0], "failed job without a message");
+		ck_assert_msg(ev.reason[0], "failed job without a message");
 		for (int i = 0; i < 4096; i++) {
 			ck_assert_msg(itest_bytes(dst)[i] == 0,
 				      "an unauthenticated WRITE changed byte %d", i);
@@ -653,15 +653,15 @@ START_TEST(hostile_peers)
 	uint64_t t0 = itest_now_ms();
 	struct rdmax_event ev = itest_run_job(ca, &job, (int)bound_ms + 5000);
 	ck_assert_msg(in_set(ev.status, silent_ok, 2),
-		      "job to a silent peer completed with %s ('%s')", itest_err_name(ev.status),
-		      ev.message);
+		      "job to a silent peer completed with %s ('%s')", rdmax_err_name(ev.status),
+		      ev.reason);
 	ck_assert_msg(itest_now_ms() - t0 < bound_ms,
 		      "job to a silent peer took %" PRIu64 " ms to fail", itest_now_ms() - t0);
 	job = itest_job(2, RDMAX_OP_READ, src, 0, &desc, 0, 4096);
 	ev = itest_run_job(ca, &job, (int)bound_ms + 5000);
 	ck_assert_msg(in_set(ev.status, silent_ok, 2),
-		      "READ from a silent peer completed with %s ('%s')", itest_err_name(ev.status),
-		      ev.message);
+		      "READ from a silent peer completed with %s ('%s')", rdmax_err_name(ev.status),
+		      ev.reason);
 	close(silent);
 
 	/* Garbage: every connection gets 4 KiB of random bytes. */
@@ -681,7 +681,7 @@ START_TEST(hostile_peers)
 		ev = itest_run_job(ca, &job, (int)bound_ms + 5000);
 		ck_assert_msg(in_set(ev.status, garbage_ok, 2),
 			      "job to a peer speaking garbage completed with %s ('%s')",
-			      itest_err_name(ev.status), ev.message);
+			      rdmax_err_name(ev.status), ev.reason);
 		ck_assert_uint_lt(itest_now_ms() - t0, bound_ms);
 	}
 	kill(child, SIGKILL);

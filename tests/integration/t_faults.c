@@ -27,7 +27,7 @@ static void expect_ok(struct rdmax_client *c, const struct rdmax_job *job, int t
 	struct rdmax_event ev = itest_run_job(c, job, timeout_ms);
 
 	ck_assert_msg(ev.status == 0, "job %" PRIu64 " failed: %s ('%s')", job->id,
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	ck_assert_uint_eq(ev.bytes, job->length);
 }
 
@@ -50,9 +50,9 @@ static void check_each_once(const struct rdmax_event *evs, size_t got, const str
 		ck_assert_msg(ok(evs[i].status),
 			      "job %" PRIu64 " completed with %s ('%s'), "
 			      "expected %s",
-			      evs[i].job_id, itest_err_name(evs[i].status), evs[i].message,
+			      evs[i].job_id, rdmax_err_name(evs[i].status), evs[i].reason,
 			      expected);
-		ck_assert_msg(evs[i].status == 0 || evs[i].message[0],
+		ck_assert_msg(evs[i].status == 0 || evs[i].reason[0],
 			      "job %" PRIu64 " failed without a message", evs[i].job_id);
 	}
 	free(seen);
@@ -83,7 +83,7 @@ static int victim(const char *socket_path, const char *name, uint64_t size,
 	int ret = rdmax_region_register_fd(c, fd, 0, size, mem, RDMAX_ACCESS_REMOTE_READ, &region);
 	if (ret < 0) {
 		fprintf(stderr, "victim: rdmax_region_register_fd() failed: %s\n",
-			itest_err_name(ret));
+			rdmax_err_name(ret));
 		return 13;
 	}
 	if (rdmax_region_desc(region, &desc) < 0) {
@@ -384,7 +384,8 @@ START_TEST(sigterm_cancels_outstanding)
 		      ret > 0 ? ev.job_id : 0);
 	itest_assert_err(ret, RDMAX_E_DISCONNECTED);
 	struct rdmax_region *r = NULL;
-	itest_assert_err(rdmax_alloc_host(ca, 4096, RDMAX_ACCESS_LOCAL, &r), RDMAX_E_DISCONNECTED);
+	itest_assert_err(rdmax_region_alloc_host(ca, 4096, RDMAX_ACCESS_LOCAL, &r),
+			 RDMAX_E_DISCONNECTED);
 	itest_assert_err(rdmax_submit(ca, jobs, 1), RDMAX_E_DISCONNECTED);
 
 	rdmax_client_close(ca);

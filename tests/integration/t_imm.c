@@ -27,7 +27,7 @@ static struct rdmax_event wait_imm_event(struct rdmax_client *c, uint32_t imm, i
 		ck_assert_msg(now < deadline, "no IMM_REACHED for imm 0x%x within %d ms", imm,
 			      timeout_ms);
 		int got = rdmax_poll_events(c, &ev, 1, (int)(deadline - now));
-		ck_assert_msg(got >= 0, "rdmax_poll_events() failed: %s", itest_err_name(got));
+		ck_assert_msg(got >= 0, "rdmax_poll_events() failed: %s", rdmax_err_name(got));
 		if (got == 0) {
 			continue;
 		}
@@ -56,7 +56,7 @@ static void expect_ok_completions(struct rdmax_client *c, size_t n, const struct
 		ck_assert_msg(!seen[j], "job %" PRIu64 " completed twice", evs[i].job_id);
 		seen[j] = true;
 		ck_assert_msg(evs[i].status == 0, "imm WRITE %" PRIu64 " failed: %s ('%s')",
-			      evs[i].job_id, itest_err_name(evs[i].status), evs[i].message);
+			      evs[i].job_id, rdmax_err_name(evs[i].status), evs[i].reason);
 		ck_assert_uint_eq(evs[i].bytes, jobs[j].length);
 	}
 	free(evs);
@@ -104,7 +104,7 @@ START_TEST(imm_counts_whole_jobs)
 	itest_fill(itest_bytes(src), total, 11);
 
 	int ret = rdmax_expect_imm(recv, imm, n);
-	ck_assert_msg(ret == 0, "rdmax_expect_imm() failed: %s", itest_err_name(ret));
+	ck_assert_msg(ret == 0, "rdmax_expect_imm() failed: %s", rdmax_err_name(ret));
 	ret = rdmax_expect_imm(other, imm, 1);
 	itest_assert_err(ret, RDMAX_E_ALREADY_EXISTS);
 
@@ -152,7 +152,7 @@ START_TEST(imm_counts_whole_jobs)
 	expect_ok_completions(sender, late, jobs);
 	itest_assert_quiet(recv, 100);
 	ret = rdmax_expect_imm(recv, imm_late, late);
-	ck_assert_msg(ret == 0, "rdmax_expect_imm() failed: %s", itest_err_name(ret));
+	ck_assert_msg(ret == 0, "rdmax_expect_imm() failed: %s", rdmax_err_name(ret));
 	ev = wait_imm_event(recv, imm_late, 2000);
 	ck_assert_uint_eq(ev.count, late);
 	itest_assert_quiet(recv, ITEST_QUIET_MS);
@@ -166,7 +166,7 @@ START_TEST(imm_counts_whole_jobs)
 		itest_sleep_ms(20);
 	}
 	ck_assert_msg(ret == 0, "imm 0x%x still refused after its claimant left: %s", imm,
-		      itest_err_name(ret));
+		      rdmax_err_name(ret));
 	/* The departed client's region is gone: write into one of the new client's instead. */
 	struct rdmax_region *dst2 = itest_alloc(other, 2 * MiB, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_desc desc2 = itest_desc(dst2);

@@ -26,7 +26,7 @@ static void expect_ok(struct rdmax_client *c, const struct rdmax_job *job, uint6
 {
 	struct rdmax_event ev = itest_run_job(c, job, 60000);
 	ck_assert_msg(ev.status == 0, "job %" PRIu64 " (op %d) failed: %s ('%s')", job->id,
-		      (int)job->op, itest_err_name(ev.status), ev.message);
+		      (int)job->op, rdmax_err_name(ev.status), ev.reason);
 	ck_assert_uint_eq(ev.bytes, bytes);
 }
 
@@ -35,13 +35,13 @@ static void expect_job_status(struct rdmax_client *c, uint64_t id, int want)
 {
 	int ret = rdmax_wait_job(c, id, 60000);
 	ck_assert_msg(ret == want, "job %" PRIu64 ": got %s, expected %s%s", id,
-		      itest_err_name(ret), itest_err_name(want), itest_daemon_deaths());
+		      rdmax_err_name(ret), rdmax_err_name(want), itest_daemon_deaths());
 }
 
 static void expect_imm(struct rdmax_client *c, uint32_t imm)
 {
 	int ret = rdmax_wait_imm(c, imm, 60000);
-	ck_assert_msg(ret == 0, "imm 0x%x did not fire: %s%s", imm, itest_err_name(ret),
+	ck_assert_msg(ret == 0, "imm 0x%x did not fire: %s%s", imm, rdmax_err_name(ret),
 		      itest_daemon_deaths());
 }
 
@@ -98,9 +98,9 @@ START_TEST(jobs_paged_write_many_pages)
 	job.flags = RDMAX_JOB_IMM;
 	job.imm = IMM_PAGED;
 	job.u.paged.page_len = page;
-	job.u.paged.src = (struct rdmax_pages){
+	job.u.paged.local_pages = (struct rdmax_pages){
 		.offset = src_off, .stride = src_stride, .indices = si, .count = n};
-	job.u.paged.dst = (struct rdmax_pages){.indices = di, .count = n};
+	job.u.paged.remote_pages = (struct rdmax_pages){.indices = di, .count = n};
 	uint64_t t0 = itest_now_ms();
 	expect_ok(sender, &job, n * page);
 	fprintf(stderr,
@@ -119,12 +119,12 @@ START_TEST(jobs_paged_write_many_pages)
 	}
 	struct rdmax_job job2 = job;
 	job2.id = 2;
-	job2.u.paged.src =
+	job2.u.paged.local_pages =
 		(struct rdmax_pages){.offset = 0, .stride = page, .indices = si, .count = n};
 	for (size_t i = 0; i < n; i++) {
 		si[i] = (uint32_t)i;
 	}
-	job2.u.paged.dst = (struct rdmax_pages){.indices = run, .count = n};
+	job2.u.paged.remote_pages = (struct rdmax_pages){.indices = run, .count = n};
 	expect_ok(sender, &job2, n * page);
 	for (size_t i = 0; i < n; i++) {
 		memcpy(expect + (uint64_t)run[i] * page, itest_bytes(src) + i * page, page);
@@ -166,38 +166,38 @@ START_TEST(jobs_paged_write_errors)
 
 	struct rdmax_job job = itest_job(10, RDMAX_OP_PAGED_WRITE, src, 0, &desc, 0, 0);
 	job.u.paged.page_len = 4096;
-	job.u.paged.src = (struct rdmax_pages){.indices = ok, .count = 3};
-	job.u.paged.dst = (struct rdmax_pages){.indices = dup, .count = 3};
+	job.u.paged.local_pages = (struct rdmax_pages){.indices = ok, .count = 3};
+	job.u.paged.remote_pages = (struct rdmax_pages){.indices = dup, .count = 3};
 	itest_expect_job_error(ca, &job, RDMAX_E_INVALID_ARGUMENT, ITEST_WAIT_MS);
 	/* The same job again, to read its message. */
 	job.id = 11;
 	ck_assert_int_eq(rdmax_submit(ca, &job, 1), 0);
 	ck_assert_uint_eq(itest_collect(ca, &ev, 1, ITEST_WAIT_MS, NULL), 1);
 	ck_assert_msg(
-		strstr(ev.message, "destination page 5 is listed twice (list entries 0 and 2)"),
-		"message: '%s'", ev.message);
+		strstr(ev.reason, "destination page 5 is listed twice (list entries 0 and 2)"),
+		"message: '%s'", ev.reason);
 
 	job.id = 12;
-	job.u.paged.dst.indices = far;
+	job.u.paged.remote_pages.indices = far;
 	ck_assert_int_eq(rdmax_submit(ca, &job, 1), 0);
 	ck_assert_uint_eq(itest_collect(ca, &ev, 1, ITEST_WAIT_MS, NULL), 1);
 	itest_assert_err(ev.status, RDMAX_E_OUT_OF_RANGE);
-	ck_assert_msg(strstr(ev.message, "destination page 16 (list entry 2)"), "message: '%s'",
-		      ev.message);
+	ck_assert_msg(strstr(ev.reason, "destination page 16 (list entry 2)"), "message: '%s'",
+		      ev.reason);
 
 	job.id = 13;
-	job.u.paged.dst = (struct rdmax_pages){.indices = ok, .count = 2};
+	job.u.paged.remote_pages = (struct rdmax_pages){.indices = ok, .count = 2};
 	ck_assert_int_eq(rdmax_submit(ca, &job, 1), 0);
 	ck_assert_uint_eq(itest_collect(ca, &ev, 1, ITEST_WAIT_MS, NULL), 1);
 	itest_assert_err(ev.status, RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_msg(strstr(ev.message, "3 pages but the destination list has 2"), "message: '%s'",
-		      ev.message);
+	ck_assert_msg(strstr(ev.reason, "3 pages but the destination list has 2"), "message: '%s'",
+		      ev.reason);
 
 	job.id = 14;
-	job.u.paged.dst = (struct rdmax_pages){.indices = ok, .count = 3, .stride = 100};
+	job.u.paged.remote_pages = (struct rdmax_pages){.indices = ok, .count = 3, .stride = 100};
 	itest_expect_job_error(ca, &job, RDMAX_E_INVALID_ARGUMENT, ITEST_WAIT_MS);
 	job.id = 15;
-	job.u.paged.dst.stride = 0;
+	job.u.paged.remote_pages.stride = 0;
 	job.u.paged.page_len = 0;
 	itest_expect_job_error(ca, &job, RDMAX_E_INVALID_ARGUMENT, ITEST_WAIT_MS);
 
@@ -426,7 +426,7 @@ START_TEST(jobs_barrier_checks_region)
 	struct rdmax_desc d_gone = itest_desc(gone), d_ro = itest_desc(ro), d_ok = itest_desc(ok);
 	const uint32_t imm = IMM_BARRIER + 40;
 
-	ck_assert_int_eq(rdmax_region_deregister(cb, gone), 0);
+	ck_assert_int_eq(rdmax_region_free(cb, gone), 0);
 	ck_assert_int_eq(rdmax_expect_imm(cb, imm, 1), 0);
 	struct rdmax_job job = itest_job(1, RDMAX_OP_BARRIER, NULL, 0, NULL, 0, 0);
 	job.imm = imm;
@@ -443,7 +443,7 @@ START_TEST(jobs_barrier_checks_region)
 	job.id = 3;
 	job.u.barrier.remotes = &d_ok;
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "barrier to a good region failed: %s", ev.message);
+	ck_assert_msg(ev.status == 0, "barrier to a good region failed: %s", ev.reason);
 	expect_imm(cb, imm);
 	itest_assert_quiet(cb, 50);
 
@@ -515,7 +515,7 @@ START_TEST(jobs_mailbox_round_trip)
 		memset(got, 0, sizeof(got));
 		int n = rdmax_mailbox_recv(cb, "decode.ctl", got, sizeof(got), from, ITEST_WAIT_MS);
 		ck_assert_msg(n == (int)sizes[i], "message %zu: %s (%d bytes), expected %zu", i,
-			      itest_err_name(n < 0 ? n : 0), n, sizes[i]);
+			      rdmax_err_name(n < 0 ? n : 0), n, sizes[i]);
 		itest_assert_mem_eq(got, big + i, sizes[i], "message payload");
 		ck_assert_str_eq(from, "alpha");
 	}
@@ -524,7 +524,7 @@ START_TEST(jobs_mailbox_round_trip)
 	expect_ok(cb, &reply, 13);
 	ck_assert_int_eq(rdmax_poll_events(ca, &ev, 1, ITEST_WAIT_MS), 1);
 	ck_assert_int_eq(ev.type, RDMAX_EVENT_MESSAGE);
-	ck_assert_str_eq(ev.message, "prefill.ctl");
+	ck_assert_str_eq(ev.mailbox, "prefill.ctl");
 	ck_assert_str_eq(ev.from_node, "beta");
 	ck_assert_uint_eq(ev.bytes, 13);
 	ck_assert_mem_eq(ev.payload, "layer 7 ready", 13);
@@ -536,8 +536,8 @@ START_TEST(jobs_mailbox_round_trip)
 	ck_assert_int_eq(rdmax_submit(cb2, &lost, 1), 0);
 	ck_assert_uint_eq(itest_collect(cb2, &ev, 1, ITEST_WAIT_MS, NULL), 1);
 	itest_assert_err(ev.status, RDMAX_E_NOT_FOUND);
-	ck_assert_msg(strstr(ev.message, "no mailbox 'nobody' is open on node 'beta'"),
-		      "message: '%s'", ev.message);
+	ck_assert_msg(strstr(ev.reason, "no mailbox 'nobody' is open on node 'beta'"),
+		      "message: '%s'", ev.reason);
 	/* Same node, existing mailbox: delivered locally. */
 	struct rdmax_job local = send_job(32, &node_b, "decode.ctl", "local", 5);
 	expect_ok(cb2, &local, 5);
@@ -601,8 +601,8 @@ START_TEST(jobs_deadline_cancel_progress)
 	/* Deadlines, on two kinds. */
 	struct rdmax_job paged = itest_job(2, RDMAX_OP_PAGED_WRITE, src, 0, &desc, 0, 0);
 	paged.u.paged.page_len = 4096;
-	paged.u.paged.src = (struct rdmax_pages){.indices = pages, .count = 64};
-	paged.u.paged.dst = (struct rdmax_pages){.indices = pages, .count = 64};
+	paged.u.paged.local_pages = (struct rdmax_pages){.indices = pages, .count = 64};
+	paged.u.paged.remote_pages = (struct rdmax_pages){.indices = pages, .count = 64};
 	paged.deadline_ms = 300;
 	struct rdmax_job barrier = itest_job(3, RDMAX_OP_BARRIER, NULL, 0, NULL, 0, 0);
 	barrier.imm = 77;
@@ -682,8 +682,8 @@ START_TEST(jobs_mixed_batch)
 	jobs[0] = itest_job(1, RDMAX_OP_WRITE, src, 0, &desc, 0, 16 * KiB);
 	jobs[1] = itest_job(2, RDMAX_OP_PAGED_WRITE, src, 0, &desc, 0, 0);
 	jobs[1].u.paged.page_len = 4096;
-	jobs[1].u.paged.src = (struct rdmax_pages){.indices = si, .count = 4};
-	jobs[1].u.paged.dst = (struct rdmax_pages){.indices = di, .count = 4};
+	jobs[1].u.paged.local_pages = (struct rdmax_pages){.indices = si, .count = 4};
+	jobs[1].u.paged.remote_pages = (struct rdmax_pages){.indices = di, .count = 4};
 	jobs[2] = itest_job(3, RDMAX_OP_SCATTER, src, 0, NULL, 0, 0);
 	jobs[2].u.scatter.dests = sd;
 	jobs[2].u.scatter.count = 2;
@@ -713,7 +713,7 @@ START_TEST(jobs_mixed_batch)
 		uint64_t k = ev[i].job_id - 1;
 		ck_assert_uint_lt(k, 6);
 		ck_assert_msg(ev[i].status == 0, "job %" PRIu64 " failed: %s ('%s')", ev[i].job_id,
-			      itest_err_name(ev[i].status), ev[i].message);
+			      rdmax_err_name(ev[i].status), ev[i].reason);
 		ck_assert_uint_eq(ev[i].bytes, bytes[k]);
 	}
 	expect_imm(cb, IMM_MIXED);

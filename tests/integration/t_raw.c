@@ -30,7 +30,7 @@ static void assert_serves(struct itest_daemon *d)
 	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &desc, 0, 8192);
 	struct rdmax_event ev = itest_run_job(c, &job, ITEST_WAIT_MS);
 	ck_assert_msg(ev.status == 0, "daemon no longer moves bytes after abuse: %s ('%s')",
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 8192, "WRITE after abuse");
 	rdmax_client_close(c);
 }
@@ -104,7 +104,7 @@ static uint64_t expect_region(int fd, uint64_t seq, uint8_t *desc, size_t *desc_
 	ck_assert_msg(m != NULL, "no reply to RegisterRegion (%s)", closed ? "closed" : "timeout");
 	if (m->body_case == RDMAX__V1__DAEMON_MSG__BODY_ERROR) {
 		ck_abort_msg("RegisterRegion refused: %s ('%s')",
-			     itest_err_name(raw_err_from_status((int)m->error->status)),
+			     rdmax_err_name(raw_err_from_status((int)m->error->status)),
 			     m->error->message ? m->error->message : "");
 	}
 	ck_assert_int_eq(m->body_case, RDMAX__V1__DAEMON_MSG__BODY_REGION);
@@ -452,7 +452,7 @@ START_TEST(bad_register)
 	int status = raw_recv_status(fd, 19);
 	ck_assert_msg(status == RDMAX_E_GPU_NEEDS_RDMA || status == RDMAX_E_GPU_NO_DMABUF ||
 			      status == RDMAX_E_INVALID_ARGUMENT,
-		      "GPU_DMABUF region from a memfd: %s", itest_err_name(status));
+		      "GPU_DMABUF region from a memfd: %s", rdmax_err_name(status));
 
 	/* Remote write access to memory the client only let the daemon read. */
 	char path[64];
@@ -550,7 +550,7 @@ START_TEST(bad_jobs)
 	send_jobs(fd, 4, ptrs, 1);
 	int status = raw_wait_completion(fd, 100, ITEST_WAIT_MS);
 	ck_assert_msg(status == 0 || status == RDMAX_E_UNIMPLEMENTED,
-		      "PAGED_WRITE completed with %s", itest_err_name(status));
+		      "PAGED_WRITE completed with %s", rdmax_err_name(status));
 	if (status == 0) {
 		itest_assert_mem_eq(mem + 32768, mem, 8192, "PAGED_WRITE by the raw client");
 	}
@@ -566,7 +566,7 @@ START_TEST(bad_jobs)
 	/* Nobody opened mailbox "itest". */
 	status = raw_wait_completion(fd, 101, ITEST_WAIT_MS);
 	ck_assert_msg(status == RDMAX_E_NOT_FOUND || status == RDMAX_E_UNIMPLEMENTED,
-		      "SEND to a mailbox nobody opened completed with %s", itest_err_name(status));
+		      "SEND to a mailbox nobody opened completed with %s", rdmax_err_name(status));
 
 	/* A job without a kind. */
 	jobs[0].job_id = 102;
@@ -614,13 +614,13 @@ START_TEST(bad_jobs)
 	send_simple(fd, 11, RDMAX__V1__CLIENT_MSG__BODY_POOL_ALLOC, &pa);
 	status = raw_recv_status(fd, 11);
 	ck_assert_msg(status == RDMAX_E_NOT_FOUND || status == RDMAX_E_UNIMPLEMENTED,
-		      "PoolAlloc from a pool that does not exist: %s", itest_err_name(status));
+		      "PoolAlloc from a pool that does not exist: %s", rdmax_err_name(status));
 	Rdmax__V1__PeerGroupDestroy pgd = RDMAX__V1__PEER_GROUP_DESTROY__INIT;
 	pgd.peer_group = 777;
 	send_simple(fd, 12, RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_DESTROY, &pgd);
 	status = raw_recv_status(fd, 12);
 	ck_assert_msg(status == RDMAX_E_NOT_FOUND || status == RDMAX_E_UNIMPLEMENTED,
-		      "PeerGroupDestroy of an unknown group: %s", itest_err_name(status));
+		      "PeerGroupDestroy of an unknown group: %s", rdmax_err_name(status));
 	Rdmax__V1__PeerGroupCreate pg = RDMAX__V1__PEER_GROUP_CREATE__INIT;
 	ProtobufCBinaryData bad_desc = {.len = sizeof(junk), .data = junk};
 	pg.n_remote_descs = 1;
@@ -628,20 +628,20 @@ START_TEST(bad_jobs)
 	send_simple(fd, 13, RDMAX__V1__CLIENT_MSG__BODY_PEER_GROUP_CREATE, &pg);
 	status = raw_recv_status(fd, 13);
 	ck_assert_msg(status == RDMAX_E_INVALID_ARGUMENT || status == RDMAX_E_UNIMPLEMENTED,
-		      "PeerGroupCreate with a garbage descriptor: %s", itest_err_name(status));
+		      "PeerGroupCreate with a garbage descriptor: %s", rdmax_err_name(status));
 	Rdmax__V1__MailboxOpen mo = RDMAX__V1__MAILBOX_OPEN__INIT;
 	mo.name = "bad name\x01";
 	send_simple(fd, 14, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN, &mo);
 	status = raw_recv_status(fd, 14);
 	ck_assert_msg(status == RDMAX_E_INVALID_ARGUMENT || status == RDMAX_E_UNIMPLEMENTED,
 		      "MailboxOpen with a control character in the name: %s",
-		      itest_err_name(status));
+		      rdmax_err_name(status));
 	Rdmax__V1__MailboxClose mc = RDMAX__V1__MAILBOX_CLOSE__INIT;
 	mc.name = "never-opened";
 	send_simple(fd, 15, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE, &mc);
 	status = raw_recv_status(fd, 15);
 	ck_assert_msg(status == RDMAX_E_NOT_FOUND || status == RDMAX_E_UNIMPLEMENTED,
-		      "MailboxClose of a mailbox never opened: %s", itest_err_name(status));
+		      "MailboxClose of a mailbox never opened: %s", rdmax_err_name(status));
 
 	/* Cancel and status of a job that is not in flight. */
 	Rdmax__V1__Cancel cancel = RDMAX__V1__CANCEL__INIT;

@@ -75,7 +75,7 @@ static void expect_each_once(struct rdmax_client *c, uint64_t base, size_t n, co
 		ck_assert_msg(!seen[k], "job %" PRIu64 " completed twice", ev[i].job_id);
 		seen[k] = 1;
 		ck_assert_msg(ev[i].status == 0, "job %" PRIu64 ": %s ('%s')", ev[i].job_id,
-			      itest_err_name(ev[i].status), ev[i].message);
+			      rdmax_err_name(ev[i].status), ev[i].reason);
 		ck_assert_uint_eq(ev[i].bytes, len[k]);
 	}
 	itest_assert_quiet(c, ITEST_QUIET_MS);
@@ -123,14 +123,14 @@ START_TEST(ring_jobs_byte_exact)
 			continue;
 		}
 		int got = rdmax_poll_events(t.c, ev, 64, ITEST_WAIT_MS);
-		ck_assert_msg(got > 0, "waiting for completions: %s", itest_err_name(got));
+		ck_assert_msg(got > 0, "waiting for completions: %s", rdmax_err_name(got));
 		for (int i = 0; i < got; i++) {
 			uint64_t s = ev[i].job_id - 1000;
 			ck_assert_int_eq(ev[i].type, RDMAX_EVENT_COMPLETION);
 			ck_assert_msg(s < sent && !seen[s], "job %" PRIu64 " unknown or repeated",
 				      ev[i].job_id);
 			seen[s] = 1;
-			ck_assert_msg(ev[i].status == 0, "%s", ev[i].message);
+			ck_assert_msg(ev[i].status == 0, "%s", ev[i].reason);
 			ck_assert_uint_eq(ev[i].bytes, len[s]);
 			done++;
 		}
@@ -225,9 +225,9 @@ START_TEST(ring_and_socket_in_order)
 			jobs[i].local = t.src;
 			jobs[i].remote = &t.desc;
 			jobs[i].u.paged.page_len = 8;
-			jobs[i].u.paged.src = (struct rdmax_pages){
+			jobs[i].u.paged.local_pages = (struct rdmax_pages){
 				.offset = i * SLOT, .indices = src_pages, .count = 512};
-			jobs[i].u.paged.dst = (struct rdmax_pages){
+			jobs[i].u.paged.remote_pages = (struct rdmax_pages){
 				.offset = i * SLOT, .indices = dst_pages, .count = 512};
 			len[i] = 512 * 8;
 		} else {
@@ -299,7 +299,7 @@ START_TEST(ring_client_dies_in_flight)
 		struct rdmax_region *src;
 		if (rdmax_client_open(t.a->socket_path, "itest-ring-victim", &c) < 0 ||
 		    rdmax_client_uses_ring(c) != 1 ||
-		    rdmax_alloc_host(c, 1 * MiB, RDMAX_ACCESS_LOCAL, &src) < 0) {
+		    rdmax_region_alloc_host(c, 1 * MiB, RDMAX_ACCESS_LOCAL, &src) < 0) {
 			_exit(2);
 		}
 		for (uint64_t id = 1; id <= 64; id++) {

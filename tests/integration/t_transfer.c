@@ -54,9 +54,9 @@ static void guard_check(struct guard *g, const uint8_t *base, const char *what)
 
 static void dereg(struct rdmax_client *c, struct rdmax_region *r)
 {
-	int ret = rdmax_region_deregister(c, r);
+	int ret = rdmax_region_free(c, r);
 
-	ck_assert_msg(ret == 0, "rdmax_region_deregister() failed: %s", itest_err_name(ret));
+	ck_assert_msg(ret == 0, "rdmax_region_free() failed: %s", rdmax_err_name(ret));
 }
 
 /* One WRITE a->b and one READ b->a of `len` bytes at odd offsets, checked byte for byte. */
@@ -80,7 +80,7 @@ static void write_then_read(struct rdmax_client *ca, struct rdmax_client *cb, ui
 	struct rdmax_job job = itest_job(100 + k, RDMAX_OP_WRITE, src, loff, &desc, roff, len);
 	struct rdmax_event ev = itest_run_job(ca, &job, 60000);
 	ck_assert_msg(ev.status == 0, "WRITE of %" PRIu64 " bytes failed: %s ('%s')", len,
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	ck_assert_msg(ev.bytes == len, "WRITE of %" PRIu64 " bytes reported %" PRIu64 " bytes", len,
 		      ev.bytes);
 	snprintf(what, sizeof(what), "WRITE of %" PRIu64 " bytes", len);
@@ -100,7 +100,7 @@ static void write_then_read(struct rdmax_client *ca, struct rdmax_client *cb, ui
 	job = itest_job(200 + k, RDMAX_OP_READ, sink, loff2, &desc, roff2, len);
 	ev = itest_run_job(ca, &job, 60000);
 	ck_assert_msg(ev.status == 0, "READ of %" PRIu64 " bytes failed: %s ('%s')", len,
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	ck_assert_msg(ev.bytes == len, "READ of %" PRIu64 " bytes reported %" PRIu64 " bytes", len,
 		      ev.bytes);
 	snprintf(what, sizeof(what), "READ of %" PRIu64 " bytes", len);
@@ -179,7 +179,7 @@ START_TEST(write_read_batched)
 		ck_assert_msg(!seen[slot], "job %" PRIu64 " completed twice", id);
 		seen[slot] = true;
 		ck_assert_msg(evs[i].status == 0, "job %" PRIu64 " failed: %s ('%s')", id,
-			      itest_err_name(evs[i].status), evs[i].message);
+			      rdmax_err_name(evs[i].status), evs[i].reason);
 		ck_assert_uint_eq(evs[i].bytes, jobs[slot].length);
 	}
 	itest_assert_quiet(ca, ITEST_QUIET_MS);
@@ -230,7 +230,7 @@ START_TEST(same_node_copy)
 	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 100, &desc, 777, len);
 	struct rdmax_event ev = itest_run_job(c1, &job, ITEST_WAIT_MS);
 	ck_assert_msg(ev.status == 0, "same-node WRITE failed: %s ('%s')",
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	ck_assert_uint_eq(ev.bytes, len);
 	itest_assert_mem_eq(t + 777, s + 100, len, "same-node WRITE");
 	guard_check(&g, t, "same-node WRITE");
@@ -243,8 +243,8 @@ START_TEST(same_node_copy)
 	g = guard_take(r, rdmax_region_length(sink), 3, len);
 	job = itest_job(2, RDMAX_OP_READ, sink, 3, &desc, 4096, len);
 	ev = itest_run_job(c1, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "same-node READ failed: %s ('%s')", itest_err_name(ev.status),
-		      ev.message);
+	ck_assert_msg(ev.status == 0, "same-node READ failed: %s ('%s')", rdmax_err_name(ev.status),
+		      ev.reason);
 	ck_assert_uint_eq(ev.bytes, len);
 	itest_assert_mem_eq(r + 3, t + 4096, len, "same-node READ");
 	guard_check(&g, r, "same-node READ");
@@ -323,8 +323,8 @@ START_TEST(dereg_waits_for_job)
 	/* Connect first, so that the write below is queued on a live connection. */
 	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &desc, 0, 4096);
 	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "warm-up WRITE failed: %s ('%s')", itest_err_name(ev.status),
-		      ev.message);
+	ck_assert_msg(ev.status == 0, "warm-up WRITE failed: %s ('%s')", rdmax_err_name(ev.status),
+		      ev.reason);
 
 	itest_daemon_pause(b);
 	pid_t parent = getpid(), helper = fork();
@@ -338,9 +338,9 @@ START_TEST(dereg_waits_for_job)
 	job = itest_job(2, RDMAX_OP_WRITE, src, 0, &desc, 0, len);
 	ck_assert_int_eq(rdmax_submit(ca, &job, 1), 0);
 	uint64_t t0 = itest_now_ms();
-	int ret = rdmax_region_deregister(ca, src);
+	int ret = rdmax_region_free(ca, src);
 	uint64_t took = itest_now_ms() - t0;
-	ck_assert_msg(ret == 0, "rdmax_region_deregister() failed: %s", itest_err_name(ret));
+	ck_assert_msg(ret == 0, "rdmax_region_free() failed: %s", rdmax_err_name(ret));
 	ck_assert_msg(took >= RESUME_MS - 200,
 		      "deregistration returned after %" PRIu64 " ms while the job using the "
 		      "region was stuck on a stopped peer for %d ms",
@@ -353,7 +353,7 @@ START_TEST(dereg_waits_for_job)
 	ck_assert_uint_eq(itest_collect(ca, &done, 1, 30000, NULL), 1);
 	ck_assert_uint_eq(done.job_id, 2);
 	ck_assert_msg(done.status == 0, "the write whose source was deregistered failed: %s ('%s')",
-		      itest_err_name(done.status), done.message);
+		      rdmax_err_name(done.status), done.reason);
 	ck_assert_uint_eq(done.bytes, len);
 	itest_assert_quiet(ca, ITEST_QUIET_MS);
 
@@ -409,7 +409,7 @@ START_TEST(dereg_target_during_write)
 	ck_assert_uint_eq(ev.job_id, 2);
 	ck_assert_msg(ev.status == 0 || ev.status == RDMAX_E_NOT_FOUND,
 		      "write into a region deregistered meanwhile completed with %s ('%s')",
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	ck_assert_uint_eq(ev.bytes, ev.status == 0 ? len : ev.bytes);
 	ck_assert_uint_le(ev.bytes, len);
 	itest_assert_quiet(ca, ITEST_QUIET_MS);
@@ -420,7 +420,7 @@ START_TEST(dereg_target_during_write)
 	job = itest_job(3, RDMAX_OP_WRITE, src, 0, &desc2, 0, MiB);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
 	ck_assert_msg(ev.status == 0, "WRITE after the deregistration failed: %s ('%s')",
-		      itest_err_name(ev.status), ev.message);
+		      rdmax_err_name(ev.status), ev.reason);
 	itest_assert_mem_eq(itest_bytes(dst2), itest_bytes(src), MiB, "WRITE to a new target");
 	/* And the old descriptor is stale now. */
 	job = itest_job(4, RDMAX_OP_WRITE, src, 0, &desc, 0, 4096);

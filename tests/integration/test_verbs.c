@@ -97,29 +97,29 @@ START_TEST(verbs_nic_refuses_access)
 	/* Warm: the connection is up, so the refusals below come from the NIC. */
 	job = itest_job(1, RDMAX_OP_WRITE, src, 0, &drw, 0, 64 * KiB);
 	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "warm-up write failed: %s", ev.message);
+	ck_assert_msg(ev.status == 0, "warm-up write failed: %s", ev.reason);
 
 	/* The descriptor claims nothing it lacks: the library and the engine let it pass. */
 	job = itest_job(2, RDMAX_OP_WRITE, src, 0, &dro, 0, 4096);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
 	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
-	ck_assert_msg(strstr(ev.message, "RDMA WRITE"), "message: %s", ev.message);
+	ck_assert_msg(strstr(ev.reason, "RDMA WRITE"), "message: %s", ev.reason);
 	for (size_t i = 0; i < 64 * KiB; i++) {
 		ck_assert_msg(itest_bytes(ro)[i] == 0x5a, "refused write changed byte %zu", i);
 	}
 	/* The broken connection is replaced: the next job works. */
 	job = itest_job(3, RDMAX_OP_WRITE, src, 0, &drw, 0, 64 * KiB);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "write after a refusal failed: %s", ev.message);
+	ck_assert_msg(ev.status == 0, "write after a refusal failed: %s", ev.reason);
 	itest_assert_mem_eq(itest_bytes(rw), itest_bytes(src), 64 * KiB, "write after refusal");
 
 	job = itest_job(4, RDMAX_OP_READ, src, 0, &dwo, 0, 4096);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
 	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
-	ck_assert_msg(strstr(ev.message, "RDMA READ"), "message: %s", ev.message);
+	ck_assert_msg(strstr(ev.reason, "RDMA READ"), "message: %s", ev.reason);
 	job = itest_job(5, RDMAX_OP_READ, src, 0, &drw, 0, 64 * KiB);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "read after a refusal failed: %s", ev.message);
+	ck_assert_msg(ev.status == 0, "read after a refusal failed: %s", ev.reason);
 
 	itest_assert_quiet(ca, 100);
 	rdmax_client_close(ca);
@@ -154,7 +154,7 @@ START_TEST(verbs_wrong_key_refused_at_connect)
 	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
 	uint64_t took = itest_now_ms() - t0;
 	itest_assert_err(ev.status, RDMAX_E_PERMISSION_DENIED);
-	ck_assert_msg(strstr(ev.message, "authentication"), "message: %s", ev.message);
+	ck_assert_msg(strstr(ev.reason, "authentication"), "message: %s", ev.reason);
 	/* Five retries with backoff would take seconds: an application reject is final. */
 	ck_assert_msg(took < 3000, "refusal took %" PRIu64 " ms", took);
 	for (int i = 0; i < 4096; i++) {
@@ -197,13 +197,13 @@ START_TEST(verbs_deadline_cancel_progress)
 	/* Warm: the connection is up before the timed jobs. */
 	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &desc, 0, 4096);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "warm-up write failed: %s", ev.message);
+	ck_assert_msg(ev.status == 0, "warm-up write failed: %s", ev.reason);
 
 	job = itest_job(2, RDMAX_OP_WRITE, src, 0, &desc, 0, big);
 	job.deadline_ms = 1;
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
 	itest_assert_err(ev.status, RDMAX_E_TIMEOUT);
-	ck_assert_msg(strstr(ev.message, "deadline"), "message: %s", ev.message);
+	ck_assert_msg(strstr(ev.reason, "deadline"), "message: %s", ev.reason);
 
 	job = itest_job(3, RDMAX_OP_WRITE, src, 0, &desc, 0, big);
 	ck_assert_int_eq(rdmax_submit(ca, &job, 1), 0);
@@ -219,7 +219,7 @@ START_TEST(verbs_deadline_cancel_progress)
 	itest_assert_quiet(ca, 1500);
 	job = itest_job(4, RDMAX_OP_WRITE, src, 0, &desc, 0, 1 * MiB);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "write after deadline and cancel failed: %s", ev.message);
+	ck_assert_msg(ev.status == 0, "write after deadline and cancel failed: %s", ev.reason);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 1 * MiB, "write after cancel");
 
 	rdmax_client_close(ca);
@@ -337,7 +337,7 @@ static void rail_writes(struct rdmax_client *c, struct rdmax_region *src,
 	ck_assert_uint_eq(got, count);
 	for (size_t i = 0; i < count; i++) {
 		ck_assert_msg(ev[i].status == 0, "job %" PRIu64 " failed: %s (%s)", ev[i].job_id,
-			      itest_err_name(ev[i].status), ev[i].message);
+			      rdmax_err_name(ev[i].status), ev[i].reason);
 		ck_assert(ev[i].job_id >= first_id && ev[i].job_id < first_id + count);
 		ck_assert_msg(!seen[ev[i].job_id - first_id], "job %" PRIu64 " completed twice",
 			      ev[i].job_id);
@@ -409,7 +409,7 @@ START_TEST(verbs_rails_stripe_pin_failover)
 	tx0 = tx_bytes(net0);
 	tx1 = tx_bytes(net1);
 	struct rdmax_event sev = itest_run_job(ca, &sj, ITEST_WAIT_MS);
-	ck_assert_msg(sev.status == 0, "scatter failed: %s", sev.message);
+	ck_assert_msg(sev.status == 0, "scatter failed: %s", sev.reason);
 	d0 = tx_bytes(net0) - tx0;
 	d1 = tx_bytes(net1) - tx1;
 	for (size_t i = 0; i < 8; i++) {
@@ -439,7 +439,7 @@ START_TEST(verbs_rails_stripe_pin_failover)
 	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, nsrc, 0, &desc, 0, 4096);
 	struct rdmax_event ev = itest_run_job(cn, &job, ITEST_WAIT_MS);
 	itest_assert_err(ev.status, RDMAX_E_UNREACHABLE);
-	ck_assert_msg(strstr(ev.message, "pinned"), "message: %s", ev.message);
+	ck_assert_msg(strstr(ev.reason, "pinned"), "message: %s", ev.reason);
 	rdmax_client_close(cn);
 
 	/*
@@ -460,7 +460,7 @@ START_TEST(verbs_rails_stripe_pin_failover)
 	job = itest_job(5000, RDMAX_OP_READ, src, 0, &desc, 0, 4 * size);
 	memset(itest_bytes(src), 0, 4 * size);
 	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "read after the failure: %s", ev.message);
+	ck_assert_msg(ev.status == 0, "read after the failure: %s", ev.reason);
 	itest_assert_mem_eq(itest_bytes(src), itest_bytes(dst), 4 * size, "read after failure");
 
 	set_link("up");

@@ -804,7 +804,7 @@ START_TEST(test_alloc_host_queues_events)
 	fake_start(&f, serve_alloc);
 	struct rdmax_client *c = open_client(&f);
 
-	ck_assert_int_eq(rdmax_alloc_host(c, 5000, RDMAX_ACCESS_REMOTE_WRITE, &region), 0);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 5000, RDMAX_ACCESS_REMOTE_WRITE, &region), 0);
 	ck_assert_ptr_nonnull(region);
 	ck_assert_uint_eq(rdmax_region_length(region), (5000 + page - 1) / page * page);
 	ck_assert_uint_eq(rdmax_region_id(region), 1);
@@ -814,7 +814,7 @@ START_TEST(test_alloc_host_queues_events)
 	ck_assert_int_eq(rdmax_desc_import(d.bytes, d.len, &d), 0);
 
 	int64_t t0 = ms_now();
-	ck_assert_int_eq(rdmax_region_deregister(c, region), 0);
+	ck_assert_int_eq(rdmax_region_free(c, region), 0);
 	ck_assert_int_ge(ms_now() - t0, 40);
 
 	/* Everything that arrived while waiting for replies, in order. */
@@ -950,7 +950,7 @@ START_TEST(test_submit_encoding_and_wait)
 	fake_init(&f);
 	fake_start(&f, serve_submit);
 	struct rdmax_client *c = open_client(&f);
-	ck_assert_int_eq(rdmax_alloc_host(c, 8192, RDMAX_ACCESS_LOCAL, &region), 0);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 8192, RDMAX_ACCESS_LOCAL, &region), 0);
 	size_t dlen = make_desc(buf, 1, 1, 99, 32);
 	ck_assert_int_eq(rdmax_desc_import(buf, dlen, &remote), 0);
 
@@ -984,15 +984,15 @@ START_TEST(test_submit_encoding_and_wait)
 	ck_assert_int_eq(ev[0].type, RDMAX_EVENT_COMPLETION);
 	ck_assert_uint_eq(ev[0].job_id, 2);
 	ck_assert_int_eq(ev[0].status, RDMAX_E_REMOTE_ACCESS);
-	ck_assert_uint_eq(strlen(ev[0].message), RDMAX_MESSAGE_MAX - 1);
-	ck_assert_int_eq(ev[0].message[0], 'x');
+	ck_assert_uint_eq(strlen(ev[0].reason), RDMAX_MESSAGE_MAX - 1);
+	ck_assert_int_eq(ev[0].reason[0], 'x');
 	ck_assert_int_eq(ev[1].type, RDMAX_EVENT_IMM_REACHED);
 	ck_assert_uint_eq(ev[1].imm, 9);
 	ck_assert_uint_eq(ev[1].count, 3);
 	/* Consumed and no longer outstanding: nothing to wait for. */
 	ck_assert_int_eq(rdmax_wait_job(c, 2, 1000), RDMAX_E_NOT_FOUND);
 	ck_assert_int_eq(rdmax_wait_job(c, 1, 1000), RDMAX_E_NOT_FOUND);
-	ck_assert_int_eq(rdmax_region_deregister(c, region), 0);
+	ck_assert_int_eq(rdmax_region_free(c, region), 0);
 	rdmax_client_close(c);
 	fake_stop(&f);
 
@@ -1045,7 +1045,7 @@ START_TEST(test_submit_refused_locally)
 	f.max_outstanding_jobs = 6;
 	fake_start(&f, serve_default);
 	struct rdmax_client *c = open_client(&f);
-	ck_assert_int_eq(rdmax_alloc_host(c, 4096, 0, &region), 0);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, 0, &region), 0);
 	ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 5, 0), &small), 0);
 	ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 5, 900), &big), 0);
 
@@ -1057,7 +1057,7 @@ START_TEST(test_submit_refused_locally)
 	/* Other kinds whose fields cannot be encoded: a page list without indices, no mailbox. */
 	j.op = RDMAX_OP_PAGED_WRITE;
 	j.u.paged.page_len = 4096;
-	j.u.paged.src.count = j.u.paged.dst.count = 1;
+	j.u.paged.local_pages.count = j.u.paged.remote_pages.count = 1;
 	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
 	j = ok;
 	j.op = RDMAX_OP_SEND;
@@ -1152,7 +1152,7 @@ START_TEST(test_submit_refused_by_daemon)
 	fake_init(&f);
 	fake_start(&f, serve_refuse);
 	struct rdmax_client *c = open_client(&f);
-	ck_assert_int_eq(rdmax_alloc_host(c, 4096, 0, &region), 0);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, 0, &region), 0);
 	ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 5, 0), &remote), 0);
 	struct rdmax_job j = {
 		.op = RDMAX_OP_WRITE, .local = region, .length = 1, .remote = &remote};
@@ -1173,7 +1173,7 @@ START_TEST(test_submit_refused_by_daemon)
 	ck_assert_int_eq(rdmax_poll_events(c, ev, 4, 0), 1);
 	ck_assert_uint_eq(ev[0].job_id, 2);
 	ck_assert_int_eq(ev[0].status, RDMAX_E_RESOURCE_EXHAUSTED);
-	ck_assert_str_eq(ev[0].message, "queue full");
+	ck_assert_str_eq(ev[0].reason, "queue full");
 	rdmax_client_close(c);
 	fake_stop(&f);
 	fake_cleanup(&f);
@@ -1235,7 +1235,7 @@ START_TEST(test_timeouts)
 	fake_init(&f);
 	fake_start(&f, serve_default);
 	struct rdmax_client *c = open_client(&f);
-	ck_assert_int_eq(rdmax_alloc_host(c, 4096, 0, &region), 0);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, 0, &region), 0);
 	ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 5, 0), &remote), 0);
 	struct rdmax_job j = {
 		.id = 5, .op = RDMAX_OP_WRITE, .local = region, .length = 1, .remote = &remote};
@@ -1297,7 +1297,7 @@ START_TEST(test_disconnect)
 	fake_init(&f);
 	fake_start(&f, serve_hangup);
 	struct rdmax_client *c = open_client(&f);
-	ck_assert_int_eq(rdmax_alloc_host(c, 4096, 0, &region), 0);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, 0, &region), 0);
 	ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 5, 0), &remote), 0);
 	struct rdmax_job j = {
 		.op = RDMAX_OP_WRITE, .local = region, .length = 1, .remote = &remote};
@@ -1323,9 +1323,9 @@ START_TEST(test_disconnect)
 	ck_assert_int_eq(rdmax_expect_imm(c, 1, 1), RDMAX_E_DISCONNECTED);
 	ck_assert_int_eq(rdmax_wait_job(c, 2, -1), RDMAX_E_DISCONNECTED);
 	ck_assert_int_eq(rdmax_wait_imm(c, 8, -1), RDMAX_E_DISCONNECTED);
-	ck_assert_int_eq(rdmax_alloc_host(c, 4096, 0, &r2), RDMAX_E_DISCONNECTED);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, 0, &r2), RDMAX_E_DISCONNECTED);
 	ck_assert_ptr_null(r2);
-	ck_assert_int_eq(rdmax_region_deregister(c, region), RDMAX_E_DISCONNECTED);
+	ck_assert_int_eq(rdmax_region_free(c, region), RDMAX_E_DISCONNECTED);
 	rdmax_client_close(c);
 }
 END_TEST
@@ -1350,13 +1350,13 @@ START_TEST(test_send_after_hangup)
 	fake_stop(&f);
 	fake_cleanup(&f);
 	ck_assert_int_eq(rdmax_expect_imm(c, 1, 1), RDMAX_E_DISCONNECTED);
-	ck_assert_int_eq(rdmax_alloc_host(c, 1, 0, &region), RDMAX_E_DISCONNECTED);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 1, 0, &region), RDMAX_E_DISCONNECTED);
 	ck_assert_ptr_null(region);
 	/* The completion sent before the hang-up is not lost. */
 	ck_assert_int_eq(rdmax_poll_events(c, ev, 2, 0), 1);
 	ck_assert_uint_eq(ev[0].job_id, 77);
 	ck_assert_int_eq(ev[0].status, RDMAX_E_CANCELLED);
-	ck_assert_str_eq(ev[0].message, "daemon shutdown");
+	ck_assert_str_eq(ev[0].reason, "daemon shutdown");
 	ck_assert_int_eq(rdmax_poll_events(c, ev, 2, 0), RDMAX_E_DISCONNECTED);
 	rdmax_client_close(c);
 }
@@ -1437,7 +1437,7 @@ START_TEST(test_send_blocks_then_flows)
 	fake_init(&f);
 	fake_start(&f, serve_slow_reader);
 	struct rdmax_client *c = open_client(&f);
-	ck_assert_int_eq(rdmax_alloc_host(c, 4096, 0, &region), 0);
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, 0, &region), 0);
 	ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 5, 600), &remote), 0);
 	struct rdmax_job j = {
 		.op = RDMAX_OP_WRITE, .local = region, .length = 1, .remote = &remote};

@@ -143,8 +143,8 @@ START_TEST(every_job_kind_round_trips)
 		rdmax__v1__job__free_unpacked(d, NULL);
 		rdmax__v1__job__free_unpacked(j, NULL);
 	}
-	/* WRITE READ PAGED_WRITE SCATTER BARRIER SEND */
-	ck_assert_uint_eq(kinds, 6);
+	/* WRITE READ PAGED_WRITE SCATTER BARRIER SEND PAGED_READ */
+	ck_assert_uint_eq(kinds, 7);
 }
 END_TEST
 

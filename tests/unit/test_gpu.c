@@ -840,7 +840,7 @@ START_TEST(client_missing_libcuda)
 	ck_assert_int_eq(rdmax_region_register_gpu(c, host, sizeof(host), 0, &r),
 			 RDMAX_E_GPU_DRIVER_MISSING);
 	/* Sticky: the library is not searched for again on every call. */
-	ck_assert_int_eq(rdmax_alloc_gpu(c, 0, 4096, 0, &r), RDMAX_E_GPU_DRIVER_MISSING);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, 0, 4096, 0, &r), RDMAX_E_GPU_DRIVER_MISSING);
 	rdmax_client_close(c);
 	fd_stop(&d);
 	ck_assert_int_eq(d.n_regs + d.n_pools, 0);
@@ -862,8 +862,8 @@ START_TEST(client_pool_slices)
 	memcpy(d.pool_handle, &h, sizeof(h));
 	d.pool_offset = 2 * MiB;
 	struct rdmax_client *c = open_with_fake(&d, &cu);
-	ck_assert_int_eq(rdmax_alloc_gpu(c, 1, 100000, RDMAX_ACCESS_REMOTE_WRITE, &s1), 0);
-	ck_assert_int_eq(rdmax_alloc_gpu(c, 1, 4096, 0, &s2), 0);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, 1, 100000, RDMAX_ACCESS_REMOTE_WRITE, &s1), 0);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, 1, 4096, 0, &s2), 0);
 	/* One mapping for both slices, opened in the primary context, which was popped again. */
 	ck_assert_int_eq(cu.ipc_opens, 1);
 	ck_assert_int_eq(fake_cuda_mappings(&cu), 1);
@@ -877,19 +877,19 @@ START_TEST(client_pool_slices)
 	ck_assert_uint_eq((uintptr_t)rdmax_region_addr(s2), m->base + 3 * MiB);
 	ck_assert_uint_eq(rdmax_region_length(s1), 100000);
 	/* Errors: bad device, daemon refusal. */
-	ck_assert_int_eq(rdmax_alloc_gpu(c, 7, 4096, 0, &bad), RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(rdmax_alloc_gpu(c, -1, 4096, 0, &bad), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, 7, 4096, 0, &bad), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, -1, 4096, 0, &bad), RDMAX_E_INVALID_ARGUMENT);
 	d.refuse_status = RDMAX__V1__STATUS__RESOURCE_EXHAUSTED;
-	ck_assert_int_eq(rdmax_alloc_gpu(c, 1, 4096, 0, &bad), RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, 1, 4096, 0, &bad), RDMAX_E_RESOURCE_EXHAUSTED);
 	d.refuse_status = 0;
 	/* The mapping goes with the last slice. */
-	rdmax_region_deregister(c, s1);
+	rdmax_region_free(c, s1);
 	ck_assert_int_eq(cu.ipc_closes, 0);
-	rdmax_region_deregister(c, s2);
+	rdmax_region_free(c, s2);
 	ck_assert_int_eq(cu.ipc_closes, 1);
 	ck_assert_int_eq(cu.retains, cu.releases);
 	/* A slice left at close is unmapped by rdmax_client_close(). */
-	ck_assert_int_eq(rdmax_alloc_gpu(c, 1, 4096, 0, &s1), 0);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, 1, 4096, 0, &s1), 0);
 	rdmax_client_close(c);
 	ck_assert_int_eq(cu.ipc_closes, 2);
 	ck_assert_int_eq(cu.retains, cu.releases);

@@ -2,7 +2,7 @@
 /*
  * Unit tests of the job kinds beyond WRITE/READ (suite "planner_jobs"): the
  * page-list and scatter planner, mailboxes, peer groups, the MESSAGE frame
- * of the TCP wire format, and the engine's PAGED_WRITE, SCATTER, BARRIER and
+ * of the TCP wire format, and the engine's PAGED_WRITE, PAGED_READ, SCATTER, BARRIER and
  * SEND jobs driven through a fake transport that records xfers and completes
  * them when the test says so.
  */
@@ -210,6 +210,51 @@ START_TEST(planner_rejects_bad_lists)
 			 RDMAX_E_INVALID_ARGUMENT);
 	/* Out-params untouched on failure. */
 	ck_assert_uint_eq(n, 4);
+}
+END_TEST
+
+START_TEST(planner_paged_read_sides)
+{
+	/* Local (destination) 10-11 <- remote (source) 0-1 merge; remote 0 may repeat. */
+	const uint32_t li[] = {10, 11, 3}, ri[] = {0, 1, 0};
+	struct plan_pages local = {.indices = li, .count = 3}, remote = {.indices = ri, .count = 3};
+	struct plan_run *runs;
+	size_t n;
+
+	ck_assert_int_eq(planner_paged_read(PAGE, &local, 16 * PAGE, &remote, 2 * PAGE, 1 << 20,
+					    &runs, &n, g_why, sizeof(g_why)),
+			 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(runs[0].local_offset, 10 * PAGE);
+	ck_assert_uint_eq(runs[0].remote_offset, 0);
+	ck_assert_uint_eq(runs[0].length, 2 * PAGE);
+	ck_assert_uint_eq(runs[1].local_offset, 3 * PAGE);
+	ck_assert_uint_eq(runs[1].remote_offset, 0);
+	free(runs);
+
+	/* A repeated local page is a repeated destination. */
+	const uint32_t dup[] = {4, 4, 5};
+	local.indices = dup;
+	ck_assert_int_eq(planner_paged_read(PAGE, &local, 16 * PAGE, &remote, 2 * PAGE, 1 << 20,
+					    &runs, &n, g_why, sizeof(g_why)),
+			 RDMAX_E_INVALID_ARGUMENT);
+	assert_why_has("destination page 4 is listed twice");
+
+	/* Out of range on each side names the side and the region. */
+	const uint32_t far[] = {0, 1, 2};
+	local.indices = li;
+	remote.indices = far;
+	ck_assert_int_eq(planner_paged_read(PAGE, &local, 16 * PAGE, &remote, 2 * PAGE, 1 << 20,
+					    &runs, &n, g_why, sizeof(g_why)),
+			 RDMAX_E_OUT_OF_RANGE);
+	assert_why_has("source page 2 (list entry 2)");
+	assert_why_has("remote region");
+	remote.indices = ri;
+	ck_assert_int_eq(planner_paged_read(PAGE, &local, 11 * PAGE, &remote, 2 * PAGE, 1 << 20,
+					    &runs, &n, g_why, sizeof(g_why)),
+			 RDMAX_E_OUT_OF_RANGE);
+	assert_why_has("destination page 11 (list entry 1)");
+	assert_why_has("local region");
 }
 END_TEST
 
@@ -650,7 +695,59 @@ static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, con
 	engine_submit(F.engine, &F.owner, &job);
 }
 
+static void submit_paged_read(uint64_t id, uint64_t page_len, const uint32_t *li,
+			      const uint32_t *ri, size_t n, int desc)
+{
+	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+	Rdmax__V1__PagedReadJob pr = RDMAX__V1__PAGED_READ_JOB__INIT;
+	Rdmax__V1__PageList src = RDMAX__V1__PAGE_LIST__INIT, dst = RDMAX__V1__PAGE_LIST__INIT;
+	dst.indices = (uint32_t *)li;
+	dst.n_indices = n;
+	src.indices = (uint32_t *)ri;
+	src.n_indices = n;
+	pr.local_region = F.local->id;
+	pr.page_len = page_len;
+	pr.dst = &dst;
+	pr.src = &src;
+	pr.remote_desc = desc_of(desc);
+	job.job_id = id;
+	job.kind_case = RDMAX__V1__JOB__KIND_PAGED_READ;
+	job.paged_read = &pr;
+	engine_submit(F.engine, &F.owner, &job);
+}
+
 /* ----------------------------------------------------------- engine: paged */
+
+START_TEST(paged_read_xfers_are_reads)
+{
+	/* Remote 4-5 -> local 0-1 merge; remote 4 again -> local 7 (a source may repeat). */
+	const uint32_t li[] = {0, 1, 7}, ri[] = {4, 5, 4};
+	F.d.cfg.chunk_bytes = 2 * PAGE;
+	submit_paged_read(1, PAGE, li, ri, 3, 0);
+	ck_assert_int_eq(F.tcp.n, 2);
+	ck_assert_int_eq(F.tcp.xfers[0]->op, XFER_READ);
+	ck_assert_uint_eq(F.tcp.xfers[0]->local_offset, 0);
+	ck_assert_uint_eq(F.tcp.xfers[0]->remote_offset, 4 * PAGE);
+	ck_assert_uint_eq(F.tcp.xfers[0]->length, 2 * PAGE);
+	ck_assert_int_eq(F.tcp.xfers[1]->op, XFER_READ);
+	ck_assert_uint_eq(F.tcp.xfers[1]->local_offset, 7 * PAGE);
+	ck_assert_uint_eq(F.tcp.xfers[1]->remote_offset, 4 * PAGE);
+	ck_assert_int_eq(F.tcp.xfers[1]->has_imm, 0);
+	finish_all(&F.tcp, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+	ck_assert_uint_eq(g_done[0].bytes, 3 * PAGE);
+	ck_assert_uint_eq(F.owner.runs, 0);
+	ck_assert_uint_eq(F.local->refs, 1);
+
+	/* Local pages are the destination: a repeat is refused before any xfer. */
+	const uint32_t dup[] = {3, 3};
+	submit_paged_read(2, PAGE, dup, ri, 2, 0);
+	ck_assert_int_eq(F.tcp.n, 2);
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, RDMAX_E_INVALID_ARGUMENT);
+}
+END_TEST
 
 START_TEST(paged_xfers_and_imm_on_last)
 {
@@ -1214,6 +1311,7 @@ Suite *planner_jobs_suite(void)
 	tcase_add_test(tc, planner_caps_runs_at_max_run);
 	tcase_add_test(tc, planner_offsets_and_strides);
 	tcase_add_test(tc, planner_boundary_pages);
+	tcase_add_test(tc, planner_paged_read_sides);
 	tcase_add_test(tc, planner_rejects_bad_lists);
 	tcase_add_test(tc, planner_rejects_overflow);
 	tcase_add_test(tc, planner_many_pages);
@@ -1231,6 +1329,7 @@ Suite *planner_jobs_suite(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_checked_fixture(tc, fixture_setup, fixture_teardown);
 	tcase_add_test(tc, paged_xfers_and_imm_on_last);
+	tcase_add_test(tc, paged_read_xfers_are_reads);
 	tcase_add_test(tc, paged_window_and_many_pages);
 	tcase_add_test(tc, paged_errors_name_the_page);
 	tcase_add_test(tc, paged_zero_pages_and_unordered_hold);

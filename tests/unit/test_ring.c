@@ -186,17 +186,17 @@ START_TEST(ring_hostile_indices)
 	uint32_t head = p.d.sq_head;
 	const uint32_t bad_tails[] = {head - 1, head + SQ + 1, head + 0x80000000u, 0xdeadbeefu};
 	for (size_t i = 0; i < sizeof(bad_tails) / sizeof(bad_tails[0]); i++) {
-		atomic_store(&p.c.ctl->sq_tail, bad_tails[i]);
+		atomic_store(&p.c.v.ctl->sq_tail, bad_tails[i]);
 		ck_assert_int_eq(ring_sq_peek(&p.d, 0, buf, sizeof(buf)), RDMAX_E_PROTOCOL_ERROR);
 		ck_assert_uint_eq(ring_sq_pending(&p.d), 0);
 		ck_assert_uint_eq(p.d.sq_head, head);
 	}
 	/* A full ring is still fine: exactly sq_entries ahead. */
-	atomic_store(&p.c.ctl->sq_tail, head + SQ);
+	atomic_store(&p.c.v.ctl->sq_tail, head + SQ);
 	ck_assert_uint_eq(ring_sq_pending(&p.d), SQ);
 	/* Lengths that do not fit the slot (or the buffer). */
-	atomic_store(&p.c.ctl->sq_tail, head + 1);
-	uint8_t *slot = p.c.sq + (size_t)(head & (SQ - 1)) * SQE;
+	atomic_store(&p.c.v.ctl->sq_tail, head + 1);
+	uint8_t *slot = p.c.v.sq + (size_t)(head & (SQ - 1)) * SQE;
 	const uint32_t bad_lens[] = {SQE - RDMAX_RING_SQE_HDR + 1, SQE, 0x7fffffffu, UINT32_MAX};
 	for (size_t i = 0; i < sizeof(bad_lens) / sizeof(bad_lens[0]); i++) {
 		memcpy(slot, &bad_lens[i], sizeof(uint32_t));
@@ -208,17 +208,17 @@ START_TEST(ring_hostile_indices)
 	ck_assert_int_eq(ring_sq_peek(&p.d, 0, buf, 99), RDMAX_E_PROTOCOL_ERROR);
 	ck_assert_int_eq(ring_sq_peek(&p.d, 0, buf, sizeof(buf)), 100);
 	/* The daemon's shared indices are reports: overwriting them changes nothing it uses. */
-	atomic_store(&p.c.ctl->sq_head, 12345);
-	atomic_store(&p.c.ctl->cq_tail, 999);
+	atomic_store(&p.c.v.ctl->sq_head, 12345);
+	atomic_store(&p.c.v.ctl->cq_tail, 999);
 	ck_assert_int_eq(ring_sq_peek(&p.d, 0, buf, sizeof(buf)), 100);
 	ring_sq_consume(&p.d);
-	ck_assert_uint_eq(atomic_load(&p.c.ctl->sq_head), head + 1);
+	ck_assert_uint_eq(atomic_load(&p.c.v.ctl->sq_head), head + 1);
 	/* Completion head moved backwards or past the tail: the post is refused. */
-	atomic_store(&p.c.ctl->cq_head, 5);
+	atomic_store(&p.c.v.ctl->cq_head, 5);
 	ck_assert_int_eq(ring_cq_post(&p.d, 1, 0, 0, NULL, 0), RDMAX_E_PROTOCOL_ERROR);
-	atomic_store(&p.c.ctl->cq_head, UINT32_MAX - CQ);
+	atomic_store(&p.c.v.ctl->cq_head, UINT32_MAX - CQ);
 	ck_assert_int_eq(ring_cq_post(&p.d, 1, 0, 0, NULL, 0), RDMAX_E_PROTOCOL_ERROR);
-	atomic_store(&p.c.ctl->cq_head, 0);
+	atomic_store(&p.c.v.ctl->cq_head, 0);
 	ck_assert_int_eq(ring_cq_post(&p.d, 1, 0, 0, NULL, 0), 0);
 	pair_close(&p);
 }
@@ -291,7 +291,7 @@ START_TEST(ring_wake_flags)
 	/* Entries waiting: the daemon does not go to sleep (no lost doorbell). */
 	ck_assert(!ring_sleep(&p.d));
 	ck_assert(!p.d.sleeping);
-	ck_assert_uint_eq(atomic_load(&p.c.ctl->daemon_flags), 0);
+	ck_assert_uint_eq(atomic_load(&p.c.v.ctl->daemon_flags), 0);
 	pair_close(&p);
 }
 END_TEST

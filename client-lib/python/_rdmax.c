@@ -1,0 +1,1445 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdmax._rdmax: the CPython extension under the `rdmax` package, a thin layer
+ * over librdmax (so the shared-memory ring and every check stay in the C
+ * library). Owns, per client: a mutex that serialises every library call
+ * (librdmax clients are not thread-safe, Python threads are), an event queue
+ * that every call empties the library into (so one thread's submit cannot
+ * strand another thread's completion inside the library), and a wake eventfd
+ * that lets one waiting thread sleep in poll() on the daemon's fd while the
+ * others wait on a condition variable. Every call that can block runs with
+ * the GIL released. Page lists are taken from any buffer (numpy integer
+ * arrays, array.array, bytes) and converted in C, never element by element in
+ * Python. Never logs; errors become one exception class per RDMAX_E_* code.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdmax.h"
+
+#define EVENT_BATCH 64
+
+/* ------------------------------------------------------------ exceptions */
+
+struct err_class {
+	int code;
+	const char *name;
+	PyObject *type;
+};
+
+static PyObject *g_error; /* rdmax.Error */
+static struct err_class g_errs[] = {
+	{RDMAX_E_INVALID_ARGUMENT, "InvalidArgument", NULL},
+	{RDMAX_E_NOT_FOUND, "NotFound", NULL},
+	{RDMAX_E_PERMISSION_DENIED, "PermissionDenied", NULL},
+	{RDMAX_E_OUT_OF_RANGE, "OutOfRange", NULL},
+	{RDMAX_E_UNREACHABLE, "Unreachable", NULL},
+	{RDMAX_E_REMOTE_ACCESS, "RemoteAccess", NULL},
+	{RDMAX_E_TIMEOUT, "Timeout", NULL},
+	{RDMAX_E_CANCELLED, "Cancelled", NULL},
+	{RDMAX_E_TRANSPORT_ERROR, "TransportError", NULL},
+	{RDMAX_E_RESOURCE_EXHAUSTED, "ResourceExhausted", NULL},
+	{RDMAX_E_UNIMPLEMENTED, "Unimplemented", NULL},
+	{RDMAX_E_PROTOCOL_ERROR, "ProtocolError", NULL},
+	{RDMAX_E_ALREADY_EXISTS, "AlreadyExists", NULL},
+	{RDMAX_E_INTERNAL, "Internal", NULL},
+	{RDMAX_E_GPU_DRIVER_MISSING, "GpuDriverMissing", NULL},
+	{RDMAX_E_GPU_NOT_DEVICE_MEMORY, "GpuNotDeviceMemory", NULL},
+	{RDMAX_E_GPU_NOT_EXPORTABLE, "GpuNotExportable", NULL},
+	{RDMAX_E_GPU_NO_DMABUF, "GpuNoDmabuf", NULL},
+	{RDMAX_E_GPU_NEEDS_RDMA, "GpuNeedsRdma", NULL},
+	{RDMAX_E_GPU_TOO_LARGE, "GpuTooLarge", NULL},
+	{RDMAX_E_GPU_ADDRESS_REUSED, "GpuAddressReused", NULL},
+	{RDMAX_E_DISCONNECTED, "Disconnected", NULL},
+};
+
+/* The exception for err (negative), with the reason when there is one. */
+static PyObject *raise_err(int err, const char *reason)
+{
+	for (size_t i = 0; i < sizeof(g_errs) / sizeof(g_errs[0]); i++) {
+		if (g_errs[i].code == err) {
+			PyObject *args = Py_BuildValue(
+				"(is)", err, reason && *reason ? reason : rdmax_strerror(err));
+			if (args) {
+				PyErr_SetObject(g_errs[i].type, args);
+				Py_DECREF(args);
+			}
+			return NULL;
+		}
+	}
+	if (err < 0 && err > -4096) {
+		errno = -err;
+		return PyErr_SetFromErrno(PyExc_OSError);
+	}
+	PyErr_Format(g_error, "%s (%d)", rdmax_strerror(err), err);
+	return NULL;
+}
+
+/* ----------------------------------------------------------------- client */
+
+/* An event taken out of the library, its message payload copied. */
+struct qevent {
+	struct rdmax_event ev;
+	void *payload; /* MESSAGE: malloc'd copy of ev.bytes bytes */
+};
+
+typedef struct {
+	PyObject_HEAD struct rdmax_client *c;
+	pthread_mutex_t m; /* every library call, the queue */
+	pthread_cond_t cv; /* the queue grew or the poller left */
+	int wake_fd;       /* eventfd: wakes the thread sleeping in poll() */
+	bool polling;      /* a thread sleeps in poll() on the daemon's fd */
+	struct qevent *q;  /* queued events, oldest first */
+	size_t q_len, q_cap;
+	int sticky;        /* an error of the library's event path, reported once */
+	uint64_t *waiting; /* job ids a wait_job() waits for: poll() leaves them */
+	size_t n_waiting, cap_waiting;
+	uint32_t exports; /* buffer views of this client's regions */
+	bool closing;     /* close() was called while views were alive: closes with the last */
+} ClientObject;
+
+typedef struct {
+	PyObject_HEAD ClientObject *client; /* strong reference */
+	struct rdmax_region *r;             /* NULL once freed */
+	bool allocated;                     /* rdmax_region_free(), not _deregister() */
+	bool host;                          /* mapped here: exports a buffer */
+	Py_ssize_t exports;
+} RegionObject;
+
+typedef struct {
+	PyObject_HEAD struct rdmax_desc d;
+} DescObject;
+
+static PyTypeObject ClientType, RegionType, DescType;
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Move every event the library holds into the queue. Caller holds m. */
+static void pump(ClientObject *self)
+{
+	struct rdmax_event ev[EVENT_BATCH];
+	bool grew = false;
+
+	for (;;) {
+		int n = rdmax_poll_events(self->c, ev, EVENT_BATCH, 0);
+		if (n < 0) {
+			if (!self->sticky) {
+				self->sticky = n;
+			}
+			break;
+		}
+		if (self->q_len + (size_t)n > self->q_cap) {
+			size_t cap = self->q_cap ? self->q_cap * 2 : 256;
+			while (cap < self->q_len + (size_t)n) {
+				cap *= 2;
+			}
+			struct qevent *q = realloc(self->q, cap * sizeof(*q));
+			if (!q) {
+				self->sticky = -ENOMEM;
+				break;
+			}
+			self->q = q;
+			self->q_cap = cap;
+		}
+		for (int i = 0; i < n; i++) {
+			struct qevent *e = &self->q[self->q_len++];
+			e->ev = ev[i];
+			e->payload = NULL;
+			if (ev[i].type == RDMAX_EVENT_MESSAGE && ev[i].bytes) {
+				e->payload = malloc(ev[i].bytes);
+				if (e->payload) {
+					memcpy(e->payload, ev[i].payload, ev[i].bytes);
+				} else {
+					e->ev.bytes = 0;
+				}
+			}
+			e->ev.payload = NULL;
+			grew = true;
+		}
+		if (n < EVENT_BATCH) {
+			break;
+		}
+	}
+	if (grew) {
+		pthread_cond_broadcast(&self->cv);
+		if (self->polling) {
+			uint64_t one = 1;
+			(void)!write(self->wake_fd, &one, sizeof(one));
+		}
+	}
+}
+
+/* Take queued event i out, keeping the order of the rest. Caller holds m. */
+static struct qevent q_take(ClientObject *self, size_t i)
+{
+	struct qevent e = self->q[i];
+	memmove(&self->q[i], &self->q[i + 1], (self->q_len - i - 1) * sizeof(*self->q));
+	self->q_len--;
+	return e;
+}
+
+typedef bool (*match_fn)(const struct rdmax_event *e, uint64_t key, const char *name);
+
+/* Whether some thread waits in wait_job() for this event's job. Caller holds m. */
+static bool waited(const ClientObject *self, const struct rdmax_event *e)
+{
+	if (e->type != RDMAX_EVENT_COMPLETION) {
+		return false;
+	}
+	for (size_t i = 0; i < self->n_waiting; i++) {
+		if (self->waiting[i] == e->job_id) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Register (add) or drop a waited job id. Caller holds m. */
+static int set_waiting(ClientObject *self, uint64_t id, bool add)
+{
+	if (add) {
+		if (self->n_waiting == self->cap_waiting) {
+			size_t cap = self->cap_waiting ? 2 * self->cap_waiting : 16;
+			uint64_t *w = realloc(self->waiting, cap * sizeof(*w));
+			if (!w) {
+				return -ENOMEM;
+			}
+			self->waiting = w;
+			self->cap_waiting = cap;
+		}
+		self->waiting[self->n_waiting++] = id;
+		return 0;
+	}
+	for (size_t i = 0; i < self->n_waiting; i++) {
+		if (self->waiting[i] == id) {
+			self->waiting[i] = self->waiting[--self->n_waiting];
+			break;
+		}
+	}
+	return 0;
+}
+
+static bool match_job(const struct rdmax_event *e, uint64_t key, const char *name);
+
+/*
+ * Wait (GIL released, m not held) until an event match() accepts (any event
+ * no wait_job() waits for, when match is NULL) is queued, and take it (take
+ * false: leave it queued; ret unused); timeout_ms < 0: forever. Returns 0,
+ * RDMAX_E_TIMEOUT or the connection's error.
+ */
+static int wait_event_ex(ClientObject *self, match_fn match, uint64_t key, const char *name,
+			 int timeout_ms, bool take, struct qevent *ret)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+	bool any = match == NULL;
+	int r = 0;
+
+	pthread_mutex_lock(&self->m);
+	if (match == match_job && set_waiting(self, key, true) < 0) {
+		pthread_mutex_unlock(&self->m);
+		return -ENOMEM;
+	}
+	for (;;) {
+		if (!self->c) {
+			r = RDMAX_E_DISCONNECTED;
+			goto out;
+		}
+		pump(self);
+		for (size_t i = 0; i < self->q_len; i++) {
+			/* poll() (match NULL) leaves the completions wait_job() waits for. */
+			if (any ? !waited(self, &self->q[i].ev)
+				: match(&self->q[i].ev, key, name)) {
+				if (take) {
+					*ret = q_take(self, i);
+				}
+				goto out;
+			}
+		}
+		if (self->sticky) {
+			r = self->sticky;
+			goto out;
+		}
+		int64_t now = now_ms();
+		if (now >= deadline) {
+			r = RDMAX_E_TIMEOUT;
+			goto out;
+		}
+		int64_t left = deadline - now;
+		if (!self->polling) {
+			/* This thread sleeps on the daemon's fd; the others on the condvar. */
+			struct pollfd p[2] = {{.fd = rdmax_client_fd(self->c), .events = POLLIN},
+					      {.fd = self->wake_fd, .events = POLLIN}};
+			self->polling = true;
+			pthread_mutex_unlock(&self->m);
+			(void)poll(p, 2, left > INT32_MAX ? INT32_MAX : (int)left);
+			if (p[1].revents & POLLIN) {
+				uint64_t v;
+				(void)!read(self->wake_fd, &v, sizeof(v));
+			}
+			pthread_mutex_lock(&self->m);
+			self->polling = false;
+			pthread_cond_broadcast(&self->cv);
+		} else {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			int64_t ns = ts.tv_nsec + (left % 1000) * 1000000;
+			ts.tv_sec += left / 1000 + ns / 1000000000;
+			ts.tv_nsec = ns % 1000000000;
+			if (left > 1000L * 86400 * 365) {
+				ts.tv_sec += 86400 * 365;
+			}
+			pthread_cond_timedwait(&self->cv, &self->m, &ts);
+		}
+	}
+out:
+	if (match == match_job) {
+		set_waiting(self, key, false);
+	}
+	pthread_mutex_unlock(&self->m);
+	return r;
+}
+
+static int wait_event(ClientObject *self, match_fn match, uint64_t key, const char *name,
+		      int timeout_ms, struct qevent *ret)
+{
+	return wait_event_ex(self, match, key, name, timeout_ms, true, ret);
+}
+
+static bool match_job(const struct rdmax_event *e, uint64_t key, const char *name)
+{
+	(void)name;
+	return e->type == RDMAX_EVENT_COMPLETION && e->job_id == key;
+}
+
+static bool match_imm(const struct rdmax_event *e, uint64_t key, const char *name)
+{
+	(void)name;
+	return e->type == RDMAX_EVENT_IMM_REACHED && e->imm == key;
+}
+
+static bool match_message(const struct rdmax_event *e, uint64_t key, const char *name)
+{
+	(void)key;
+	return e->type == RDMAX_EVENT_MESSAGE && (!name || strcmp(e->mailbox, name) == 0);
+}
+
+/* The client, or NULL with an exception when it was closed. */
+static struct rdmax_client *open_client(ClientObject *self)
+{
+	if (!self->c || self->closing) {
+		PyErr_SetString(PyExc_ValueError, "the rdmax client is closed");
+		return NULL;
+	}
+	return self->c;
+}
+
+/* Run `call` under the client's mutex with the GIL released; pump afterwards. */
+#define LOCKED(self, call)                                                                         \
+	do {                                                                                       \
+		Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&(self)->m);                             \
+		call;                                                                              \
+		pump(self);                                                                        \
+		pthread_mutex_unlock(&(self)->m);                                                  \
+		Py_END_ALLOW_THREADS                                                               \
+	} while (0)
+
+static int Client_init(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"socket", "name", NULL};
+	const char *socket = NULL, *name = NULL;
+	struct rdmax_client *c = NULL;
+	int r;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zz", kwlist, &socket, &name)) {
+		return -1;
+	}
+	if (self->c) {
+		PyErr_SetString(PyExc_ValueError, "client already open");
+		return -1;
+	}
+	Py_BEGIN_ALLOW_THREADS r = rdmax_client_open(socket, name, &c);
+	Py_END_ALLOW_THREADS if (r < 0)
+	{
+		raise_err(r, NULL);
+		return -1;
+	}
+	self->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (self->wake_fd < 0) {
+		rdmax_client_close(c);
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	self->c = c;
+	return 0;
+}
+
+static PyObject *Client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+	ClientObject *self = (ClientObject *)type->tp_alloc(type, 0);
+	if (self) {
+		pthread_mutex_init(&self->m, NULL);
+		pthread_cond_init(&self->cv, NULL);
+		self->wake_fd = -1;
+	}
+	return (PyObject *)self;
+}
+
+static void client_release(ClientObject *self)
+{
+	if (self->c) {
+		rdmax_client_close(self->c);
+		self->c = NULL;
+	}
+	for (size_t i = 0; i < self->q_len; i++) {
+		free(self->q[i].payload);
+	}
+	free(self->q);
+	self->q = NULL;
+	self->q_len = self->q_cap = 0;
+	free(self->waiting);
+	self->waiting = NULL;
+	self->n_waiting = self->cap_waiting = 0;
+	if (self->wake_fd >= 0) {
+		close(self->wake_fd);
+		self->wake_fd = -1;
+	}
+}
+
+static void Client_dealloc(ClientObject *self)
+{
+	client_release(self);
+	pthread_cond_destroy(&self->cv);
+	pthread_mutex_destroy(&self->m);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Close the library's client now (GIL held). */
+static void close_now(ClientObject *self)
+{
+	if (self->c) {
+		Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->m);
+		struct rdmax_client *c = self->c;
+		self->c = NULL;
+		rdmax_client_close(c);
+		pthread_cond_broadcast(&self->cv);
+		if (self->polling) {
+			uint64_t one = 1;
+			(void)!write(self->wake_fd, &one, sizeof(one));
+		}
+		pthread_mutex_unlock(&self->m);
+		Py_END_ALLOW_THREADS
+	}
+}
+
+/*
+ * Close the connection. While numpy arrays or memoryviews of its host regions
+ * are alive their memory must stay mapped: the client then refuses every call
+ * at once and closes when the last view is released.
+ */
+static PyObject *Client_close(ClientObject *self, PyObject *unused)
+{
+	if (self->exports) {
+		self->closing = true;
+	} else {
+		close_now(self);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *Client_fileno(ClientObject *self, PyObject *unused)
+{
+	if (!open_client(self)) {
+		return NULL;
+	}
+	return PyLong_FromLong(rdmax_client_fd(self->c));
+}
+
+static PyObject *Client_info(ClientObject *self, PyObject *unused)
+{
+	if (!open_client(self)) {
+		return NULL;
+	}
+	const struct rdmax_daemon_info *i = rdmax_client_info(self->c);
+	return Py_BuildValue(
+		"{s:I,s:s,s:s,s:K,s:I,s:I,s:I,s:I,s:K,s:I,s:I,s:O}", "protocol_version",
+		i->protocol_version, "daemon_version", i->daemon_version, "node_name", i->node_name,
+		"instance_id", (unsigned long long)i->instance_id, "capabilities", i->capabilities,
+		"max_message_bytes", i->max_message_bytes, "max_fds_per_message",
+		i->max_fds_per_message, "max_regions", i->max_regions, "max_registered_bytes",
+		(unsigned long long)i->max_registered_bytes, "max_outstanding_jobs",
+		i->max_outstanding_jobs, "max_jobs_per_submit", i->max_jobs_per_submit, "ring",
+		rdmax_client_uses_ring(self->c) == 1 ? Py_True : Py_False);
+}
+
+static PyObject *make_region(ClientObject *self, struct rdmax_region *r, bool allocated, bool host)
+{
+	RegionObject *reg = PyObject_New(RegionObject, &RegionType);
+	if (!reg) {
+		int ret;
+		LOCKED(self, ret = allocated ? rdmax_region_free(self->c, r)
+					     : rdmax_region_deregister(self->c, r));
+		(void)ret;
+		return NULL;
+	}
+	Py_INCREF(self);
+	reg->client = self;
+	reg->r = r;
+	reg->allocated = allocated;
+	reg->host = host;
+	reg->exports = 0;
+	return (PyObject *)reg;
+}
+
+static PyObject *Client_alloc_host(ClientObject *self, PyObject *args)
+{
+	unsigned long long length;
+	unsigned int access = 0;
+	struct rdmax_region *r = NULL;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "K|I", &length, &access) || !open_client(self)) {
+		return NULL;
+	}
+	LOCKED(self, ret = rdmax_region_alloc_host(self->c, length, access, &r));
+	if (ret < 0) {
+		return raise_err(ret, NULL);
+	}
+	return make_region(self, r, true, true);
+}
+
+static PyObject *Client_register_fd(ClientObject *self, PyObject *args)
+{
+	int fd;
+	unsigned long long offset, length;
+	unsigned int access = 0;
+	struct rdmax_region *r = NULL;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "iKK|I", &fd, &offset, &length, &access) ||
+	    !open_client(self)) {
+		return NULL;
+	}
+	LOCKED(self, ret = rdmax_region_register_fd(self->c, fd, offset, length, NULL, access, &r));
+	if (ret < 0) {
+		return raise_err(ret, NULL);
+	}
+	return make_region(self, r, false, false);
+}
+
+static PyObject *Client_register_gpu(ClientObject *self, PyObject *args)
+{
+	unsigned long long ptr, length;
+	unsigned int access = 0;
+	struct rdmax_region *r = NULL;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "KK|I", &ptr, &length, &access) || !open_client(self)) {
+		return NULL;
+	}
+	LOCKED(self, ret = rdmax_region_register_gpu(self->c, (void *)(uintptr_t)ptr, length,
+						     access, &r));
+	if (ret < 0) {
+		return raise_err(ret, NULL);
+	}
+	return make_region(self, r, false, false);
+}
+
+static PyObject *Client_alloc_gpu(ClientObject *self, PyObject *args)
+{
+	int device;
+	unsigned long long length;
+	unsigned int access = 0;
+	struct rdmax_region *r = NULL;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "iK|I", &device, &length, &access) || !open_client(self)) {
+		return NULL;
+	}
+	LOCKED(self, ret = rdmax_region_alloc_gpu(self->c, device, length, access, &r));
+	if (ret < 0) {
+		return raise_err(ret, NULL);
+	}
+	return make_region(self, r, true, false);
+}
+
+/* ------------------------------------------------------------- job parsing */
+
+/* A page list taken from a buffer, as uint32 indices. */
+struct pages_in {
+	Py_buffer view;  /* view.obj NULL: none held */
+	uint32_t *owned; /* converted copy, or NULL when view's memory is used */
+};
+
+/* Indices of any integer buffer (or sequence) as uint32, without a loop in Python. */
+static int take_pages(PyObject *obj, struct pages_in *p, const uint32_t **ret, size_t *ret_n)
+{
+	memset(p, 0, sizeof(*p));
+	if (obj == Py_None) {
+		*ret = NULL;
+		*ret_n = 0;
+		return 0;
+	}
+	if (PyObject_GetBuffer(obj, &p->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
+		const char *f = p->view.format ? p->view.format : "B";
+		if (*f == '<' || *f == '=' || *f == '@') {
+			f++;
+		}
+		Py_ssize_t item = p->view.itemsize, n = item ? p->view.len / item : 0;
+		bool is_signed = strchr("bhilq", *f) != NULL, known = strchr("bBhHiIlLqQ", *f);
+		if (!known || f[1] != '\0' || p->view.ndim > 1) {
+			PyBuffer_Release(&p->view);
+			PyErr_Format(PyExc_TypeError,
+				     "page indices must be a 1-d integer array (got format '%s')",
+				     p->view.format ? p->view.format : "B");
+			return -1;
+		}
+		if (item == 4 && !is_signed) {
+			*ret = p->view.buf;
+			*ret_n = (size_t)n;
+			return 0;
+		}
+		p->owned = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+		if (!p->owned) {
+			PyBuffer_Release(&p->view);
+			PyErr_NoMemory();
+			return -1;
+		}
+		const uint8_t *b = p->view.buf;
+		for (Py_ssize_t i = 0; i < n; i++) {
+			int64_t v;
+			uint64_t u;
+			switch (item) {
+			case 1:
+				v = is_signed ? ((const int8_t *)b)[i] : ((const uint8_t *)b)[i];
+				break;
+			case 2:
+				v = is_signed ? ((const int16_t *)b)[i] : ((const uint16_t *)b)[i];
+				break;
+			case 4:
+				v = ((const int32_t *)b)[i];
+				break;
+			default:
+				memcpy(&u, b + i * 8, 8);
+				v = (int64_t)u;
+				if (!is_signed && u > UINT32_MAX) {
+					v = -1;
+				}
+				break;
+			}
+			if (v < 0 || v > (int64_t)UINT32_MAX) {
+				PyMem_Free(p->owned);
+				p->owned = NULL;
+				PyBuffer_Release(&p->view);
+				PyErr_Format(PyExc_ValueError,
+					     "page index %zd (entry %zd) is outside 0..2^32-1",
+					     (Py_ssize_t)v, i);
+				return -1;
+			}
+			p->owned[i] = (uint32_t)v;
+		}
+		*ret = p->owned;
+		*ret_n = (size_t)n;
+		return 0;
+	}
+	/* Not a buffer: a sequence of ints (a list of block ids). */
+	PyErr_Clear();
+	PyObject *seq = PySequence_Fast(obj, "page indices must be an integer array or sequence");
+	if (!seq) {
+		return -1;
+	}
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	p->owned = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+	if (!p->owned) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		unsigned long v = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(seq, i));
+		if ((v == (unsigned long)-1 && PyErr_Occurred()) || v > UINT32_MAX) {
+			Py_DECREF(seq);
+			PyMem_Free(p->owned);
+			p->owned = NULL;
+			if (!PyErr_Occurred()) {
+				PyErr_SetString(PyExc_ValueError, "page index outside 0..2^32-1");
+			}
+			return -1;
+		}
+		p->owned[i] = (uint32_t)v;
+	}
+	Py_DECREF(seq);
+	*ret = p->owned;
+	*ret_n = (size_t)n;
+	return 0;
+}
+
+static void release_pages(struct pages_in *p)
+{
+	PyMem_Free(p->owned);
+	if (p->view.obj) {
+		PyBuffer_Release(&p->view);
+	}
+}
+
+/* Everything one parsed job holds until the submit returned. */
+struct job_in {
+	struct pages_in lp, rp;
+	Py_buffer payload;
+	PyObject *mailbox; /* bytes */
+};
+
+static int region_of(ClientObject *self, PyObject *o, struct rdmax_region **ret)
+{
+	if (o == Py_None) {
+		*ret = NULL;
+		return 0;
+	}
+	if (!PyObject_TypeCheck(o, &RegionType) || ((RegionObject *)o)->client != self ||
+	    !((RegionObject *)o)->r) {
+		PyErr_SetString(PyExc_ValueError,
+				"local must be a live Region of this client (or None)");
+		return -1;
+	}
+	*ret = ((RegionObject *)o)->r;
+	return 0;
+}
+
+static int desc_of(PyObject *o, const struct rdmax_desc **ret)
+{
+	if (o == Py_None) {
+		*ret = NULL;
+		return 0;
+	}
+	if (!PyObject_TypeCheck(o, &DescType)) {
+		PyErr_SetString(PyExc_TypeError, "remote must be an rdmax.Desc (or None)");
+		return -1;
+	}
+	*ret = &((DescObject *)o)->d;
+	return 0;
+}
+
+/*
+ * One job from the tuple (id, op, flags, imm, deadline_ms, local, local_offset,
+ * length, remote, remote_offset, page_len, local_pages, local_pages_offset,
+ * local_pages_stride, remote_pages, remote_pages_offset, remote_pages_stride,
+ * mailbox, payload) that rdmax/__init__.py builds.
+ */
+static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struct job_in *in)
+{
+	PyObject *local, *remote, *lpages, *rpages, *mailbox, *payload;
+	unsigned long long id, loff, len, roff, plen, lpo, lps, rpo, rps;
+	int op;
+	unsigned int flags, imm, deadline;
+
+	memset(j, 0, sizeof(*j));
+	memset(in, 0, sizeof(*in));
+	if (!PyTuple_Check(t)) {
+		PyErr_SetString(PyExc_TypeError, "a job is a tuple built by rdmax.Job");
+		return -1;
+	}
+	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO", &id, &op, &flags, &imm, &deadline, &local,
+			      &loff, &len, &remote, &roff, &plen, &lpages, &lpo, &lps, &rpages,
+			      &rpo, &rps, &mailbox, &payload)) {
+		return -1;
+	}
+	j->id = id;
+	j->op = (enum rdmax_op)op;
+	j->flags = flags;
+	j->imm = imm;
+	j->deadline_ms = deadline;
+	j->local_offset = loff;
+	j->length = len;
+	j->remote_offset = roff;
+	if (region_of(self, local, &j->local) < 0 || desc_of(remote, &j->remote) < 0) {
+		return -1;
+	}
+	if (op == RDMAX_OP_PAGED_WRITE || op == RDMAX_OP_PAGED_READ) {
+		j->u.paged.page_len = plen;
+		if (take_pages(lpages, &in->lp, &j->u.paged.local_pages.indices,
+			       &j->u.paged.local_pages.count) < 0) {
+			return -1;
+		}
+		if (take_pages(rpages, &in->rp, &j->u.paged.remote_pages.indices,
+			       &j->u.paged.remote_pages.count) < 0) {
+			return -1;
+		}
+		j->u.paged.local_pages.offset = lpo;
+		j->u.paged.local_pages.stride = lps;
+		j->u.paged.remote_pages.offset = rpo;
+		j->u.paged.remote_pages.stride = rps;
+	} else if (op == RDMAX_OP_SEND) {
+		if (!PyUnicode_Check(mailbox)) {
+			PyErr_SetString(PyExc_TypeError, "a SEND needs a mailbox name");
+			return -1;
+		}
+		in->mailbox = PyUnicode_AsUTF8String(mailbox);
+		if (!in->mailbox) {
+			return -1;
+		}
+		if (PyObject_GetBuffer(payload, &in->payload, PyBUF_SIMPLE) < 0) {
+			return -1;
+		}
+		j->u.send.mailbox = PyBytes_AS_STRING(in->mailbox);
+		j->u.send.payload = in->payload.buf;
+		j->u.send.length = (size_t)in->payload.len;
+	}
+	return 0;
+}
+
+static void release_job(struct job_in *in)
+{
+	release_pages(&in->lp);
+	release_pages(&in->rp);
+	if (in->payload.obj) {
+		PyBuffer_Release(&in->payload);
+	}
+	Py_XDECREF(in->mailbox);
+}
+
+static PyObject *Client_submit(ClientObject *self, PyObject *arg)
+{
+	PyObject *seq = PySequence_Fast(arg, "submit() takes a sequence of jobs");
+	struct rdmax_job *jobs = NULL;
+	struct job_in *ins = NULL;
+	Py_ssize_t n, parsed = 0;
+	int ret;
+
+	if (!seq) {
+		return NULL;
+	}
+	if (!open_client(self)) {
+		Py_DECREF(seq);
+		return NULL;
+	}
+	n = PySequence_Fast_GET_SIZE(seq);
+	jobs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*jobs));
+	ins = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*ins));
+	if (!jobs || !ins) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (; parsed < n; parsed++) {
+		if (parse_job(self, PySequence_Fast_GET_ITEM(seq, parsed), &jobs[parsed],
+			      &ins[parsed]) < 0) {
+			release_job(&ins[parsed]);
+			goto out;
+		}
+	}
+	LOCKED(self, ret = rdmax_submit(self->c, jobs, (size_t)n));
+	if (ret < 0) {
+		raise_err(ret, NULL);
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < parsed; i++) {
+		release_job(&ins[i]);
+	}
+	PyMem_Free(jobs);
+	PyMem_Free(ins);
+	Py_DECREF(seq);
+	Py_RETURN_NONE;
+out:
+	for (Py_ssize_t i = 0; i < parsed; i++) {
+		release_job(&ins[i]);
+	}
+	PyMem_Free(jobs);
+	PyMem_Free(ins);
+	Py_DECREF(seq);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ events */
+
+/* (type, job_id, status, bytes, imm, count, reason, mailbox, payload, from_node) */
+static PyObject *event_tuple(const struct qevent *e)
+{
+	const struct rdmax_event *ev = &e->ev;
+	PyObject *payload = e->payload
+				    ? PyBytes_FromStringAndSize(e->payload, (Py_ssize_t)ev->bytes)
+			    : ev->type == RDMAX_EVENT_MESSAGE ? PyBytes_FromStringAndSize("", 0)
+							      : Py_NewRef(Py_None);
+	if (!payload) {
+		return NULL;
+	}
+	return Py_BuildValue("(iKiKIKssNs)", (int)ev->type, (unsigned long long)ev->job_id,
+			     ev->status, (unsigned long long)ev->bytes, ev->imm,
+			     (unsigned long long)ev->count, ev->reason, ev->mailbox, payload,
+			     ev->from_node);
+}
+
+static int timeout_ms_of(PyObject *o, int *ret)
+{
+	if (o == Py_None) {
+		*ret = -1;
+		return 0;
+	}
+	double s = PyFloat_AsDouble(o);
+	if (s == -1.0 && PyErr_Occurred()) {
+		return -1;
+	}
+	*ret = s <= 0 ? 0 : s > 2e6 ? INT32_MAX : (int)(s * 1000 + 0.999);
+	return 0;
+}
+
+/* poll(timeout=0, max=None): a list of event tuples, waiting up to timeout for the first. */
+static PyObject *Client_poll(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"timeout", "max", NULL};
+	PyObject *timeout = NULL;
+	Py_ssize_t max = PY_SSIZE_T_MAX;
+	int ms = 0, r = 0;
+	struct qevent first;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|On", kwlist, &timeout, &max) ||
+	    !open_client(self)) {
+		return NULL;
+	}
+	if (timeout && timeout_ms_of(timeout, &ms) < 0) {
+		return NULL;
+	}
+	PyObject *list = PyList_New(0);
+	if (!list) {
+		return NULL;
+	}
+	bool have_first = false;
+	(void)first;
+	if (ms != 0) {
+		/* Wait without taking: claims (wait_job) made meanwhile still hold. */
+		Py_BEGIN_ALLOW_THREADS r = wait_event_ex(self, NULL, 0, NULL, ms, false, NULL);
+		Py_END_ALLOW_THREADS if (r < 0 && r != RDMAX_E_TIMEOUT)
+		{
+			Py_DECREF(list);
+			return raise_err(r, NULL);
+		}
+		r = 0;
+	}
+	struct qevent *taken = NULL;
+	size_t n_taken = 0;
+	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->m);
+	if (self->c) {
+		pump(self);
+	}
+	size_t want = self->q_len;
+	if ((Py_ssize_t)want > max - have_first) {
+		want = (size_t)(max - have_first);
+	}
+	taken = malloc((self->q_len ? self->q_len : 1) * sizeof(*taken));
+	if (taken) {
+		/* Every event but the completions a wait_job() waits for, in order. */
+		size_t kept = 0;
+		for (size_t i = 0; i < self->q_len; i++) {
+			if (n_taken < want && !waited(self, &self->q[i].ev)) {
+				taken[n_taken++] = self->q[i];
+			} else {
+				self->q[kept++] = self->q[i];
+			}
+		}
+		self->q_len = kept;
+	}
+	if (n_taken == 0 && !have_first && self->sticky) {
+		r = self->sticky;
+		self->sticky = 0;
+	}
+	pthread_mutex_unlock(&self->m);
+	Py_END_ALLOW_THREADS;
+	for (size_t i = 0; i < n_taken + have_first; i++) {
+		struct qevent *e = i == 0 && have_first ? &first : &taken[i - have_first];
+		PyObject *t = list ? event_tuple(e) : NULL;
+		if (list && (!t || PyList_Append(list, t) < 0)) {
+			Py_CLEAR(list);
+		}
+		Py_XDECREF(t);
+		free(e->payload);
+	}
+	free(taken);
+	if (r < 0) {
+		Py_XDECREF(list);
+		return raise_err(r, NULL);
+	}
+	return list;
+}
+
+/* wait_job(job_id, timeout=None): the completion tuple; raises rdmax.Timeout. */
+static PyObject *Client_wait_job(ClientObject *self, PyObject *args)
+{
+	unsigned long long id;
+	PyObject *timeout = Py_None;
+	struct qevent e;
+	int ms, r;
+
+	if (!PyArg_ParseTuple(args, "K|O", &id, &timeout) || !open_client(self) ||
+	    timeout_ms_of(timeout, &ms) < 0) {
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS r = wait_event(self, match_job, id, NULL, ms, &e);
+	Py_END_ALLOW_THREADS if (r < 0)
+	{
+		return raise_err(r, NULL);
+	}
+	PyObject *t = event_tuple(&e);
+	free(e.payload);
+	return t;
+}
+
+static PyObject *Client_wait_imm(ClientObject *self, PyObject *args)
+{
+	unsigned int imm;
+	PyObject *timeout = Py_None;
+	struct qevent e;
+	int ms, r;
+
+	if (!PyArg_ParseTuple(args, "I|O", &imm, &timeout) || !open_client(self) ||
+	    timeout_ms_of(timeout, &ms) < 0) {
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS r = wait_event(self, match_imm, imm, NULL, ms, &e);
+	Py_END_ALLOW_THREADS if (r < 0)
+	{
+		return raise_err(r, NULL);
+	}
+	return PyLong_FromUnsignedLongLong(e.ev.count);
+}
+
+/* recv(mailbox=None, timeout=None): (mailbox, payload, from_node). */
+static PyObject *Client_recv(ClientObject *self, PyObject *args)
+{
+	const char *name = NULL;
+	PyObject *timeout = Py_None;
+	struct qevent e;
+	int ms, r;
+
+	if (!PyArg_ParseTuple(args, "|zO", &name, &timeout) || !open_client(self) ||
+	    timeout_ms_of(timeout, &ms) < 0) {
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS r = wait_event(self, match_message, 0, name, ms, &e);
+	Py_END_ALLOW_THREADS if (r < 0)
+	{
+		return raise_err(r, NULL);
+	}
+	PyObject *t = Py_BuildValue("(sy#s)", e.ev.mailbox, e.payload ? e.payload : "",
+				    (Py_ssize_t)e.ev.bytes, e.ev.from_node);
+	free(e.payload);
+	return t;
+}
+
+static PyObject *simple_u64(ClientObject *self, PyObject *args, int which)
+{
+	unsigned long long a, b = 0;
+	const char *name = NULL;
+	int r = 0;
+
+	if (which == 3 || which == 4) {
+		if (!PyArg_ParseTuple(args, "s", &name)) {
+			return NULL;
+		}
+	} else if (!PyArg_ParseTuple(args, which == 0 ? "KK" : "K", &a, &b)) {
+		return NULL;
+	}
+	if (!open_client(self)) {
+		return NULL;
+	}
+	switch (which) {
+	case 0:
+		if (a > UINT32_MAX) {
+			PyErr_SetString(PyExc_ValueError, "imm is a 32-bit value");
+			return NULL;
+		}
+		LOCKED(self, r = rdmax_expect_imm(self->c, (uint32_t)a, b));
+		break;
+	case 1:
+		LOCKED(self, r = rdmax_cancel(self->c, a));
+		break;
+	case 3:
+		LOCKED(self, r = rdmax_mailbox_open(self->c, name));
+		break;
+	case 4:
+		LOCKED(self, r = rdmax_mailbox_close(self->c, name));
+		break;
+	}
+	if (r < 0) {
+		return raise_err(r, NULL);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *Client_expect_imm(ClientObject *self, PyObject *args)
+{
+	return simple_u64(self, args, 0);
+}
+
+static PyObject *Client_cancel(ClientObject *self, PyObject *args)
+{
+	return simple_u64(self, args, 1);
+}
+
+static PyObject *Client_mailbox_open(ClientObject *self, PyObject *args)
+{
+	return simple_u64(self, args, 3);
+}
+
+static PyObject *Client_mailbox_close(ClientObject *self, PyObject *args)
+{
+	return simple_u64(self, args, 4);
+}
+
+/* claim(job_id) / unclaim(job_id): poll() leaves this job's completion to wait_job(). */
+static PyObject *claim(ClientObject *self, PyObject *args, bool add)
+{
+	unsigned long long id;
+	int r;
+
+	if (!PyArg_ParseTuple(args, "K", &id)) {
+		return NULL;
+	}
+	pthread_mutex_lock(&self->m);
+	r = set_waiting(self, id, add);
+	pthread_mutex_unlock(&self->m);
+	if (r < 0) {
+		return PyErr_NoMemory();
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *Client_claim(ClientObject *self, PyObject *args)
+{
+	return claim(self, args, true);
+}
+
+static PyObject *Client_unclaim(ClientObject *self, PyObject *args)
+{
+	return claim(self, args, false);
+}
+
+/* job_status(job_id): (done, total), or None when the job is no longer in flight. */
+static PyObject *Client_job_status(ClientObject *self, PyObject *args)
+{
+	unsigned long long id;
+	uint64_t done = 0, total = 0;
+	int r;
+
+	if (!PyArg_ParseTuple(args, "K", &id) || !open_client(self)) {
+		return NULL;
+	}
+	LOCKED(self, r = rdmax_job_status(self->c, id, &done, &total));
+	if (r == RDMAX_E_NOT_FOUND) {
+		Py_RETURN_NONE;
+	}
+	if (r < 0) {
+		return raise_err(r, NULL);
+	}
+	return Py_BuildValue("(KK)", (unsigned long long)done, (unsigned long long)total);
+}
+
+static PyMethodDef Client_methods[] = {
+	{"close", (PyCFunction)Client_close, METH_NOARGS, "Close the connection."},
+	{"fileno", (PyCFunction)Client_fileno, METH_NOARGS, "The daemon fd, for event loops."},
+	{"info", (PyCFunction)Client_info, METH_NOARGS, "The daemon's Welcome as a dict."},
+	{"alloc_host", (PyCFunction)Client_alloc_host, METH_VARARGS, "alloc_host(len, access)"},
+	{"register_fd", (PyCFunction)Client_register_fd, METH_VARARGS,
+	 "register_fd(fd, offset, length, access)"},
+	{"register_gpu", (PyCFunction)Client_register_gpu, METH_VARARGS,
+	 "register_gpu(ptr, length, access)"},
+	{"alloc_gpu", (PyCFunction)Client_alloc_gpu, METH_VARARGS,
+	 "alloc_gpu(device, length, access)"},
+	{"submit", (PyCFunction)Client_submit, METH_O, "submit(job_tuples)"},
+	{"poll", (PyCFunction)(void (*)(void))Client_poll, METH_VARARGS | METH_KEYWORDS,
+	 "poll(timeout=0, max=None)"},
+	{"wait_job", (PyCFunction)Client_wait_job, METH_VARARGS, "wait_job(id, timeout)"},
+	{"wait_imm", (PyCFunction)Client_wait_imm, METH_VARARGS, "wait_imm(imm, timeout)"},
+	{"recv", (PyCFunction)Client_recv, METH_VARARGS, "recv(mailbox, timeout)"},
+	{"expect_imm", (PyCFunction)Client_expect_imm, METH_VARARGS, "expect_imm(imm, count)"},
+	{"cancel", (PyCFunction)Client_cancel, METH_VARARGS, "cancel(job_id)"},
+	{"job_status", (PyCFunction)Client_job_status, METH_VARARGS, "job_status(job_id)"},
+	{"claim", (PyCFunction)Client_claim, METH_VARARGS, "claim(job_id)"},
+	{"unclaim", (PyCFunction)Client_unclaim, METH_VARARGS, "unclaim(job_id)"},
+	{"mailbox_open", (PyCFunction)Client_mailbox_open, METH_VARARGS, "mailbox_open(name)"},
+	{"mailbox_close", (PyCFunction)Client_mailbox_close, METH_VARARGS, "mailbox_close(name)"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ClientType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rdmax._rdmax.Client",
+	.tp_basicsize = sizeof(ClientObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_doc = "A connection to the node's rdmaxd (librdmax's struct rdmax_client).",
+	.tp_new = Client_new,
+	.tp_init = (initproc)Client_init,
+	.tp_dealloc = (destructor)Client_dealloc,
+	.tp_methods = Client_methods,
+};
+
+/* ----------------------------------------------------------------- regions */
+
+static struct rdmax_region *live_region(RegionObject *self)
+{
+	if (!self->r || !self->client->c || self->client->closing) {
+		PyErr_SetString(PyExc_ValueError, "the region was freed or its client closed");
+		return NULL;
+	}
+	return self->r;
+}
+
+static PyObject *Region_free(RegionObject *self, PyObject *unused)
+{
+	int r;
+
+	if (!self->r) {
+		Py_RETURN_NONE;
+	}
+	if (self->exports) {
+		PyErr_SetString(PyExc_BufferError,
+				"views of this region are alive: release them before freeing it");
+		return NULL;
+	}
+	if (!self->client->c) {
+		self->r = NULL;
+		Py_RETURN_NONE;
+	}
+	struct rdmax_region *reg = self->r;
+	self->r = NULL;
+	LOCKED(self->client, r = self->allocated ? rdmax_region_free(self->client->c, reg)
+						 : rdmax_region_deregister(self->client->c, reg));
+	if (r < 0) {
+		return raise_err(r, NULL);
+	}
+	Py_RETURN_NONE;
+}
+
+static void Region_dealloc(RegionObject *self)
+{
+	if (self->r && self->client->c) {
+		int r;
+		ClientObject *c = self->client;
+		LOCKED(c, r = self->allocated ? rdmax_region_free(c->c, self->r)
+					      : rdmax_region_deregister(c->c, self->r));
+		(void)r;
+	}
+	Py_XDECREF(self->client);
+	PyObject_Free(self);
+}
+
+static PyObject *Region_desc(RegionObject *self, PyObject *unused)
+{
+	struct rdmax_desc d;
+
+	if (!live_region(self) || rdmax_region_desc(self->r, &d) < 0) {
+		return PyErr_Occurred() ? NULL : raise_err(-EINVAL, NULL);
+	}
+	return PyBytes_FromStringAndSize((const char *)d.bytes, d.len);
+}
+
+static PyObject *Region_get_length(RegionObject *self, void *unused)
+{
+	return live_region(self) ? PyLong_FromUnsignedLongLong(rdmax_region_length(self->r)) : NULL;
+}
+
+static PyObject *Region_get_addr(RegionObject *self, void *unused)
+{
+	return live_region(self) ? PyLong_FromVoidPtr(rdmax_region_addr(self->r)) : NULL;
+}
+
+static PyObject *Region_get_id(RegionObject *self, void *unused)
+{
+	return live_region(self) ? PyLong_FromUnsignedLongLong(rdmax_region_id(self->r)) : NULL;
+}
+
+static int Region_getbuffer(RegionObject *self, Py_buffer *view, int flags)
+{
+	if (!self->host) {
+		PyErr_SetString(PyExc_BufferError,
+				"only host regions (alloc_host) can be viewed from Python");
+		return -1;
+	}
+	if (!live_region(self)) {
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, (PyObject *)self, rdmax_region_addr(self->r),
+			      (Py_ssize_t)rdmax_region_length(self->r), 0, flags) < 0) {
+		return -1;
+	}
+	self->exports++;
+	self->client->exports++;
+	return 0;
+}
+
+static void Region_releasebuffer(RegionObject *self, Py_buffer *view)
+{
+	self->exports--;
+	if (--self->client->exports == 0 && self->client->closing) {
+		close_now(self->client);
+	}
+}
+
+static PyBufferProcs Region_as_buffer = {
+	.bf_getbuffer = (getbufferproc)Region_getbuffer,
+	.bf_releasebuffer = (releasebufferproc)Region_releasebuffer,
+};
+
+static PyMethodDef Region_methods[] = {
+	{"free", (PyCFunction)Region_free, METH_NOARGS,
+	 "Release the region (rdmax_region_free or _deregister, as it was made)."},
+	{"desc", (PyCFunction)Region_desc, METH_NOARGS, "The descriptor as bytes."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Region_getset[] = {
+	{"length", (getter)Region_get_length, NULL, "bytes", NULL},
+	{"addr", (getter)Region_get_addr, NULL, "local address", NULL},
+	{"id", (getter)Region_get_id, NULL, "the daemon's region id", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RegionType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rdmax._rdmax.Region",
+	.tp_basicsize = sizeof(RegionObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A region registered with the daemon; host regions are writable buffers.",
+	.tp_dealloc = (destructor)Region_dealloc,
+	.tp_methods = Region_methods,
+	.tp_getset = Region_getset,
+	.tp_as_buffer = &Region_as_buffer,
+};
+
+/* ------------------------------------------------------------- descriptors */
+
+static PyObject *Desc_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+	Py_buffer b;
+	if (!PyArg_ParseTuple(args, "y*", &b)) {
+		return NULL;
+	}
+	DescObject *self = (DescObject *)type->tp_alloc(type, 0);
+	if (self) {
+		int r = rdmax_desc_import(b.buf, (size_t)b.len, &self->d);
+		if (r < 0) {
+			Py_CLEAR(self);
+			raise_err(r, "not a region descriptor this library can use");
+		}
+	}
+	PyBuffer_Release(&b);
+	return (PyObject *)self;
+}
+
+static PyObject *Desc_bytes(DescObject *self, PyObject *unused)
+{
+	return PyBytes_FromStringAndSize((const char *)self->d.bytes, self->d.len);
+}
+
+static PyMethodDef Desc_methods[] = {
+	{"__bytes__", (PyCFunction)Desc_bytes, METH_NOARGS, "The encoded descriptor."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject DescType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rdmax._rdmax.Desc",
+	.tp_basicsize = sizeof(DescObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A remote region descriptor, validated when made from bytes.",
+	.tp_new = Desc_new,
+	.tp_methods = Desc_methods,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static PyObject *mod_strerror(PyObject *m, PyObject *arg)
+{
+	long e = PyLong_AsLong(arg);
+	return e == -1 && PyErr_Occurred() ? NULL : PyUnicode_FromString(rdmax_strerror((int)e));
+}
+
+static PyObject *mod_err_name(PyObject *m, PyObject *arg)
+{
+	long e = PyLong_AsLong(arg);
+	return e == -1 && PyErr_Occurred() ? NULL : PyUnicode_FromString(rdmax_err_name((int)e));
+}
+
+static PyMethodDef mod_methods[] = {
+	{"strerror", mod_strerror, METH_O, "rdmax_strerror()"},
+	{"err_name", mod_err_name, METH_O, "rdmax_err_name()"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef g_module = {
+	PyModuleDef_HEAD_INIT, "_rdmax", "CPython binding of librdmax.", -1, mod_methods,
+};
+
+PyMODINIT_FUNC PyInit__rdmax(void);
+
+PyMODINIT_FUNC PyInit__rdmax(void)
+{
+	PyObject *m = PyModule_Create(&g_module);
+	if (!m) {
+		return NULL;
+	}
+	if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&RegionType) < 0 ||
+	    PyType_Ready(&DescType) < 0) {
+		goto fail;
+	}
+	PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType);
+	PyModule_AddObjectRef(m, "Region", (PyObject *)&RegionType);
+	PyModule_AddObjectRef(m, "Desc", (PyObject *)&DescType);
+	g_error = PyErr_NewExceptionWithDoc(
+		"rdmax.Error", "An rdmax error: args are (code, reason).", PyExc_Exception, NULL);
+	if (!g_error || PyModule_AddObjectRef(m, "Error", g_error) < 0) {
+		goto fail;
+	}
+	for (size_t i = 0; i < sizeof(g_errs) / sizeof(g_errs[0]); i++) {
+		char qual[64];
+		snprintf(qual, sizeof(qual), "rdmax.%s", g_errs[i].name);
+		PyObject *bases = g_errs[i].code == RDMAX_E_TIMEOUT
+					  ? PyTuple_Pack(2, g_error, PyExc_TimeoutError)
+					  : PyTuple_Pack(1, g_error);
+		if (!bases) {
+			goto fail;
+		}
+		g_errs[i].type = PyErr_NewException(qual, bases, NULL);
+		Py_DECREF(bases);
+		if (!g_errs[i].type ||
+		    PyModule_AddObjectRef(m, g_errs[i].name, g_errs[i].type) < 0) {
+			goto fail;
+		}
+		PyObject *code = PyLong_FromLong(g_errs[i].code);
+		if (!code || PyObject_SetAttrString(g_errs[i].type, "code", code) < 0) {
+			Py_XDECREF(code);
+			goto fail;
+		}
+		Py_DECREF(code);
+	}
+#define C(x) PyModule_AddIntConstant(m, #x, x)
+	C(RDMAX_OP_WRITE);
+	C(RDMAX_OP_READ);
+	C(RDMAX_OP_PAGED_WRITE);
+	C(RDMAX_OP_PAGED_READ);
+	C(RDMAX_OP_SCATTER);
+	C(RDMAX_OP_BARRIER);
+	C(RDMAX_OP_SEND);
+	C(RDMAX_JOB_IMM);
+	C(RDMAX_ACCESS_LOCAL);
+	C(RDMAX_ACCESS_REMOTE_READ);
+	C(RDMAX_ACCESS_REMOTE_WRITE);
+	C(RDMAX_EVENT_COMPLETION);
+	C(RDMAX_EVENT_IMM_REACHED);
+	C(RDMAX_EVENT_MESSAGE);
+	C(RDMAX_MESSAGE_PAYLOAD_MAX);
+	C(RDMAX_ABI_VERSION);
+#undef C
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
+}
