@@ -1527,9 +1527,10 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 	if (ret < 0) {
 		return fail("kv decode: rdmax_client_open", ret);
 	}
-	ret = rdmax_alloc_host(c, pool_blocks * k->block_len, RDMAX_ACCESS_REMOTE_WRITE, &pool);
+	ret = rdmax_region_alloc_host(c, pool_blocks * k->block_len, RDMAX_ACCESS_REMOTE_WRITE,
+				      &pool);
 	if (ret < 0) {
-		return fail("kv decode: rdmax_alloc_host", ret);
+		return fail("kv decode: rdmax_region_alloc_host", ret);
 	}
 	for (uint32_t cl = 0; cl < k->clients; cl++) {
 		for (uint32_t w = 0; w < k->window; w++) {
@@ -1638,9 +1639,9 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 	if (ret < 0) {
 		return fail("kv prefill: rdmax_client_open", ret);
 	}
-	ret = rdmax_alloc_host(c, k->window * slot_bytes, RDMAX_ACCESS_LOCAL, &src);
+	ret = rdmax_region_alloc_host(c, k->window * slot_bytes, RDMAX_ACCESS_LOCAL, &src);
 	if (ret < 0) {
-		return fail("kv prefill: rdmax_alloc_host", ret);
+		return fail("kv prefill: rdmax_region_alloc_host", ret);
 	}
 	uint8_t *base = rdmax_region_addr(src);
 	for (uint32_t w = 0; w < k->window; w++) {
@@ -1681,10 +1682,10 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 					.local = src,
 					.remote = peer,
 					.u.paged = {.page_len = k->block_len,
-						    .src = {.indices = src_idx + at,
-							    .count = k->blocks},
-						    .dst = {.indices = dst_idx + at,
-							    .count = k->blocks}},
+						    .local_pages = {.indices = src_idx + at,
+								    .count = k->blocks},
+						    .remote_pages = {.indices = dst_idx + at,
+								     .count = k->blocks}},
 				};
 			}
 			t_sent[w] = now_ns();
@@ -1701,7 +1702,7 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 		for (int e = 0; e < n; e++) {
 			if (ev[e].type == RDMAX_EVENT_COMPLETION && ev[e].status != 0) {
 				fprintf(stderr, "rdmax-bench kv: paged write failed: %s: %s\n",
-					rdmax_strerror(ev[e].status), ev[e].message);
+					rdmax_strerror(ev[e].status), ev[e].reason);
 				return 1;
 			}
 		}

@@ -218,21 +218,21 @@ START_TEST(jobs_paged_write_errors)
 	struct rdmax_desc desc2 = itest_desc(dst2);
 	job.id = 17;
 	job.remote = &desc2;
-	job.u.paged.dst = (struct rdmax_pages){.indices = rot, .count = 3};
+	job.u.paged.remote_pages = (struct rdmax_pages){.indices = rot, .count = 3};
 	expect_ok(ca, &job, 3 * 4096);
 	itest_assert_mem_eq(itest_bytes(dst2) + 2 * 4096, itest_bytes(src), 4096, "page 0");
 	itest_assert_mem_eq(itest_bytes(dst2), itest_bytes(src) + 4096, 2 * 4096, "pages 1, 2");
-	ck_assert_int_eq(rdmax_region_deregister(cb, dst2), 0);
+	ck_assert_int_eq(rdmax_region_free(cb, dst2), 0);
 	job.id = 18;
 	ck_assert_int_eq(rdmax_submit(ca, &job, 1), 0);
 	ck_assert_uint_eq(itest_collect(ca, &ev, 1, ITEST_WAIT_MS, NULL), 1);
 	if (strcmp(itest_transport(), "tcp") == 0) {
 		itest_assert_err(ev.status, RDMAX_E_NOT_FOUND);
-		ck_assert_msg(strstr(ev.message, "not found"), "message: '%s'", ev.message);
+		ck_assert_msg(strstr(ev.reason, "not found"), "message: '%s'", ev.reason);
 	} else {
 		/* Over verbs the NIC refuses the stale key. */
 		ck_assert_msg(ev.status == RDMAX_E_REMOTE_ACCESS || ev.status == RDMAX_E_NOT_FOUND,
-			      "status %d: '%s'", ev.status, ev.message);
+			      "status %d: '%s'", ev.status, ev.reason);
 	}
 
 	rdmax_client_close(ca);

@@ -608,11 +608,11 @@ START_TEST(client_context_handling)
 	ck_assert_int_eq(fake_cuda_ipc_handle(&cu, pool, &h), CUDA_SUCCESS);
 	memcpy(d.pool_handle, &h, sizeof(h));
 	int sync_before = cu.sync_memops;
-	ck_assert_int_eq(rdmax_alloc_gpu(c, 1, 4096, 0, &s), 0);
+	ck_assert_int_eq(rdmax_region_alloc_gpu(c, 1, 4096, 0, &s), 0);
 	ck_assert_int_eq(cu.sync_memops, sync_before + 1);
 	ck_assert_int_eq(cu.ctx_depth, 1);
 	ck_assert_ptr_eq(cu.ctx_stack[0], FAKE_CUDA_APP_CTX(0));
-	rdmax_region_deregister(c, s);
+	rdmax_region_free(c, s);
 	rdmax_region_deregister(c, r1);
 	rdmax_region_deregister(c, r2);
 	ck_assert_int_eq(cu.ctx_depth, 1);
