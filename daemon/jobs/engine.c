@@ -66,8 +66,9 @@ struct job_node {
 	uint64_t instance;
 	uint64_t xfers_left; /* xfers (or local copies) towards this node not yet issued */
 	uint32_t in_flight;
-	bool has_imm; /* the node's last xfer carries the job's imm */
-	bool held;    /* that last xfer waits until in_flight is 0 (unordered transport) */
+	bool has_imm;        /* the node's last xfer carries the job's imm */
+	void *landing_owner; /* this daemon: the client of the region last copied into */
+	bool held;           /* that last xfer waits until in_flight is 0 (unordered transport) */
 	/*
 	 * Device pairs (rails) to stripe chunks over: bit i names rail_eps[i],
 	 * the endpoints of the node's descriptor (job->remote, a peer group
@@ -663,6 +664,7 @@ static int run_local_piece(struct job *job, const struct plan_run *piece)
 		memmove(job->local->addr + piece->local_offset, target->addr + piece->remote_offset,
 			piece->length);
 	}
+	job->nodes[dest->node].landing_owner = region_imm_owner(target);
 	region_put(&daemon->regions, target);
 	job->bytes_done += piece->length;
 	return 0;
@@ -712,7 +714,7 @@ static void pump(struct job *job)
 				break;
 			}
 			if (--node->xfers_left == 0 && node->has_imm) {
-				imm_landed(&daemon->imm, job->imm);
+				imm_landed(&daemon->imm, node->landing_owner, job->imm);
 			}
 			continue;
 		}

@@ -76,7 +76,8 @@ struct uid_share {
 	uint32_t clients;
 	uint32_t regions;
 	uint64_t registered_bytes;
-	uint32_t outstanding; /* jobs without a completion (the engine counts them) */
+	uint32_t outstanding;  /* jobs without a completion (the engine counts them) */
+	uint32_t imm_counters; /* in the namespaces of its clients (imm.c counts them) */
 };
 
 struct session {
@@ -1185,10 +1186,12 @@ static void dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int
 		handle_submit(s, seq, m->submit);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM:
-		ret = imm_expect(&daemon->imm, &s->owner, m->expect_imm->imm, m->expect_imm->count);
-		if (ret == RDMAX_E_ALREADY_EXISTS) {
-			reply_status(s, seq, ret, "imm %u is claimed by another client",
-				     m->expect_imm->imm);
+		ret = imm_expect(&daemon->imm, &s->owner, m->expect_imm->imm, m->expect_imm->count,
+				 m->expect_imm->has_reset && m->expect_imm->reset);
+		if (ret == RDMAX_E_RESOURCE_EXHAUSTED) {
+			reply_status(s, seq, ret,
+				     "every imm counter this uid may hold is claimed ([limits] "
+				     "per_uid_imm_counters, max_imm_counters)");
 		} else if (ret < 0) {
 			reply_status(s, seq, ret, "ExpectImm refused: %s", rdmax_strerror(ret));
 		} else {
@@ -1606,6 +1609,18 @@ static void accept_clients(uv_poll_t *poll, int status, int events)
 		s->share = share;
 		share->clients++;
 		s->owner.uid_outstanding = &share->outstanding;
+		if (imm_space_open(&daemon->imm, &s->owner, &share->imm_counters,
+				   daemon->cfg.per_uid_imm_counters) < 0) {
+			share->clients--;
+			if (share->clients == 0) {
+				hmap_del(&ipc->shares, (uint64_t)cred.uid + 1);
+				free(share);
+			}
+			job_owner_leave(daemon->engine, &s->owner);
+			free(s);
+			reject_client(fd, -ENOMEM, "out of memory");
+			continue;
+		}
 		int sndbuf = (int)daemon->cfg.max_message_bytes * 4;
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 		s->ipc = ipc;

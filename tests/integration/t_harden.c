@@ -727,6 +727,148 @@ START_TEST(final_completion_mid_stream)
 }
 END_TEST
 
+/*
+ * A client of another uid, in a child: a writable region whose descriptor
+ * goes to the parent on `out`; after a byte on `in` it claims imm 7 once,
+ * says so on `out`, and waits for it. Exit 0 when it fired, else the step.
+ */
+static int other_uid_imm_client(const char *socket_path, uid_t uid, int out, int in)
+{
+	struct rdmax_client *c;
+	struct rdmax_region *r;
+	struct rdmax_desc d;
+	char byte;
+
+	if (setgid(uid) < 0 || setuid(uid) < 0) {
+		return 2;
+	}
+	if (rdmax_client_open(socket_path, "tenant", &c) < 0) {
+		return 3;
+	}
+	if (rdmax_alloc_host(c, 4096, RDMAX_ACCESS_REMOTE_WRITE, &r) < 0 ||
+	    rdmax_region_desc(r, &d) < 0) {
+		return 4;
+	}
+	if (write(out, &d, sizeof(d)) != (ssize_t)sizeof(d) || read(in, &byte, 1) != 1) {
+		return 5;
+	}
+	if (rdmax_expect_imm(c, 7, 1) != 0) {
+		return 6;
+	}
+	if (write(out, "k", 1) != 1) {
+		return 5;
+	}
+	return rdmax_wait_imm(c, 7, ITEST_WAIT_MS) == 0 ? 0 : 7;
+}
+
+/*
+ * Issue item 4: imm counters are bound to the region written through. A
+ * flood of zero-byte WRITE+imm of distinct values through one client's
+ * descriptor fills only that uid's share of counters; it fires no other
+ * client's claim of the same value, and a client of another uid still
+ * claims and is fired. A claim by the flooded client itself still works.
+ */
+START_TEST(imm_scoped_to_region)
+{
+	enum { FLOOD = 200 };
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	static struct rdmax_job jobs[FLOOD];
+	static struct rdmax_event evs[FLOOD];
+
+	itest_daemon_set(b, "limits.max_imm_counters=64");
+	itest_daemon_set(b, "limits.per_uid_imm_counters=32");
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *sender = itest_client(a, "sender");
+	struct rdmax_client *flooded = itest_client(b, "flooded");
+	struct rdmax_client *bystander = itest_client(b, "bystander");
+	struct rdmax_region *src = itest_alloc(sender, 4096, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *rx = itest_alloc(flooded, 4096, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_region *rv = itest_alloc(bystander, 4096, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc dx = itest_desc(rx), dv = itest_desc(rv);
+
+	/* The bystander claims a value the flood will use. */
+	itest_assert_err(rdmax_expect_imm(bystander, 1000, 1), 0);
+
+	int to_child[2], from_child[2];
+	pid_t child = -1;
+	struct rdmax_desc dt;
+	if (geteuid() == 0) {
+		open_socket_dirs(b);
+		ck_assert_int_eq(pipe2(to_child, O_CLOEXEC), 0);
+		ck_assert_int_eq(pipe2(from_child, O_CLOEXEC), 0);
+		pid_t parent = getpid();
+		child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0) {
+			itest_child_setup(parent);
+			_exit(other_uid_imm_client(b->socket_path, 65534, from_child[1],
+						   to_child[0]));
+		}
+		struct pollfd pfd = {.fd = from_child[0], .events = POLLIN};
+		ck_assert_msg(poll(&pfd, 1, ITEST_WAIT_MS) == 1, "the tenant did not report");
+		ck_assert_int_eq(read(from_child[0], &dt, sizeof(dt)), (ssize_t)sizeof(dt));
+	} else {
+		fprintf(stderr, "itest harden: not root, so no second uid: the other-uid part of "
+				"imm_scoped_to_region did not run\n");
+	}
+
+	/* The flood: distinct values, zero bytes, through the flooded client's descriptor. */
+	for (int i = 0; i < FLOOD; i++) {
+		jobs[i] = itest_job(100 + (uint64_t)i, RDMAX_OP_WRITE, src, 0, &dx, 0, 0);
+		jobs[i].flags = RDMAX_JOB_IMM;
+		jobs[i].imm = 1000 + (uint32_t)i;
+	}
+	ck_assert_int_eq(rdmax_submit(sender, jobs, FLOOD), 0);
+	size_t got = itest_collect(sender, evs, FLOOD, 30000, NULL);
+	ck_assert_uint_eq(got, FLOOD);
+	for (int i = 0; i < FLOOD; i++) {
+		ck_assert_msg(evs[i].status == 0, "flood write %" PRIu64 ": %s", evs[i].job_id,
+			      itest_err_name(evs[i].status));
+	}
+	/* It fired nobody else's claim of the same value... */
+	itest_assert_quiet(bystander, ITEST_QUIET_MS);
+	/* ...it counted in the flooded client's namespace... */
+	itest_assert_err(rdmax_expect_imm(flooded, 1000, 1), 0);
+	itest_assert_err(rdmax_wait_imm(flooded, 1000, ITEST_WAIT_MS), 0);
+	/* ...and the bystander's claim fires for its own region. */
+	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &dv, 0, 1);
+	job.flags = RDMAX_JOB_IMM;
+	job.imm = 1000;
+	struct rdmax_event ev = itest_run_job(sender, &job, ITEST_WAIT_MS);
+	ck_assert_int_eq(ev.status, 0);
+	itest_assert_err(rdmax_wait_imm(bystander, 1000, ITEST_WAIT_MS), 0);
+
+	if (child > 0) {
+		/* Another uid claims and is fired, whatever the flood took. */
+		char byte = 'g';
+		ck_assert_int_eq(write(to_child[1], &byte, 1), 1);
+		struct pollfd pfd = {.fd = from_child[0], .events = POLLIN};
+		ck_assert_msg(poll(&pfd, 1, ITEST_WAIT_MS) == 1 &&
+				      read(from_child[0], &byte, 1) == 1,
+			      "the tenant of uid 65534 could not claim imm 7 after the flood");
+		job = itest_job(2, RDMAX_OP_WRITE, src, 0, &dt, 0, 16);
+		job.flags = RDMAX_JOB_IMM;
+		job.imm = 7;
+		ev = itest_run_job(sender, &job, ITEST_WAIT_MS);
+		ck_assert_int_eq(ev.status, 0);
+		int status;
+		ck_assert_int_eq(waitpid(child, &status, 0), child);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "the tenant of uid 65534 failed at step %d (status 0x%x)",
+			      WIFEXITED(status) ? WEXITSTATUS(status) : -1, status);
+	}
+	rdmax_client_close(sender);
+	rdmax_client_close(flooded);
+	rdmax_client_close(bystander);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+END_TEST
+
 TCase *itest_tcase_harden(void)
 {
 	TCase *tc = tcase_create("harden");
@@ -736,6 +878,7 @@ TCase *itest_tcase_harden(void)
 	tcase_add_test(tc, uid_shares_and_hello_timeout);
 	tcase_add_test(tc, bad_datagrams_named);
 	tcase_add_test(tc, admin_bounded_idle);
+	tcase_add_test(tc, imm_scoped_to_region);
 	ITEST_ADD_STALLING_TEST(tc, duplicate_job_id_one_completion);
 	ITEST_ADD_STALLING_TEST(tc, final_completion_connecting);
 	ITEST_ADD_STALLING_TEST(tc, final_completion_mid_stream);

@@ -1038,11 +1038,13 @@ static void on_write_done(struct tcp_conn *conn, bool landed)
 		queue_small(conn, WIRE_ACK, conn->rx_err, conn->rx_msg, strlen(conn->rx_msg));
 		return;
 	}
+	/* The imm counts in the namespace of the region's client (imm.h). */
+	void *owner = region_imm_owner(conn->rx_region);
+	if (conn->rx_h.flags & WIRE_F_HAS_IMM) {
+		imm_landed(&d->imm, owner, conn->rx_h.imm);
+	}
 	region_put(&d->regions, conn->rx_region);
 	conn->rx_region = NULL;
-	if (conn->rx_h.flags & WIRE_F_HAS_IMM) {
-		imm_landed(&d->imm, conn->rx_h.imm);
-	}
 	queue_small(conn, WIRE_ACK, 0, NULL, 0);
 }
 
