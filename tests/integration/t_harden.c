@@ -82,10 +82,15 @@ static bool valid_utf8(const char *s)
 	return true;
 }
 
-/* One Submit of n WRITE jobs with ids first.. that fail at once (unknown local region). */
-static size_t pack_failing_submit(uint8_t *buf, size_t size, uint64_t seq, uint64_t first, size_t n)
+/*
+ * One encoded Submit (seq) of n WRITE jobs of len bytes from local region
+ * `region` to the descriptor bytes desc; ids from `ids`, or first, first+1, ...
+ * when ids is NULL. Returns its length in buf.
+ */
+static size_t pack_writes(uint8_t *buf, size_t size, uint64_t seq, const uint64_t *ids,
+			  uint64_t first, size_t n, uint64_t region, const uint8_t *desc,
+			  size_t desc_len, uint64_t len)
 {
-	static const uint8_t junk_desc[] = {0x01, 0x02, 0x03, 0x04};
 	Rdmax__V1__Job *jobs = calloc(n, sizeof(*jobs));
 	Rdmax__V1__WriteJob *writes = calloc(n, sizeof(*writes));
 	Rdmax__V1__Job **ptrs = calloc(n, sizeof(*ptrs));
@@ -98,11 +103,11 @@ static size_t pack_failing_submit(uint8_t *buf, size_t size, uint64_t seq, uint6
 		Rdmax__V1__WriteJob wi = RDMAX__V1__WRITE_JOB__INIT;
 		jobs[i] = ji;
 		writes[i] = wi;
-		writes[i].local_region = 424242;
-		writes[i].length = 64;
-		writes[i].remote_desc.data = (uint8_t *)junk_desc;
-		writes[i].remote_desc.len = sizeof(junk_desc);
-		jobs[i].job_id = first + i;
+		writes[i].local_region = region;
+		writes[i].length = len;
+		writes[i].remote_desc.data = (uint8_t *)desc;
+		writes[i].remote_desc.len = desc_len;
+		jobs[i].job_id = ids ? ids[i] : first + i;
 		jobs[i].kind_case = RDMAX__V1__JOB__KIND_WRITE;
 		jobs[i].write = &writes[i];
 		ptrs[i] = &jobs[i];
@@ -113,13 +118,13 @@ static size_t pack_failing_submit(uint8_t *buf, size_t size, uint64_t seq, uint6
 	msg.seq = seq;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_SUBMIT;
 	msg.submit = &submit;
-	size_t len = rdmax__v1__client_msg__get_packed_size(&msg);
-	ck_assert_uint_le(len, size);
+	size_t packed = rdmax__v1__client_msg__get_packed_size(&msg);
+	ck_assert_uint_le(packed, size);
 	rdmax__v1__client_msg__pack(&msg, buf);
 	free(jobs);
 	free(writes);
 	free(ptrs);
-	return len;
+	return packed;
 }
 
 /*
@@ -141,7 +146,10 @@ START_TEST(flood_never_reading)
 	raw_hello(fd);
 	size_t sent = 0;
 	for (size_t k = 0; k < submits; k++) {
-		size_t len = pack_failing_submit(buf, 1 << 20, 2 + k, k * per_submit, per_submit);
+		/* Unknown local region, garbage descriptor: every job fails at once. */
+		static const uint8_t junk_desc[] = {0x01, 0x02, 0x03, 0x04};
+		size_t len = pack_writes(buf, 1 << 20, 2 + k, NULL, k * per_submit, per_submit,
+					 424242, junk_desc, sizeof(junk_desc), 64);
 		ssize_t n = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			/* The daemon stopped reading us: that is the back-pressure. */
@@ -338,34 +346,11 @@ END_TEST
 static void raw_submit_writes(int fd, uint64_t seq, const uint64_t *ids, size_t n, uint64_t region,
 			      const struct rdmax_desc *desc, uint64_t len)
 {
-	Rdmax__V1__Job jobs[4];
-	Rdmax__V1__WriteJob writes[4];
-	Rdmax__V1__Job *ptrs[4];
-	Rdmax__V1__Submit submit = RDMAX__V1__SUBMIT__INIT;
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	uint8_t buf[4096];
+	size_t packed =
+		pack_writes(buf, sizeof(buf), seq, ids, 0, n, region, desc->bytes, desc->len, len);
 
-	ck_assert_uint_le(n, 4);
-	for (size_t i = 0; i < n; i++) {
-		Rdmax__V1__Job ji = RDMAX__V1__JOB__INIT;
-		Rdmax__V1__WriteJob wi = RDMAX__V1__WRITE_JOB__INIT;
-		jobs[i] = ji;
-		writes[i] = wi;
-		writes[i].local_region = region;
-		writes[i].length = len;
-		writes[i].remote_desc.data = (uint8_t *)desc->bytes;
-		writes[i].remote_desc.len = desc->len;
-		jobs[i].job_id = ids[i];
-		jobs[i].kind_case = RDMAX__V1__JOB__KIND_WRITE;
-		jobs[i].write = &writes[i];
-		ptrs[i] = &jobs[i];
-	}
-	submit.n_jobs = n;
-	submit.jobs = ptrs;
-	msg.has_seq = 1;
-	msg.seq = seq;
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_SUBMIT;
-	msg.submit = &submit;
-	raw_send_msg(fd, &msg, NULL, 0);
+	ck_assert_int_eq(raw_send(fd, buf, packed, NULL, 0), 0);
 }
 
 /*
@@ -881,6 +866,8 @@ TCase *itest_tcase_harden(void)
 	tcase_add_test(tc, imm_scoped_to_region);
 	ITEST_ADD_STALLING_TEST(tc, duplicate_job_id_one_completion);
 	ITEST_ADD_STALLING_TEST(tc, final_completion_connecting);
-	ITEST_ADD_STALLING_TEST(tc, final_completion_mid_stream);
+	/* The NIC keeps work requests already posted: withdrawn only over TCP so far. */
+	ITEST_ADD_TEST_IF(tc, final_completion_mid_stream, strcmp(itest_transport(), "tcp") == 0,
+			  "the verbs transport cannot withdraw work requests the NIC holds");
 	return tc;
 }

@@ -2055,6 +2055,22 @@ static int submit_write_then_record(struct verbs_transport *vt, struct xfer *xfe
 	return ret;
 }
 
+/*
+ * transport_ops.withdraw: a data xfer still queued (while its connection is
+ * set up, or behind the send queue's credits) is taken back. What the NIC
+ * already holds cannot be: it finishes or flushes, and done follows. An imm
+ * or message xfer travels inside a wrapper and is left to finish too.
+ */
+static int verbs_withdraw(struct transport *transport, struct xfer *xfer)
+{
+	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
+
+	if (xfer->has_imm || xfer->mailbox) {
+		return -EBUSY;
+	}
+	return conn_withdraw(&vt->conns, xfer);
+}
+
 static int verbs_submit(struct transport *transport, struct xfer *xfer)
 {
 	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
@@ -2518,6 +2534,7 @@ static const struct transport_ops g_verbs_ops = {
 	.reset_peer = verbs_reset_peer,
 	.list_ports = verbs_list_ports,
 	.send_message = verbs_send_message,
+	.withdraw = verbs_withdraw,
 	.route = verbs_route,
 };
 
