@@ -556,13 +556,15 @@ static inline int rdmax_submit(struct rdmax_client *client, const struct rdmax_j
 }
 
 /**
- * Ask to be told when \p count jobs carrying \p imm have fully landed on
- * this node. Fires once as an RDMAX_EVENT_IMM_REACHED event; the counter is
- * then reset. A value claimed by another client is refused.
+ * Ask to be told when \p count jobs carrying \p imm have fully landed in
+ * regions of this client. Fires once as an RDMAX_EVENT_IMM_REACHED event;
+ * \p count is then taken off the counter. Each client counts in its own
+ * namespace: landings in other clients' regions never count here.
+ * \return 0 or a negative error (RDMAX_E_RESOURCE_EXHAUSTED when every imm
+ * counter the uid may hold is claimed)
  * \param client an open connection
  * \param imm the immediate value
  * \param count landings to wait for, > 0
- * \return 0 or a negative error (RDMAX_E_ALREADY_EXISTS)
  */
 int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count);
 

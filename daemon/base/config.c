@@ -142,6 +142,27 @@ static const struct config_key g_keys[] = {
 	 "Connections to other daemons that this node keeps open, for the whole daemon."},
 	{"limits", "max_imm_counters", KEY_UINT, FIELD(max_imm_counters), 1, 16777216, KEY_RELOAD,
 	 "Distinct immediate-value counters tracked on this node, for the whole daemon."},
+	{"limits", "hello_timeout_ms", KEY_UINT, FIELD(hello_timeout_ms), 100, 600000, KEY_RELOAD,
+	 "Time a new client connection has to send Hello before it is closed, in "
+	 "milliseconds."},
+	{"limits", "per_uid_clients", KEY_UINT, FIELD(per_uid_clients), 1, 65536, KEY_RELOAD,
+	 "Client connections of one uid at the same time, so that no user can take every "
+	 "slot of max_clients."},
+	{"limits", "per_uid_regions", KEY_UINT, FIELD(per_uid_regions), 1, 16777216, KEY_RELOAD,
+	 "Memory regions registered by all clients of one uid together."},
+	{"limits", "per_uid_registered_bytes", KEY_SIZE, FIELD(per_uid_registered_bytes), 4 * KiB,
+	 1024 * TiB, KEY_RELOAD, "Bytes registered by all clients of one uid together."},
+	{"limits", "per_uid_outstanding_jobs", KEY_UINT, FIELD(per_uid_outstanding_jobs), 1,
+	 16777216, KEY_RELOAD, "Jobs without a completion of all clients of one uid together."},
+	{"limits", "per_uid_imm_counters", KEY_UINT, FIELD(per_uid_imm_counters), 1, 16777216,
+	 KEY_RELOAD,
+	 "Immediate-value counters (claimed or counting) held in the namespace of one uid."},
+	{"limits", "admin_max_connections", KEY_UINT, FIELD(admin_max_connections), 1, 4096,
+	 KEY_RELOAD, "Connections to the admin socket at the same time, for the whole daemon."},
+	{"limits", "admin_idle_timeout_ms", KEY_UINT, FIELD(admin_idle_timeout_ms), 100, 3600000,
+	 KEY_RELOAD,
+	 "An admin connection that sends nothing for this long is closed, in "
+	 "milliseconds."},
 
 	{"peers", "connect_timeout_ms", KEY_UINT, FIELD(connect_timeout_ms), 10, 600000, 0,
 	 "Time allowed for one connection attempt to another daemon, in milliseconds."},
@@ -921,6 +942,14 @@ void config_defaults(struct config *cfg)
 	cfg->max_jobs_per_submit = 1024;
 	cfg->max_connections = 1024;
 	cfg->max_imm_counters = 65536;
+	cfg->hello_timeout_ms = 5000;
+	cfg->per_uid_clients = 64;
+	cfg->per_uid_regions = 4096;
+	cfg->per_uid_registered_bytes = 256 * GiB;
+	cfg->per_uid_outstanding_jobs = 16384;
+	cfg->per_uid_imm_counters = 16384;
+	cfg->admin_max_connections = 64;
+	cfg->admin_idle_timeout_ms = 60000;
 
 	cfg->connect_timeout_ms = 3000;
 	cfg->connect_retries = 3;

@@ -58,6 +58,15 @@ struct config {
 	uint32_t max_jobs_per_submit;
 	uint32_t max_connections;  /* daemon-to-daemon connections, per node */
 	uint32_t max_imm_counters; /* distinct imm values tracked per node */
+	uint32_t hello_timeout_ms; /* a client must send Hello within this */
+	/* Shares of one uid, summed over its clients (docs/security.md). */
+	uint32_t per_uid_clients;
+	uint32_t per_uid_regions;
+	uint64_t per_uid_registered_bytes;
+	uint32_t per_uid_outstanding_jobs;
+	uint32_t per_uid_imm_counters;  /* imm counters one uid's clients may hold */
+	uint32_t admin_max_connections; /* admin socket connections at the same time */
+	uint32_t admin_idle_timeout_ms; /* an admin connection silent this long is closed */
 
 	/* [peers] */
 	uint32_t connect_timeout_ms; /* one connection attempt */
@@ -67,8 +76,8 @@ struct config {
 	uint32_t idle_timeout_s;     /* idle connections are closed after this; 0 = never */
 
 	/* [engine] */
-	uint32_t chunk_bytes;  /* large jobs are split into chunks of this size */
-	uint32_t busy_poll_us; /* keep polling this long after the last activity */
+	uint32_t chunk_bytes;   /* large jobs are split into chunks of this size */
+	uint32_t busy_poll_us;  /* keep polling this long after the last activity */
 	uint32_t rail_retry_ms; /* a failed device pair is avoided this long */
 
 	/* [verbs] */

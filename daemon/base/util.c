@@ -76,3 +76,45 @@ bool name_in_list(const char *list, const char *name)
 	}
 	return false;
 }
+
+/* Length of the well-formed UTF-8 sequence at p (1..4), or 0. */
+static size_t utf8_seq_len(const unsigned char *p)
+{
+	unsigned char c = p[0];
+
+	if (c < 0x80) {
+		return 1;
+	}
+	if (c >= 0xc2 && c <= 0xdf) {
+		return (p[1] & 0xc0) == 0x80 ? 2 : 0;
+	}
+	if (c >= 0xe0 && c <= 0xef) {
+		unsigned char lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+		return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 ? 3 : 0;
+	}
+	if (c >= 0xf0 && c <= 0xf4) {
+		unsigned char lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+		return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 && (p[3] & 0xc0) == 0x80
+			       ? 4
+			       : 0;
+	}
+	return 0;
+}
+
+size_t utf8_sanitize(char *s)
+{
+	unsigned char *p = (unsigned char *)s;
+	size_t replaced = 0;
+
+	/* A NUL stops every check above at the first byte that is not a continuation. */
+	while (*p) {
+		size_t n = utf8_seq_len(p);
+		if (n == 0) {
+			*p++ = '?';
+			replaced++;
+		} else {
+			p += n;
+		}
+	}
+	return replaced;
+}

@@ -27,6 +27,15 @@ uint64_t random_u64(void);
 /* Copy a string into a fixed buffer; returns -ENAMETOOLONG when it does not fit. */
 int copy_string(char *dst, size_t dst_size, const char *src);
 
+/*
+ * Make s valid UTF-8 in place: every byte that does not belong to a well-formed
+ * sequence (overlong forms, surrogates and code points past U+10FFFF included)
+ * becomes '?'. Returns how many bytes were replaced. Text that reaches a
+ * protobuf `string` field goes through this, so client bytes are never echoed
+ * as they came.
+ */
+size_t utf8_sanitize(char *s);
+
 /* True when name is one of the entries of a comma-separated list ("a,b", no blanks). */
 bool name_in_list(const char *list, const char *name);
 

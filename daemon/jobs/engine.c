@@ -71,8 +71,9 @@ struct job_node {
 	uint64_t instance;
 	uint64_t xfers_left; /* xfers (or local copies) towards this node not yet issued */
 	uint32_t in_flight;
-	bool has_imm; /* the node's last xfer carries the job's imm */
-	bool held;    /* that last xfer waits until in_flight is 0 (unordered transport) */
+	bool has_imm;        /* the node's last xfer carries the job's imm */
+	void *landing_owner; /* this daemon: the client of the region last copied into */
+	bool held;           /* that last xfer waits until in_flight is 0 (unordered transport) */
 	/*
 	 * Device pairs (rails) to stripe chunks over: bit i names rail_eps[i],
 	 * the endpoints of the node's descriptor (job->remote, a peer group
@@ -237,6 +238,31 @@ static void job_free_if_done(struct job *job)
 	job_free_memory(job);
 }
 
+/*
+ * The job completed: none of its bytes may move any more. Xfers the
+ * transport can still stop are detached (they count as returned); the
+ * others return as usual and are ignored. Held and un-issued chunks are
+ * never issued (pump stops at a completed job).
+ */
+static void withdraw_xfers(struct job *job)
+{
+	for (uint32_t i = 0; i < job->n_slots && job->in_flight > 0; i++) {
+		struct job_xfer *slot = &job->slots[i];
+		if (!slot->busy) {
+			continue; /* a free slot's other fields are not set */
+		}
+		struct job_node *node = &job->nodes[slot->node];
+		struct transport *t = node->transport;
+		if (!t || !t->ops->withdraw || t->ops->withdraw(t, &slot->xfer) < 0) {
+			continue;
+		}
+		slot->busy = false;
+		job->in_flight--;
+		job->in_flight_bytes -= slot->xfer.length;
+		node->in_flight--;
+	}
+}
+
 static void complete_job(struct job *job, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -261,6 +287,7 @@ static void complete_job(struct job *job, int err, const char *fmt, ...)
 		va_end(ap);
 	}
 	engine->outstanding--;
+	withdraw_xfers(job);
 	counters_job_done(&engine->daemon->counters, job->kind, err,
 			  err ? job->bytes_done : job->length, now_ns() - job->started_ns,
 			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
@@ -268,6 +295,9 @@ static void complete_job(struct job *job, int err, const char *fmt, ...)
 		struct job_owner *owner = job->owner;
 		hmap_del(&owner->jobs, job->id + 1);
 		owner->outstanding--;
+		if (owner->uid_outstanding) {
+			(*owner->uid_outstanding)--;
+		}
 		owner->runs -= job->runs_counted;
 		job->owner = NULL;
 		engine->complete(owner, job->id, err, err ? message : NULL,
@@ -647,6 +677,7 @@ static int run_local_piece(struct job *job, const struct plan_run *piece)
 		memmove(job->local->addr + piece->local_offset, target->addr + piece->remote_offset,
 			piece->length);
 	}
+	job->nodes[dest->node].landing_owner = region_imm_owner(target);
 	region_put(&daemon->regions, target);
 	job->bytes_done += piece->length;
 	return 0;
@@ -742,7 +773,7 @@ static void pump(struct job *job)
 				break;
 			}
 			if (--node->xfers_left == 0 && node->has_imm) {
-				imm_landed(&daemon->imm, job->imm);
+				imm_landed(&daemon->imm, node->landing_owner, job->imm);
 			}
 			continue;
 		}
@@ -1454,17 +1485,21 @@ static int prepare(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t 
 	}
 }
 
-void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V1__Job *pj)
+int engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V1__Job *pj)
 {
 	struct rdmaxd *daemon = engine->daemon;
 	char why[RDMAX_MESSAGE_MAX];
 	struct job *job;
 	int ret;
 
+	if (pj->job_id < UINT64_MAX - 1 && hmap_get(&owner->jobs, pj->job_id + 1)) {
+		/* Refused without a completion: the id's one completion is the running job's. */
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
 	job = malloc(sizeof(*job));
 	if (!job) {
 		engine->complete(owner, pj->job_id, -ENOMEM, "out of memory", 0);
-		return;
+		return 0;
 	}
 	memset(job, 0, offsetof(struct job, remote));
 	for (size_t i = 0; i < JOB_WINDOW; i++) {
@@ -1474,53 +1509,60 @@ void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__
 	job->id = pj->job_id;
 	job->started_ns = now_ns();
 	list_add_tail(&engine->jobs, &job->link);
-	engine->outstanding++;
-	owner->outstanding++;
-	job->owner = owner;
 
 	if (pj->job_id >= UINT64_MAX - 1) {
 		/* Such an id cannot key the in-flight table; refuse without registering it. */
-		job->owner = NULL;
-		owner->outstanding--;
-		engine->outstanding--;
 		job->completed = true;
 		engine->complete(owner, pj->job_id, RDMAX_E_INVALID_ARGUMENT,
 				 "job id must be below 2^64-2", 0);
 		job_free_if_done(job);
-		return;
+		return 0;
 	}
-	if (hmap_get(&owner->jobs, pj->job_id + 1)) {
+	engine->outstanding++;
+	owner->outstanding++;
+	if (owner->uid_outstanding) {
+		(*owner->uid_outstanding)++;
+	}
+	job->owner = owner;
+	if (hmap_put(&owner->jobs, pj->job_id + 1, job) < 0) {
+		/* Not in the table: complete_job() must not find it there. */
 		job->owner = NULL;
 		owner->outstanding--;
+		if (owner->uid_outstanding) {
+			(*owner->uid_outstanding)--;
+		}
 		engine->outstanding--;
 		job->completed = true;
-		engine->complete(owner, pj->job_id, RDMAX_E_INVALID_ARGUMENT,
-				 "job id is already in flight", 0);
+		engine->complete(owner, pj->job_id, -ENOMEM, "out of memory", 0);
 		job_free_if_done(job);
-		return;
-	}
-	if (hmap_put(&owner->jobs, pj->job_id + 1, job) < 0) {
-		complete_job(job, -ENOMEM, "out of memory");
-		job_free_if_done(job);
-		return;
+		return 0;
 	}
 	if (owner->outstanding > daemon->cfg.max_outstanding_jobs) {
 		complete_job(job, RDMAX_E_RESOURCE_EXHAUSTED, "more than %u jobs outstanding",
 			     daemon->cfg.max_outstanding_jobs);
 		job_free_if_done(job);
-		return;
+		return 0;
+	}
+	if (owner->uid_outstanding &&
+	    *owner->uid_outstanding > daemon->cfg.per_uid_outstanding_jobs) {
+		complete_job(job, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "the clients of this uid have more than %u jobs outstanding "
+			     "([limits] per_uid_outstanding_jobs)",
+			     daemon->cfg.per_uid_outstanding_jobs);
+		job_free_if_done(job);
+		return 0;
 	}
 	if (daemon->draining) {
 		complete_job(job, RDMAX_E_CANCELLED,
 			     "the daemon is draining (rdmaxctl drain) and accepts no new jobs");
 		job_free_if_done(job);
-		return;
+		return 0;
 	}
 	ret = prepare(job, pj, why, sizeof(why));
 	if (ret < 0) {
 		complete_job(job, ret, "%s", why);
 		job_free_if_done(job);
-		return;
+		return 0;
 	}
 	if (job->runs != &job->run1) {
 		/* Plans of paged writes and scatters cost memory: bounded per client. */
@@ -1529,7 +1571,7 @@ void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__
 				     "the client's jobs would hold more than %u planned runs",
 				     RUNS_PER_CLIENT_MAX);
 			job_free_if_done(job);
-			return;
+			return 0;
 		}
 		owner->runs += job->n_runs;
 		job->runs_counted = job->n_runs;
@@ -1554,6 +1596,12 @@ void engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__
 		}
 	}
 	pump(job);
+	return 0;
+}
+
+bool engine_job_in_flight(struct job_owner *owner, uint64_t job_id)
+{
+	return job_id < UINT64_MAX - 1 && hmap_get(&owner->jobs, job_id + 1) != NULL;
 }
 
 int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct engine **ret_engine)
@@ -1598,6 +1646,7 @@ int job_owner_init(struct job_owner *owner)
 	int ret;
 
 	owner->outstanding = 0;
+	owner->uid_outstanding = NULL;
 	owner->gone = false;
 	owner->runs = 0;
 	owner->pinned_devices[0] = '\0';

@@ -43,6 +43,7 @@ typedef void (*engine_complete_cb)(void *owner, uint64_t job_id, int err, const 
 struct job_owner {
 	struct hmap jobs;               /* job_id+1 -> struct job, in flight */
 	uint32_t outstanding;           /* jobs without a completion yet */
+	uint32_t *uid_outstanding;      /* shared by the clients of one uid; NULL: none */
 	bool gone;                      /* the client left; completions are dropped */
 	struct peer_group_table groups; /* the client's peer groups (SCATTER, BARRIER) */
 	uint64_t runs;                  /* planned runs held by its jobs without a completion */
@@ -68,11 +69,16 @@ int job_owner_init(struct job_owner *owner);
 void job_owner_leave(struct engine *engine, struct job_owner *owner);
 
 /*
- * Start one job. Exactly one completion callback follows, possibly before
- * this returns (validation errors). The callback's owner is `owner`.
+ * Start one job. Returns 0 and exactly one completion callback follows,
+ * possibly before this returns (validation errors); the callback's owner is
+ * `owner`. Returns RDMAX_E_INVALID_ARGUMENT without any completion when the
+ * job id is already in flight for this owner: a completion carrying that id
+ * would be a second one for the job in flight.
  */
-void engine_submit(struct engine *engine, struct job_owner *owner,
-		   const struct Rdmax__V1__Job *job);
+int engine_submit(struct engine *engine, struct job_owner *owner, const struct Rdmax__V1__Job *job);
+
+/* Whether the owner has a job with this id in flight (no completion yet). */
+bool engine_job_in_flight(struct job_owner *owner, uint64_t job_id);
 
 /* Complete the job with RDMAX_E_CANCELLED now. RDMAX_E_NOT_FOUND if not in flight. */
 int engine_cancel(struct engine *engine, struct job_owner *owner, uint64_t job_id);

@@ -99,6 +99,16 @@ int region_register_host_fd(struct region_table *table, void *owner, int fd, uin
  */
 int region_insert(struct region_table *table, struct region *region);
 
+/*
+ * The namespace an imm landing in this region counts in (imm.h): its
+ * client, or NULL once it is being deregistered (its client may be gone and
+ * the client's memory reused by another).
+ */
+static inline void *region_imm_owner(const struct region *region)
+{
+	return region->deregistering ? NULL : region->owner;
+}
+
 /* The owner's region with this id, or NULL (unknown, other owner, or deregistering). */
 struct region *region_find_owned(struct region_table *table, void *owner, uint64_t id);
 

@@ -40,7 +40,6 @@
 #include "region.h"
 #include "transport.h"
 
-#define ADMIN_CONNS_MAX    16
 #define ADMIN_DEFAULT_PATH "/run/rdmaxd-admin.sock"
 /* Entries of one list reply at most; the rest is counted in "truncated". */
 #define ADMIN_LIST_MAX   1000
@@ -59,7 +58,8 @@ struct admin_conn {
 	uint32_t uid;
 	char *pending; /* reply waiting for POLLOUT */
 	size_t pending_len;
-	bool draining; /* waits for the drain to finish */
+	bool draining;    /* waits for the drain to finish */
+	uint64_t last_ms; /* connected, or the last request */
 	uint64_t drain_start_ms;
 	uint64_t drain_deadline_ms;
 };
@@ -69,6 +69,7 @@ struct admin {
 	int listen_fd;
 	uv_poll_t listen_poll;
 	uv_timer_t drain_timer;
+	uv_timer_t idle_timer; /* closes connections silent for admin_idle_timeout_ms */
 	bool listening;
 	bool inherited;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -965,6 +966,7 @@ static void conn_io(uv_poll_t *poll, int status, int events)
 			conn_close(c);
 			return;
 		}
+		c->last_ms = now_ms();
 		if ((size_t)n > ADMIN_REQUEST_MAX) {
 			reply_error(c, "INVALID_ARGUMENT", "request longer than %d bytes",
 				    ADMIN_REQUEST_MAX);
@@ -1072,7 +1074,11 @@ static void on_accept(uv_poll_t *poll, int status, int events)
 			deny(fd, "PERMISSION_DENIED", text);
 			continue;
 		}
-		if (a->n_conns >= ADMIN_CONNS_MAX || !a->listening) {
+		if (a->n_conns >= a->daemon->cfg.admin_max_connections || !a->listening) {
+			log_ratelimited(&a->rl, LOG_WARNING,
+					"admin: refused pid %d uid %u: %u connections open "
+					"([limits] admin_max_connections)",
+					(int)cred.pid, (unsigned)cred.uid, a->n_conns);
 			deny(fd, "RESOURCE_EXHAUSTED", "too many admin connections; try again");
 			continue;
 		}
@@ -1087,11 +1093,31 @@ static void on_accept(uv_poll_t *poll, int status, int events)
 		c->fd = fd;
 		c->pid = (int)cred.pid;
 		c->uid = (uint32_t)cred.uid;
+		c->last_ms = now_ms();
 		uv_poll_init(a->daemon->loop, &c->poll, fd);
 		c->poll.data = c;
 		uv_poll_start(&c->poll, UV_READABLE, conn_io);
 		list_add_tail(&a->conns, &c->link);
 		a->n_conns++;
+	}
+}
+
+/* Connections that said nothing for admin_idle_timeout_ms go (a drain waiting is not idle). */
+static void close_idle(uv_timer_t *timer)
+{
+	struct admin *a = timer->data;
+	uint64_t now = now_ms(), limit = a->daemon->cfg.admin_idle_timeout_ms;
+	struct list_node *pos, *tmp;
+
+	list_for_each_safe(pos, tmp, &a->conns)
+	{
+		struct admin_conn *c = container_of(pos, struct admin_conn, link);
+		if (!c->draining && now - c->last_ms >= limit) {
+			log_debug("admin: closing the connection of pid %d: idle for %" PRIu64
+				  " ms",
+				  c->pid, now - c->last_ms);
+			conn_close(c);
+		}
 	}
 }
 
@@ -1242,6 +1268,11 @@ int admin_create(struct rdmaxd *daemon, struct admin **ret_admin)
 	uv_poll_start(&a->listen_poll, UV_READABLE, on_accept);
 	uv_timer_init(daemon->loop, &a->drain_timer);
 	a->drain_timer.data = a;
+	uv_timer_init(daemon->loop, &a->idle_timer);
+	a->idle_timer.data = a;
+	uint64_t sweep = MAX(daemon->cfg.admin_idle_timeout_ms / 4, 25);
+	uv_timer_start(&a->idle_timer, close_idle, sweep, sweep);
+	uv_unref((uv_handle_t *)&a->idle_timer);
 	a->listening = true;
 	log_info("admin socket '%s'%s; admin group '%s'%s", a->path,
 		 a->inherited ? " (from the service manager)" : "", a->daemon->cfg.admin_group,
@@ -1266,6 +1297,8 @@ void admin_shutdown(struct admin *admin)
 	uv_close((uv_handle_t *)&admin->listen_poll, NULL);
 	uv_timer_stop(&admin->drain_timer);
 	uv_close((uv_handle_t *)&admin->drain_timer, NULL);
+	uv_timer_stop(&admin->idle_timer);
+	uv_close((uv_handle_t *)&admin->idle_timer, NULL);
 	close(admin->listen_fd);
 	if (!admin->inherited) {
 		unlink(admin->path);

@@ -476,7 +476,7 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 	       "Landings not counted because the imm counter table was full.");
 	text_printf(&t, "rdmaxd_imm_dropped_total %" PRIu64 "\n", daemon->imm.dropped);
 	family(&t, "rdmaxd_imm_counters", "gauge", "Immediate counters tracked now.");
-	text_printf(&t, "rdmaxd_imm_counters %zu\n", daemon->imm.counters.count);
+	text_printf(&t, "rdmaxd_imm_counters %u\n", daemon->imm.n_counters);
 
 	if (t.failed) {
 		free(t.buf);
@@ -577,7 +577,7 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 	json_u64(j, "imm_writes_total", m->imm_writes);
 	json_u64(j, "imm_fired_total", m->imm_fired);
 	json_u64(j, "imm_dropped_total", metrics->daemon->imm.dropped);
-	json_u64(j, "imm_counters", metrics->daemon->imm.counters.count);
+	json_u64(j, "imm_counters", metrics->daemon->imm.n_counters);
 	json_obj_close(j);
 }
 

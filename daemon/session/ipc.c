@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -44,6 +45,12 @@
 
 /* Bytes a client may leave unread before the daemon drops it. */
 #define SESSION_MAX_QUEUED_BYTES (64u << 20)
+/*
+ * Back-pressure: while this much waits for a client to read, the daemon reads
+ * no more of its requests (nor ring entries), so a client that never reads
+ * can only have its outstanding jobs' completions queued, not more.
+ */
+#define SESSION_PAUSE_QUEUED_BYTES (4u << 20)
 /* Completions per Completions message at most. */
 #define COMPLETION_BATCH_MAX 1024u
 #define MAX_FDS_HARD         253
@@ -63,12 +70,33 @@ struct pending_completion {
 	char *message; /* NULL when OK */
 };
 
+/* What the clients of one uid hold together ([limits] per_uid_*). */
+struct uid_share {
+	uid_t uid;
+	uint32_t clients;
+	uint32_t regions;
+	uint64_t registered_bytes;
+	uint32_t outstanding;  /* jobs without a completion (the engine counts them) */
+	uint32_t imm_counters; /* in the namespaces of its clients (imm.c counts them) */
+};
+
 struct session {
 	struct ipc *ipc;
 	struct list_node link; /* in ipc->sessions */
 	int fd;
 	uv_poll_t poll;
 	bool closing;
+	/*
+	 * Failed while the daemon was in the middle of something (sending from a
+	 * completion callback, inside engine_submit): nothing more is sent or
+	 * read, and the session is closed from the loop's next turn, never from
+	 * inside the call that failed.
+	 */
+	bool doomed;
+	const char *doom_why;       /* static text */
+	struct list_node doom_link; /* in ipc->doomed */
+	bool paused;                /* back-pressure: requests are not read */
+	struct uid_share *share;
 	bool hello_done;
 	bool close_after_flush; /* a fatal protocol error was answered */
 	uint64_t id;
@@ -115,6 +143,10 @@ struct ipc {
 	uint8_t *ring_buf;      /* one submission entry, copied out of shared memory */
 	uint32_t n_sessions;
 	uint64_t next_session_id;
+	struct list_node doomed; /* sessions to close at the next turn */
+	uv_idle_t doom_idle;     /* runs that turn */
+	uv_timer_t hello_timer;  /* closes connections that sent no Hello in time */
+	struct hmap shares;      /* uid+1 -> struct uid_share */
 	uint8_t *rx_buf;
 	size_t rx_size;
 	uint8_t *tx_buf;
@@ -132,6 +164,49 @@ static struct session *session_of(void *owner)
 static void session_close(struct session *s, const char *why);
 /* uv_poll_start() replaces the callback too: every restart must name it. */
 static void session_io(uv_poll_t *poll, int status, int events);
+
+static void close_doomed(uv_idle_t *idle);
+
+/* Whether the session still takes requests and events. */
+static bool session_live(const struct session *s)
+{
+	return !s->closing && !s->doomed;
+}
+
+/*
+ * The session must go, but the caller may be deep inside a completion
+ * callback or a loop over the client's jobs: stop every further send and
+ * read now, close from the loop's next turn (close_doomed). Never recurses.
+ */
+static void session_doom(struct session *s, const char *why)
+{
+	if (s->closing || s->doomed) {
+		return;
+	}
+	s->doomed = true;
+	s->doom_why = why;
+	uv_poll_stop(&s->poll);
+	list_add_tail(&s->ipc->doomed, &s->doom_link);
+	uv_idle_start(&s->ipc->doom_idle, close_doomed);
+}
+
+/* Which events to wait for: back-pressure stops reading while much is queued. */
+static void session_poll_update(struct session *s)
+{
+	int events = 0;
+
+	if (!session_live(s)) {
+		return;
+	}
+	s->paused = s->queued_bytes >= SESSION_PAUSE_QUEUED_BYTES;
+	if (!s->paused) {
+		events |= UV_READABLE;
+	}
+	if (!list_empty(&s->out_queue)) {
+		events |= UV_WRITABLE;
+	}
+	uv_poll_start(&s->poll, events, session_io);
+}
 
 /* ------------------------------------------------------------------ sending */
 
@@ -173,7 +248,7 @@ static void send_ring_notify(struct session *s)
 
 static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 {
-	if (s->closing) {
+	if (!session_live(s)) {
 		return -EPIPE;
 	}
 	if (list_empty(&s->out_queue)) {
@@ -198,7 +273,7 @@ static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 	list_add_tail(&s->out_queue, &m->link);
 	s->queued_bytes += len;
 	count_sent(s);
-	uv_poll_start(&s->poll, UV_READABLE | UV_WRITABLE, session_io);
+	session_poll_update(s);
 	return 0;
 }
 
@@ -216,8 +291,9 @@ static int send_daemon_msg(struct session *s, const Rdmax__V1__DaemonMsg *msg)
 	rdmax__v1__daemon_msg__pack(msg, ipc->tx_buf);
 	ret = send_or_queue(s, ipc->tx_buf, len);
 	if (ret < 0 && ret != -EPIPE) {
-		session_close(s,
-			      ret == -ENOBUFS ? "client does not read its events" : strerror(-ret));
+		session_doom(s, ret == -ENOBUFS  ? "client does not read its events"
+				: ret == -ENOMEM ? "out of memory while queueing a reply"
+						 : "cannot send to the client");
 	}
 	return ret;
 }
@@ -241,6 +317,8 @@ static void reply_status(struct session *s, uint64_t seq, int err, const char *f
 		va_start(ap, fmt);
 		vsnprintf(text, sizeof(text), fmt, ap);
 		va_end(ap);
+		/* Messages quote client bytes (names, ids): a string field must stay UTF-8. */
+		utf8_sanitize(text);
 		error.message = text;
 	}
 	send_daemon_msg(s, &msg);
@@ -252,7 +330,7 @@ static void flush_completions(struct session *s)
 	Rdmax__V1__Completions batch = RDMAX__V1__COMPLETIONS__INIT;
 	size_t n = s->n_completions;
 
-	if (n == 0 || s->closing) {
+	if (n == 0 || !session_live(s)) {
 		goto out_clear;
 	}
 	Rdmax__V1__Completion *items = calloc(n, sizeof(*items));
@@ -260,7 +338,7 @@ static void flush_completions(struct session *s)
 	if (!items || !ptrs) {
 		free(items);
 		free(ptrs);
-		session_close(s, "out of memory while reporting completions");
+		session_doom(s, "out of memory while reporting completions");
 		goto out_clear;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -318,7 +396,7 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 	struct session *s = session_of(owner);
 	struct ipc *ipc = s->ipc;
 
-	if (s->closing) {
+	if (!session_live(s)) {
 		return;
 	}
 	if (err) {
@@ -350,7 +428,7 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 		size_t cap = s->cap_completions ? s->cap_completions * 2 : 64;
 		struct pending_completion *p = realloc(s->completions, cap * sizeof(*p));
 		if (!p) {
-			session_close(s, "out of memory while queueing completions");
+			session_doom(s, "out of memory while queueing completions");
 			return;
 		}
 		s->completions = p;
@@ -361,6 +439,9 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 	pc->status = status_from_err(err);
 	pc->bytes = bytes;
 	pc->message = err && message ? strdup(message) : NULL;
+	if (pc->message) {
+		utf8_sanitize(pc->message);
+	}
 	/* 24 bytes of framing per completion is generous for varints. */
 	s->completions_bytes += 24 + (pc->message ? strlen(pc->message) + 2 : 0);
 	if (s->n_completions >= COMPLETION_BATCH_MAX ||
@@ -377,7 +458,7 @@ void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
 	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
 	Rdmax__V1__ImmReached ev = RDMAX__V1__IMM_REACHED__INIT;
 
-	if (s->closing) {
+	if (!session_live(s)) {
 		return;
 	}
 	counters_imm_fired(&s->ipc->daemon->counters);
@@ -498,6 +579,23 @@ static bool region_limits_ok(struct session *s, uint64_t seq, uint64_t length)
 			     " bytes would exceed the client's limit of %" PRIu64 " bytes (%" PRIu64
 			     " registered)",
 			     length, cfg->max_registered_bytes, s->registered_bytes);
+		return false;
+	}
+	if (s->share->regions >= cfg->per_uid_regions) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "the clients of uid %u already have %u regions ([limits] "
+			     "per_uid_regions)",
+			     (unsigned)s->uid, s->share->regions);
+		return false;
+	}
+	if (cfg->per_uid_registered_bytes < s->share->registered_bytes ||
+	    length > cfg->per_uid_registered_bytes - s->share->registered_bytes) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "registering %" PRIu64
+			     " bytes would exceed the share of uid %u: %" PRIu64
+			     " bytes ([limits] per_uid_registered_bytes, %" PRIu64 " registered)",
+			     length, (unsigned)s->uid, cfg->per_uid_registered_bytes,
+			     s->share->registered_bytes);
 		return false;
 	}
 	return true;
@@ -639,6 +737,8 @@ static void reply_region(struct session *s, uint64_t seq, struct region *region,
 	list_add_tail(&s->regions, &region->owner_link);
 	s->region_count++;
 	s->registered_bytes += region->length;
+	s->share->regions++;
+	s->share->registered_bytes += region->length;
 
 	uint32_t n = collect_endpoints(daemon, region, eps, DESC_MAX_ENDPOINTS);
 	int len = region_desc_encode(&daemon->regions, region, daemon->node_name, eps, n, desc,
@@ -647,6 +747,8 @@ static void reply_region(struct session *s, uint64_t seq, struct region *region,
 		reply_status(s, seq, len, "cannot encode the region's descriptor");
 		s->region_count--;
 		s->registered_bytes -= region->length;
+		s->share->regions--;
+		s->share->registered_bytes -= region->length;
 		region_deregister(&daemon->regions, region, NULL, NULL);
 		return;
 	}
@@ -711,13 +813,61 @@ static void handle_deregister(struct session *s, uint64_t seq, const Rdmax__V1__
 	wait->seq = seq;
 	s->region_count--;
 	s->registered_bytes -= region->length;
+	s->share->regions--;
+	s->share->registered_bytes -= region->length;
 	/* Replies now, or once the last job holding the region returned. */
 	region_deregister(&daemon->regions, region, deregistered, wait);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * A job id already in flight, or twice in this Submit: the id that is in the
+ * way (true), or false. Such a Submit is refused as a whole, so that no id
+ * ever gets a second completion.
+ */
+static bool submit_has_duplicate(struct session *s, const Rdmax__V1__Submit *submit,
+				 uint64_t *ret_id)
+{
+	uint64_t *ids;
+
+	for (size_t i = 0; i < submit->n_jobs; i++) {
+		if (engine_job_in_flight(&s->owner, submit->jobs[i]->job_id)) {
+			*ret_id = submit->jobs[i]->job_id;
+			return true;
+		}
+	}
+	if (submit->n_jobs < 2) {
+		return false;
+	}
+	ids = malloc(submit->n_jobs * sizeof(*ids));
+	if (!ids) {
+		return false; /* the engine still refuses an id in flight, without a completion */
+	}
+	for (size_t i = 0; i < submit->n_jobs; i++) {
+		ids[i] = submit->jobs[i]->job_id;
+	}
+	qsort(ids, submit->n_jobs, sizeof(*ids), cmp_u64);
+	for (size_t i = 1; i < submit->n_jobs; i++) {
+		if (ids[i] == ids[i - 1]) {
+			*ret_id = ids[i];
+			free(ids);
+			return true;
+		}
+	}
+	free(ids);
+	return false;
 }
 
 static void handle_submit(struct session *s, uint64_t seq, const Rdmax__V1__Submit *submit)
 {
 	struct rdmaxd *daemon = s->ipc->daemon;
+	uint64_t dup;
 
 	if (submit->n_jobs > daemon->cfg.max_jobs_per_submit) {
 		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
@@ -725,8 +875,21 @@ static void handle_submit(struct session *s, uint64_t seq, const Rdmax__V1__Subm
 			     daemon->cfg.max_jobs_per_submit);
 		return;
 	}
-	for (size_t i = 0; i < submit->n_jobs && !s->closing; i++) {
-		engine_submit(daemon->engine, &s->owner, submit->jobs[i]);
+	if (submit_has_duplicate(s, submit, &dup)) {
+		reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
+			     "job id %" PRIu64 " is already in flight or appears twice in this "
+			     "Submit; no job of it was started",
+			     dup);
+		return;
+	}
+	for (size_t i = 0; i < submit->n_jobs && session_live(s); i++) {
+		if (engine_submit(daemon->engine, &s->owner, submit->jobs[i]) < 0) {
+			/* Only without memory for the check above; the id keeps its one completion.
+			 */
+			log_warn("client %" PRIu64 ": job id %" PRIu64
+				 " already in flight; dropped",
+				 s->id, submit->jobs[i]->job_id);
+		}
 	}
 }
 
@@ -796,7 +959,7 @@ static int deliver_message(void *owner, const char *name, const uint8_t *payload
 	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
 	Rdmax__V1__MailboxMessage ev = RDMAX__V1__MAILBOX_MESSAGE__INIT;
 
-	if (s->closing) {
+	if (!session_live(s)) {
 		return RDMAX_E_NOT_FOUND;
 	}
 	if (s->queued_bytes + len > SESSION_MAX_QUEUED_BYTES / 2) {
@@ -893,8 +1056,9 @@ static uint32_t ring_take(struct session *s, uint32_t max)
 {
 	struct ipc *ipc = s->ipc;
 	uint32_t n = 0;
+	int ret;
 
-	while (n < max && s->ring.v.base && !s->closing && !s->ring_bad) {
+	while (n < max && s->ring.v.base && session_live(s) && !s->ring_bad && !s->paused) {
 		int len = ring_sq_peek(&s->ring, s->msgs_received, ipc->ring_buf,
 				       RDMAX_RING_MAX_SQE_BYTES);
 		if (len == -EAGAIN) {
@@ -912,8 +1076,13 @@ static uint32_t ring_take(struct session *s, uint32_t max)
 			s->ring_bad = true;
 			break;
 		}
-		engine_submit(ipc->daemon->engine, &s->owner, job);
+		ret = engine_submit(ipc->daemon->engine, &s->owner, job);
 		rdmax__v1__job__free_unpacked(job, NULL);
+		if (ret < 0) {
+			/* The library never reuses an id in flight; there is no seq to answer. */
+			s->ring_bad = true;
+			break;
+		}
 	}
 	if (n) {
 		s->ring_active_ns = now_ns();
@@ -973,15 +1142,15 @@ static void poll_rings(struct ipc *ipc)
 				}
 			}
 		}
-		if (s->ring_bad) {
+		if (s->ring_bad && session_live(s)) {
 			static struct log_ratelimit rl;
 			log_ratelimited(&rl, LOG_WARNING,
 					"client %" PRIu64 " '%s' (pid %d) broke its shared-memory "
 					"ring (index or entry out of range); closing it",
 					s->id, s->name, (int)s->pid);
 			reply_status(s, 0, RDMAX_E_PROTOCOL_ERROR,
-				     "the shared-memory ring holds an impossible index or entry; "
-				     "closing the connection");
+				     "the shared-memory ring holds an impossible index or entry "
+				     "(or a job id already in flight); closing the connection");
 			flush_completions(s);
 			session_close(s, "ring protocol violation");
 		}
@@ -1029,10 +1198,12 @@ static void dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int
 		handle_submit(s, seq, m->submit);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM:
-		ret = imm_expect(&daemon->imm, &s->owner, m->expect_imm->imm, m->expect_imm->count);
-		if (ret == RDMAX_E_ALREADY_EXISTS) {
-			reply_status(s, seq, ret, "imm %u is claimed by another client",
-				     m->expect_imm->imm);
+		ret = imm_expect(&daemon->imm, &s->owner, m->expect_imm->imm, m->expect_imm->count,
+				 m->expect_imm->has_reset && m->expect_imm->reset);
+		if (ret == RDMAX_E_RESOURCE_EXHAUSTED) {
+			reply_status(s, seq, ret,
+				     "every imm counter this uid may hold is claimed ([limits] "
+				     "per_uid_imm_counters, max_imm_counters)");
 		} else if (ret < 0) {
 			reply_status(s, seq, ret, "ExpectImm refused: %s", rdmax_strerror(ret));
 		} else {
@@ -1109,7 +1280,20 @@ static int read_one(struct session *s)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
 	}
 	if (n == 0) {
-		return -ECONNRESET;
+		/*
+		 * recvmsg() says 0 both for the end of the stream and for an empty
+		 * datagram: only a hang-up tells them apart.
+		 */
+		struct pollfd pfd = {.fd = s->fd, .events = POLLRDHUP};
+		if (poll(&pfd, 1, 0) != 0 && (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+			return -ECONNRESET;
+		}
+		s->msgs_received++;
+		reply_status(s, 0, RDMAX_E_PROTOCOL_ERROR,
+			     "empty datagram: every message must carry a ClientMsg with a body%s",
+			     s->hello_done ? "" : "; closing the connection");
+		s->close_after_flush = !s->hello_done;
+		return 1;
 	}
 	if (s->ring.v.base) {
 		/* Entries written before this datagram was sent go first. */
@@ -1145,8 +1329,11 @@ static int read_one(struct session *s)
 	Rdmax__V1__ClientMsg *m = rdmax__v1__client_msg__unpack(NULL, (size_t)n, ipc->rx_buf);
 	if (!m) {
 		close_fds(fds, n_fds);
+		/* Before Hello nothing shows the peer speaks this protocol at all. */
 		reply_status(s, 0, RDMAX_E_PROTOCOL_ERROR,
-			     "cannot decode a %zd-byte message as rdmax.v1.ClientMsg", n);
+			     "cannot decode a %zd-byte message as rdmax.v1.ClientMsg%s", n,
+			     s->hello_done ? "" : " (before Hello); closing the connection");
+		s->close_after_flush = !s->hello_done;
 		return 1;
 	}
 	dispatch(s, m, fds, n_fds);
@@ -1168,16 +1355,17 @@ static void flush_out_queue(struct session *s)
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				return;
 			}
-			session_close(s, strerror(errno));
+			session_doom(s, "cannot send to the client");
 			return;
 		}
 		s->queued_bytes -= m->len;
 		list_del(&m->link);
 		free(m);
+		if (s->paused && s->queued_bytes < SESSION_PAUSE_QUEUED_BYTES / 2) {
+			break; /* read requests again while the rest drains */
+		}
 	}
-	if (!s->closing) {
-		uv_poll_start(&s->poll, UV_READABLE, session_io);
-	}
+	session_poll_update(s);
 }
 
 static void session_io(uv_poll_t *poll, int status, int events);
@@ -1194,7 +1382,7 @@ static void session_io(uv_poll_t *poll, int status, int events)
 		flush_out_queue(s);
 	}
 	/* Bounded: other clients get their turn. */
-	for (int i = 0; i < 64 && !s->closing && (events & UV_READABLE); i++) {
+	for (int i = 0; i < 64 && session_live(s) && !s->paused && (events & UV_READABLE); i++) {
 		int ret = read_one(s);
 		if (ret == 0) {
 			break;
@@ -1208,6 +1396,9 @@ static void session_io(uv_poll_t *poll, int status, int events)
 			session_close(s, "protocol violation");
 			return;
 		}
+	}
+	if (s->doomed) {
+		session_close(s, s->doom_why); /* at the top of a callback: safe now */
 	}
 }
 
@@ -1230,8 +1421,16 @@ static void session_close(struct session *s, const char *why)
 	if (s->closing) {
 		return;
 	}
-	/* Completions already decided still reach a client that is merely being closed. */
-	flush_completions(s);
+	/*
+	 * Completions already decided still reach a client that is merely being
+	 * closed; a failed send dooms the session instead of closing it again.
+	 */
+	if (!s->doomed) {
+		flush_completions(s);
+	}
+	if (s->doomed) {
+		list_del(&s->doom_link);
+	}
 	s->closing = true;
 	log_info("client %" PRIu64 " '%s' (pid %d) closed: %s", s->id, s->name, (int)s->pid, why);
 	if (s->dirty) {
@@ -1271,6 +1470,16 @@ static void session_close(struct session *s, const char *why)
 		free(s->completions[i].message);
 	}
 	s->n_completions = 0;
+	s->queued_bytes = 0;
+	s->share->clients--;
+	s->share->regions -= s->region_count;
+	s->share->registered_bytes -= s->registered_bytes;
+	if (s->share->clients == 0) {
+		/* Its jobs were completed by job_owner_leave(): nothing refers to it any more. */
+		hmap_del(&ipc->shares, (uint64_t)s->uid + 1);
+		free(s->share);
+	}
+	s->share = NULL;
 	list_del(&s->link);
 	ipc->n_sessions--;
 	uv_poll_stop(&s->poll);
@@ -1297,6 +1506,61 @@ static void reject_client(int fd, int err, const char *text)
 	close(fd);
 }
 
+/* The share of uid, created on first use; NULL without memory. */
+static struct uid_share *share_get(struct ipc *ipc, uid_t uid)
+{
+	struct uid_share *share = hmap_get(&ipc->shares, (uint64_t)uid + 1);
+
+	if (share) {
+		return share;
+	}
+	share = calloc(1, sizeof(*share));
+	if (!share) {
+		return NULL;
+	}
+	share->uid = uid;
+	if (hmap_put(&ipc->shares, (uint64_t)uid + 1, share) < 0) {
+		free(share);
+		return NULL;
+	}
+	return share;
+}
+
+/* From the idle handle: close the sessions doomed during the last turn. */
+static void close_doomed(uv_idle_t *idle)
+{
+	struct ipc *ipc = idle->data;
+
+	while (!list_empty(&ipc->doomed)) {
+		struct session *s = container_of(ipc->doomed.next, struct session, doom_link);
+		session_close(s, s->doom_why); /* unlinks it from ipc->doomed */
+	}
+	uv_idle_stop(idle);
+}
+
+/* Every so often: connections that did not say Hello in time go. */
+static void hello_deadline(uv_timer_t *timer)
+{
+	struct ipc *ipc = timer->data;
+	const struct config *cfg = &ipc->daemon->cfg;
+	uint64_t now = now_ms();
+	struct list_node *pos, *tmp;
+
+	list_for_each_safe(pos, tmp, &ipc->sessions)
+	{
+		struct session *s = container_of(pos, struct session, link);
+		if (s->hello_done || !session_live(s) ||
+		    now - s->connected_ms < cfg->hello_timeout_ms) {
+			continue;
+		}
+		reply_status(s, 0, RDMAX_E_TIMEOUT,
+			     "no Hello within %u ms ([limits] hello_timeout_ms); closing the "
+			     "connection",
+			     cfg->hello_timeout_ms);
+		session_close(s, "no Hello in time");
+	}
+}
+
 static void accept_clients(uv_poll_t *poll, int status, int events)
 {
 	struct ipc *ipc = poll->data;
@@ -1316,23 +1580,58 @@ static void accept_clients(uv_poll_t *poll, int status, int events)
 			}
 			return;
 		}
+		struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
+		socklen_t cred_len = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
+			reject_client(fd, -EPERM, "cannot read the peer's credentials");
+			continue;
+		}
 		if (ipc->n_sessions >= daemon->cfg.max_clients) {
-			log_warn("refusing client: %u clients connected (limit)", ipc->n_sessions);
+			static struct log_ratelimit rl;
+			log_ratelimited(&rl, LOG_WARNING,
+					"refusing client of uid %u: %u clients connected (limit)",
+					(unsigned)cred.uid, ipc->n_sessions);
 			reject_client(fd, RDMAX_E_RESOURCE_EXHAUSTED, "too many clients");
 			continue;
 		}
-		struct session *s = calloc(1, sizeof(*s));
+		struct uid_share *share = share_get(ipc, cred.uid);
+		if (share && share->clients >= daemon->cfg.per_uid_clients) {
+			static struct log_ratelimit rl;
+			log_ratelimited(&rl, LOG_WARNING,
+					"refusing client of uid %u: it has %u clients connected "
+					"([limits] per_uid_clients)",
+					(unsigned)cred.uid, share->clients);
+			reject_client(fd, RDMAX_E_RESOURCE_EXHAUSTED,
+				      "too many clients of this uid ([limits] per_uid_clients)");
+			continue;
+		}
+		struct session *s = share ? calloc(1, sizeof(*s)) : NULL;
 		if (!s || job_owner_init(&s->owner) < 0) {
 			free(s);
+			if (share && share->clients == 0) {
+				hmap_del(&ipc->shares, (uint64_t)cred.uid + 1);
+				free(share);
+			}
 			reject_client(fd, -ENOMEM, "out of memory");
 			continue;
 		}
-		struct ucred cred;
-		socklen_t cred_len = sizeof(cred);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0) {
-			s->pid = cred.pid;
-			s->uid = cred.uid;
-			s->gid = cred.gid;
+		s->pid = cred.pid;
+		s->uid = cred.uid;
+		s->gid = cred.gid;
+		s->share = share;
+		share->clients++;
+		s->owner.uid_outstanding = &share->outstanding;
+		if (imm_space_open(&daemon->imm, &s->owner, &share->imm_counters,
+				   daemon->cfg.per_uid_imm_counters) < 0) {
+			share->clients--;
+			if (share->clients == 0) {
+				hmap_del(&ipc->shares, (uint64_t)cred.uid + 1);
+				free(share);
+			}
+			job_owner_leave(daemon->engine, &s->owner);
+			free(s);
+			reject_client(fd, -ENOMEM, "out of memory");
+			continue;
 		}
 		int sndbuf = (int)daemon->cfg.max_message_bytes * 4;
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
@@ -1345,6 +1644,7 @@ static void accept_clients(uv_poll_t *poll, int status, int events)
 		list_init(&s->out_queue);
 		list_init(&s->dirty_link);
 		list_init(&s->ring_link);
+		list_init(&s->doom_link);
 		uv_poll_init(daemon->loop, &s->poll, fd);
 		s->poll.data = s;
 		uv_poll_start(&s->poll, UV_READABLE, session_io);
@@ -1394,6 +1694,11 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 	list_init(&ipc->sessions);
 	list_init(&ipc->dirty);
 	list_init(&ipc->rings);
+	list_init(&ipc->doomed);
+	if (hmap_init(&ipc->shares, 16) < 0) {
+		free(ipc);
+		return -ENOMEM;
+	}
 	/* One byte more than the limit so that an oversized datagram shows MSG_TRUNC. */
 	ipc->rx_size = cfg->max_message_bytes + 1;
 	ipc->tx_size = cfg->max_message_bytes;
@@ -1449,6 +1754,14 @@ out_listening:
 	uv_check_init(daemon->loop, &ipc->flush_check);
 	ipc->flush_check.data = ipc;
 	uv_check_start(&ipc->flush_check, flush_dirty);
+	uv_idle_init(daemon->loop, &ipc->doom_idle);
+	ipc->doom_idle.data = ipc;
+	uv_timer_init(daemon->loop, &ipc->hello_timer);
+	ipc->hello_timer.data = ipc;
+	/* A sweep over at most max_clients sessions; a quarter of the timeout late at most. */
+	uint64_t sweep = MAX(cfg->hello_timeout_ms / 4, 25);
+	uv_timer_start(&ipc->hello_timer, hello_deadline, sweep, sweep);
+	uv_unref((uv_handle_t *)&ipc->hello_timer);
 	ipc->listening = true;
 	daemon->mailboxes = &ipc->mailboxes;
 	*ret_ipc = ipc;
@@ -1460,6 +1773,7 @@ out_close:
 	close(ipc->listen_fd);
 out_free:
 	mailbox_table_fini(&ipc->mailboxes);
+	hmap_fini(&ipc->shares);
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
 	free(ipc->ring_buf);
@@ -1479,6 +1793,8 @@ void ipc_shutdown(struct ipc *ipc)
 	uv_close((uv_handle_t *)&ipc->listen_poll, NULL);
 	uv_check_stop(&ipc->flush_check);
 	uv_close((uv_handle_t *)&ipc->flush_check, NULL);
+	uv_timer_stop(&ipc->hello_timer);
+	uv_close((uv_handle_t *)&ipc->hello_timer, NULL);
 	close(ipc->listen_fd);
 	if (!ipc->inherited) {
 		unlink(ipc->daemon->cfg.socket_path);
@@ -1490,8 +1806,10 @@ void ipc_shutdown(struct ipc *ipc)
 		/* Best effort: the CANCELLED completions are already batched. */
 		flush_completions(s);
 		flush_out_queue(s);
-		session_close(s, "daemon shutting down");
+		session_close(s, s->doomed ? s->doom_why : "daemon shutting down");
 	}
+	uv_idle_stop(&ipc->doom_idle);
+	uv_close((uv_handle_t *)&ipc->doom_idle, NULL);
 }
 
 void ipc_destroy(struct ipc *ipc)
@@ -1503,6 +1821,12 @@ void ipc_destroy(struct ipc *ipc)
 		ipc->daemon->mailboxes = NULL;
 	}
 	mailbox_table_fini(&ipc->mailboxes);
+	struct uid_share *share;
+	size_t iter = 0;
+	while (hmap_next(&ipc->shares, &iter, NULL, (void **)&share)) {
+		free(share);
+	}
+	hmap_fini(&ipc->shares);
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
 	free(ipc->ring_buf);

@@ -157,6 +157,17 @@ struct transport_ops {
 	 */
 	int (*route)(struct transport *transport, const struct endpoint *peer, char *ret_device,
 		     size_t device_size);
+
+	/*
+	 * Optional: the xfer's job has completed (deadline, cancel, another chunk
+	 * failed, the client left), so no byte of it may move any more. Returns 0
+	 * when the xfer is detached: it is never started, its source is never read
+	 * again, a READ's answer is discarded instead of written, and done is
+	 * never called (a frame already half on the wire fails its connection).
+	 * Returns -EBUSY when the transport cannot stop it; done then follows as
+	 * usual. Never calls done itself.
+	 */
+	int (*withdraw)(struct transport *transport, struct xfer *xfer);
 };
 
 struct transport {

@@ -65,9 +65,35 @@ const char *itest_transport(void)
 	return env_or("RDMAX_TEST_TRANSPORT", "tcp");
 }
 
+/* RDMAX_TEST_FABRIC_STALL: a command taking "on"/"off" that stalls the test's fabric. */
+static const char *fabric_stall_cmd(void)
+{
+	const char *cmd = getenv("RDMAX_TEST_FABRIC_STALL");
+
+	return strcmp(itest_transport(), "tcp") != 0 && cmd && cmd[0] ? cmd : NULL;
+}
+
+static int fabric_stall(const char *how)
+{
+	char cmd[600];
+
+	snprintf(cmd, sizeof(cmd), "%s %s", fabric_stall_cmd(), how);
+	int status = system(cmd);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
 bool itest_stopped_peer_stalls(void)
 {
-	return strcmp(itest_transport(), "tcp") == 0;
+	return strcmp(itest_transport(), "tcp") == 0 || fabric_stall_cmd() != NULL;
+}
+
+int itest_daemon_resume_quiet(struct itest_daemon *d)
+{
+	if (d->fabric_stalled) {
+		d->fabric_stalled = false;
+		return fabric_stall("off") == 0 ? 0 : -EIO;
+	}
+	return kill(d->pid, SIGCONT) == 0 ? 0 : -errno;
 }
 
 double itest_scale(void)
@@ -204,6 +230,10 @@ static void print_tail(const char *path, const char *title, int lines)
 
 void itest_report_leftovers(void)
 {
+	if (fabric_stall_cmd()) {
+		/* A test that failed with the link stalled must not stall the next ones. */
+		fabric_stall("off");
+	}
 	DIR *dir = opendir(g_run_dir);
 	struct dirent *e;
 
@@ -443,6 +473,9 @@ void itest_daemon_stop(struct itest_daemon *d)
 	ck_assert_msg(d->pid > 0, "daemon '%s' is not running", d->name);
 	snprintf(title, sizeof(title), "daemon '%s'", d->name);
 	kill(d->pid, SIGTERM);
+	if (d->fabric_stalled) {
+		ck_assert_int_eq(itest_daemon_resume_quiet(d), 0);
+	}
 	if (d->stopped) {
 		kill(d->pid, SIGCONT);
 	}
@@ -470,6 +503,10 @@ void itest_daemon_kill(struct itest_daemon *d)
 
 	ck_assert_msg(d->pid > 0, "daemon '%s' is not running", d->name);
 	kill(d->pid, SIGKILL);
+	if (d->fabric_stalled) {
+		/* Dead now, as a stopped peer that is killed: its link works again. */
+		ck_assert_int_eq(itest_daemon_resume_quiet(d), 0);
+	}
 	ck_assert_int_eq(reap(d, STOP_WAIT_MS, &status), 0);
 	ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
 		      "daemon '%s' did not die from SIGKILL", d->name);
@@ -478,14 +515,20 @@ void itest_daemon_kill(struct itest_daemon *d)
 void itest_daemon_pause(struct itest_daemon *d)
 {
 	ck_assert(d->pid > 0);
-	ck_assert_int_eq(kill(d->pid, SIGSTOP), 0);
+	if (fabric_stall_cmd()) {
+		/* The peer's NIC answers without its process: silence the link instead. */
+		ck_assert_msg(fabric_stall("on") == 0, "'%s on' failed", fabric_stall_cmd());
+		d->fabric_stalled = true;
+	} else {
+		ck_assert_int_eq(kill(d->pid, SIGSTOP), 0);
+	}
 	d->stopped = true;
 }
 
 void itest_daemon_resume(struct itest_daemon *d)
 {
 	ck_assert(d->pid > 0);
-	ck_assert_int_eq(kill(d->pid, SIGCONT), 0);
+	ck_assert_int_eq(itest_daemon_resume_quiet(d), 0);
 	d->stopped = false;
 }
 

@@ -59,8 +59,9 @@ struct itest_daemon {
 	uint16_t port;      /* --port; 0 = ephemeral */
 	char *sets[ITEST_MAX_SETS];
 	size_t n_sets;
-	pid_t pid;    /* 0 when not running */
-	bool stopped; /* SIGSTOPped by the case */
+	pid_t pid;           /* 0 when not running */
+	bool stopped;        /* SIGSTOPped (or its fabric stalled) by the case */
+	bool fabric_stalled; /* stalled with RDMAX_TEST_FABRIC_STALL instead of SIGSTOP */
 };
 
 /*
@@ -82,9 +83,15 @@ void itest_daemon_start(struct itest_daemon *d);
 void itest_daemon_stop(struct itest_daemon *d);
 /* SIGKILL and reap. */
 void itest_daemon_kill(struct itest_daemon *d);
-/* SIGSTOP / SIGCONT. */
+/*
+ * SIGSTOP / SIGCONT. Over a transport whose peer NIC answers without the
+ * process (verbs), with RDMAX_TEST_FABRIC_STALL set: that command's "on" /
+ * "off" silences the link between the test's daemons instead.
+ */
 void itest_daemon_pause(struct itest_daemon *d);
 void itest_daemon_resume(struct itest_daemon *d);
+/* itest_daemon_resume() without asserting, for a forked helper: 0 or -errno. */
+int itest_daemon_resume_quiet(struct itest_daemon *d);
 /* Kill when still running, remove its directory, free it. Accepts NULL. */
 void itest_daemon_free(struct itest_daemon *d);
 /* "; daemon 'a' died from signal 11 (...)" for each daemon of this test that died, or "". */
@@ -99,9 +106,10 @@ bool itest_daemon_maps(const struct itest_daemon *d, const char *needle);
 uint16_t itest_free_port(const char *addr);
 
 /*
- * Whether a SIGSTOPped peer stalls transfers to it. True for TCP, where the
- * peer's process moves every byte; false for verbs, where the peer's NIC
- * completes one-sided WRITE and READ without its process.
+ * Whether itest_daemon_pause() stalls transfers to the peer. True for TCP,
+ * where the peer's process moves every byte; for verbs, where the peer's NIC
+ * completes one-sided WRITE and READ without its process, only when
+ * RDMAX_TEST_FABRIC_STALL names a command that stalls the link.
  */
 bool itest_stopped_peer_stalls(void);
 /*
@@ -121,7 +129,8 @@ bool itest_stopped_peer_stalls(void);
 	} while (0)
 #define ITEST_ADD_STALLING_TEST(tc, test)                                                          \
 	ITEST_ADD_TEST_IF(tc, test, itest_stopped_peer_stalls(),                                   \
-			  "it needs a stopped peer to stall transfers, which the NIC does not")
+			  "it needs a stopped peer to stall transfers, which the NIC does not "    \
+			  "(set RDMAX_TEST_FABRIC_STALL)")
 
 /* ----------------------------------------------------------------- clients */
 
@@ -212,6 +221,7 @@ TCase *itest_tcase_dereg_wait(void);
 TCase *itest_tcase_jobs(void);
 TCase *itest_tcase_ring(void);
 TCase *itest_tcase_paged_read(void);
+TCase *itest_tcase_harden(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

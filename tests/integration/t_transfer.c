@@ -332,7 +332,7 @@ START_TEST(dereg_waits_for_job)
 	if (helper == 0) {
 		itest_child_setup(parent);
 		itest_sleep_ms(RESUME_MS);
-		kill(b->pid, SIGCONT);
+		itest_daemon_resume_quiet(b);
 		_exit(0);
 	}
 	job = itest_job(2, RDMAX_OP_WRITE, src, 0, &desc, 0, len);
@@ -360,6 +360,7 @@ START_TEST(dereg_waits_for_job)
 	int status;
 	ck_assert_int_eq(waitpid(helper, &status, 0), helper);
 	b->stopped = false;
+	b->fabric_stalled = false; /* the helper let the fabric go */
 	free(expect);
 	rdmax_client_close(ca);
 	rdmax_client_close(cb);

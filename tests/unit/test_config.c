@@ -157,6 +157,14 @@ static const char g_every_key[] = "; all keys\n"
 				  "max_jobs_per_submit = 10\n"
 				  "max_connections = 2\n"
 				  "max_imm_counters = 16777216\n"
+				  "hello_timeout_ms = 250\n"
+				  "per_uid_clients = 3\n"
+				  "per_uid_regions = 5\n"
+				  "per_uid_registered_bytes = 1G\n"
+				  "per_uid_outstanding_jobs = 7\n"
+				  "per_uid_imm_counters = 9\n"
+				  "admin_max_connections = 2\n"
+				  "admin_idle_timeout_ms = 1500\n"
 				  "[peers]\n"
 				  "connect_timeout_ms = 10\n"
 				  "connect_retries = 0\n"
@@ -209,6 +217,14 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.max_jobs_per_submit, 10);
 	ck_assert_uint_eq(cfg.max_connections, 2);
 	ck_assert_uint_eq(cfg.max_imm_counters, 16777216);
+	ck_assert_uint_eq(cfg.hello_timeout_ms, 250);
+	ck_assert_uint_eq(cfg.per_uid_clients, 3);
+	ck_assert_uint_eq(cfg.per_uid_regions, 5);
+	ck_assert_uint_eq(cfg.per_uid_registered_bytes, 1ull << 30);
+	ck_assert_uint_eq(cfg.per_uid_outstanding_jobs, 7);
+	ck_assert_uint_eq(cfg.per_uid_imm_counters, 9);
+	ck_assert_uint_eq(cfg.admin_max_connections, 2);
+	ck_assert_uint_eq(cfg.admin_idle_timeout_ms, 1500);
 	ck_assert_uint_eq(cfg.connect_timeout_ms, 10);
 	ck_assert_uint_eq(cfg.connect_retries, 0);
 	ck_assert_uint_eq(cfg.retry_backoff_ms, 60000);
@@ -239,7 +255,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 37);
+	ck_assert_int_eq(keys, 45);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -872,7 +888,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 37);
+	ck_assert_int_eq(keys, 45);
 	free(printed);
 	free(man);
 }

@@ -34,22 +34,35 @@ START_TEST(imm_fires_once_at_count)
 	struct fired f = {0};
 	int a, b;
 	ck_assert_int_eq(imm_table_init(&t, 16, on_fired, &f), 0);
-	ck_assert_int_eq(imm_expect(&t, &a, 7, 3), 0);
-	imm_landed(&t, 7);
-	imm_landed(&t, 7);
+	ck_assert_int_eq(imm_space_open(&t, &a, NULL, 0), 0);
+	ck_assert_int_eq(imm_space_open(&t, &b, NULL, 0), 0);
+	ck_assert_int_eq(imm_expect(&t, &a, 7, 3, false), 0);
+	imm_landed(&t, &a, 7);
+	imm_landed(&t, &a, 7);
 	ck_assert_int_eq(f.calls, 0);
-	imm_landed(&t, 7);
+	imm_landed(&t, &a, 7);
 	ck_assert_int_eq(f.calls, 1);
 	ck_assert_ptr_eq(f.owner, &a);
 	ck_assert_uint_eq(f.imm, 7);
 	ck_assert_uint_eq(f.count, 3);
 	/* More landings do not fire again until a new expect. */
-	imm_landed(&t, 7);
+	imm_landed(&t, &a, 7);
 	ck_assert_int_eq(f.calls, 1);
-	ck_assert_uint_eq(imm_count(&t, 7), 1);
-	/* The claim stays with a: b is refused. */
-	ck_assert_int_eq(imm_expect(&t, &b, 7, 1), RDMAX_E_ALREADY_EXISTS);
-	ck_assert_int_eq(imm_expect(&t, &a, 7, 0), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_uint_eq(imm_count(&t, &a, 7), 1);
+	/* b's namespace is its own: the value is free there, a's landings are not b's. */
+	ck_assert_int_eq(imm_expect(&t, &b, 7, 1, false), 0);
+	ck_assert_int_eq(f.calls, 1);
+	imm_landed(&t, &a, 7);
+	ck_assert_int_eq(f.calls, 1);
+	imm_landed(&t, &b, 7);
+	ck_assert_int_eq(f.calls, 2);
+	ck_assert_ptr_eq(f.owner, &b);
+	ck_assert_int_eq(imm_expect(&t, &a, 7, 0, false), RDMAX_E_INVALID_ARGUMENT);
+	/* Reset drops what was counted. */
+	ck_assert_uint_eq(imm_count(&t, &a, 7), 2);
+	ck_assert_int_eq(imm_expect(&t, &a, 7, 1, true), 0);
+	ck_assert_int_eq(f.calls, 2);
+	ck_assert_uint_eq(imm_count(&t, &a, 7), 0);
 	imm_table_fini(&t);
 }
 END_TEST
@@ -58,22 +71,28 @@ START_TEST(imm_landings_before_expect_count)
 {
 	struct imm_table t;
 	struct fired f = {0};
-	int a, b;
+	int a, gone;
 	ck_assert_int_eq(imm_table_init(&t, 16, on_fired, &f), 0);
+	ck_assert_int_eq(imm_space_open(&t, &a, NULL, 0), 0);
 	for (int i = 0; i < 5; i++) {
-		imm_landed(&t, 0xffffffffu);
+		imm_landed(&t, &a, 0xffffffffu);
 	}
-	ck_assert_int_eq(imm_expect(&t, &a, 0xffffffffu, 5), 0);
+	ck_assert_int_eq(imm_expect(&t, &a, 0xffffffffu, 5, false), 0);
 	ck_assert_int_eq(f.calls, 1);
 	ck_assert_uint_eq(f.imm, 0xffffffffu);
-	ck_assert_uint_eq(imm_count(&t, 0xffffffffu), 0);
-	/* Released claims can be taken by another owner. */
+	ck_assert_uint_eq(imm_count(&t, &a, 0xffffffffu), 0);
+	/* A namespace ends with its client: nothing of it stays counted. */
+	imm_landed(&t, &a, 3);
+	ck_assert_uint_eq(t.n_counters, 1);
 	imm_release_owner(&t, &a);
-	ck_assert_int_eq(imm_expect(&t, &b, 0xffffffffu, 2), 0);
-	imm_landed(&t, 0xffffffffu);
-	imm_landed(&t, 0xffffffffu);
-	ck_assert_int_eq(f.calls, 2);
-	ck_assert_ptr_eq(f.owner, &b);
+	ck_assert_uint_eq(t.n_counters, 0);
+	ck_assert_uint_eq(imm_count(&t, &a, 3), 0);
+	ck_assert_int_eq(imm_expect(&t, &a, 3, 1, false), RDMAX_E_NOT_FOUND);
+	/* A landing in a region of nobody known is dropped. */
+	imm_landed(&t, &gone, 3);
+	imm_landed(&t, NULL, 3);
+	ck_assert_uint_eq(t.dropped, 2);
+	ck_assert_int_eq(f.calls, 1);
 	imm_table_fini(&t);
 }
 END_TEST
@@ -82,17 +101,41 @@ START_TEST(imm_table_bounded)
 {
 	struct imm_table t;
 	struct fired f = {0};
-	int a;
-	ck_assert_int_eq(imm_table_init(&t, 4, on_fired, &f), 0);
+	uint32_t uid_a = 0, uid_b = 0;
+	int a, a2, b;
+	ck_assert_int_eq(imm_table_init(&t, 100, on_fired, &f), 0);
+	/* a and a2 share one uid's 4 counters; b has its own. */
+	ck_assert_int_eq(imm_space_open(&t, &a, &uid_a, 4), 0);
+	ck_assert_int_eq(imm_space_open(&t, &a2, &uid_a, 4), 0);
+	ck_assert_int_eq(imm_space_open(&t, &b, &uid_b, 4), 0);
 	for (uint32_t i = 0; i < 10; i++) {
-		imm_landed(&t, i);
+		imm_landed(&t, &a, i);
 	}
 	ck_assert_uint_eq(t.dropped, 6);
-	ck_assert_uint_eq(imm_count(&t, 3), 1);
-	ck_assert_uint_eq(imm_count(&t, 9), 0);
-	ck_assert_int_eq(imm_expect(&t, &a, 100, 1), RDMAX_E_RESOURCE_EXHAUSTED);
-	ck_assert_int_eq(imm_expect(&t, &a, 2, 1), 0);
+	ck_assert_uint_eq(uid_a, 4);
+	ck_assert_uint_eq(imm_count(&t, &a, 3), 1);
+	ck_assert_uint_eq(imm_count(&t, &a, 9), 0);
+	/* The flood stays in its uid's share: b still claims and counts. */
+	ck_assert_int_eq(imm_expect(&t, &b, 100, 1, false), 0);
+	imm_landed(&t, &b, 100);
 	ck_assert_int_eq(f.calls, 1);
+	/* A claim in the full share evicts an unclaimed count instead of failing. */
+	ck_assert_int_eq(imm_expect(&t, &a, 100, 1, false), 0);
+	ck_assert_uint_eq(uid_a, 4);
+	ck_assert_int_eq(imm_expect(&t, &a, 50, 1, false), 0);
+	ck_assert_int_eq(imm_expect(&t, &a, 51, 1, false), 0);
+	ck_assert_int_eq(imm_expect(&t, &a, 52, 1, false), 0);
+	/* Only claims left in the uid's share: the next one is refused, in a2 too. */
+	ck_assert_int_eq(imm_expect(&t, &a, 53, 1, false), RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_int_eq(imm_expect(&t, &a2, 53, 1, false), RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_uint_eq(uid_a, 4);
+	imm_release_owner(&t, &a2);
+	ck_assert_uint_eq(uid_a, 4);
+	imm_release_owner(&t, &a);
+	imm_release_owner(&t, &b);
+	ck_assert_uint_eq(uid_a, 0);
+	ck_assert_uint_eq(uid_b, 0);
+	ck_assert_uint_eq(t.n_counters, 0);
 	imm_table_fini(&t);
 }
 END_TEST

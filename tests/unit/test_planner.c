@@ -606,6 +606,9 @@ static void fixture_setup(void)
 	snprintf(F.d.node_name, sizeof(F.d.node_name), "self");
 	ck_assert_int_eq(region_table_init(&F.d.regions, 1), 0);
 	ck_assert_int_eq(imm_table_init(&F.d.imm, 16, NULL, NULL), 0);
+	/* Landings count in the namespace of the target region's client. */
+	ck_assert_int_eq(imm_space_open(&F.d.imm, &F.owner, NULL, 0), 0);
+	ck_assert_int_eq(imm_space_open(&F.d.imm, &F.other_owner, NULL, 0), 0);
 	ck_assert_int_eq(mailbox_table_init(&F.boxes, record_deliver), 0);
 	F.d.mailboxes = &F.boxes;
 	F.tcp.base.ops = &fake_tcp_ops;
@@ -886,7 +889,7 @@ START_TEST(paged_local_copy_counts_imm)
 	ck_assert_mem_eq(F.target->addr, F.local->addr + PAGE, PAGE);
 	ck_assert_mem_eq(F.target->addr + 2 * PAGE, F.local->addr, PAGE);
 	ck_assert_uint_eq(F.target->addr[PAGE], 0);
-	ck_assert_uint_eq(imm_count(&F.d.imm, 77), 1);
+	ck_assert_uint_eq(imm_count(&F.d.imm, &F.other_owner, 77), 1);
 }
 END_TEST
 
@@ -940,7 +943,7 @@ START_TEST(scatter_imm_once_per_node)
 	/* 3 chunks + 1 + 1 to remote nodes; the local one is copied at once. */
 	ck_assert_int_eq(F.tcp.n, 5);
 	ck_assert_mem_eq(F.target->addr + 7, F.local->addr + 5, 1000);
-	ck_assert_uint_eq(imm_count(&F.d.imm, 123), 1);
+	ck_assert_uint_eq(imm_count(&F.d.imm, &F.other_owner, 123), 1);
 	int imm_node2 = 0, imm_node3 = 0;
 	for (int i = 0; i < 5; i++) {
 		struct xfer *x = F.tcp.xfers[i];
@@ -1112,7 +1115,7 @@ START_TEST(barrier_once_per_node)
 	uint64_t h = make_group(members, 4);
 	submit_barrier(1, h, NULL, 0, 0xBA);
 	ck_assert_int_eq(F.tcp.n, 2);
-	ck_assert_uint_eq(imm_count(&F.d.imm, 0xBA), 1);
+	ck_assert_uint_eq(imm_count(&F.d.imm, &F.other_owner, 0xBA), 1);
 	for (int i = 0; i < 2; i++) {
 		ck_assert_uint_eq(F.tcp.xfers[i]->length, 0);
 		ck_assert(F.tcp.xfers[i]->has_imm);

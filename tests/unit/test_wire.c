@@ -454,6 +454,8 @@ static void node_start(struct node *n, const char *name, const char *key, uint16
 	copy_string(n->d.node_name, sizeof(n->d.node_name), name);
 	ck_assert_int_eq(region_table_init(&n->d.regions, n->d.instance_id), 0);
 	ck_assert_int_eq(imm_table_init(&n->d.imm, 16, no_fire, NULL), 0);
+	/* Its regions are owned by n: landings count in that namespace. */
+	ck_assert_int_eq(imm_space_open(&n->d.imm, n, NULL, 0), 0);
 	if (key) {
 		n->d.auth_key_len = strlen(key);
 		memcpy(n->d.auth_key, key, n->d.auth_key_len);
@@ -603,7 +605,7 @@ START_TEST(tcp_write_read_imm_in_order)
 	tx_check(&t[0], 0, NULL);
 	ck_assert_uint_eq(t[0].x.bytes_done, 3 * mib);
 	ck_assert_int_eq(memcmp(remote->addr + 4096 + 3, local->addr + 17, 3 * mib), 0);
-	ck_assert_uint_eq(imm_count(&b.d.imm, 42), 1);
+	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 42), 1);
 
 	tx_prep(&t[0], XFER_READ, &b, remote, local, 4096 + 3, 5 * mib, 3 * mib);
 	tx_submit(&a, &t[0]);
@@ -631,8 +633,8 @@ START_TEST(tcp_write_read_imm_in_order)
 		tx_check(&t[i], 0, NULL);
 		ck_assert_int_eq(t[i].order, t[0].order + i);
 	}
-	ck_assert_uint_eq(imm_count(&b.d.imm, 43), 1);
-	ck_assert_uint_eq(imm_count(&b.d.imm, 44), 1);
+	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 43), 1);
+	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 44), 1);
 
 	node_stop(&a);
 	node_stop(&b);
@@ -683,7 +685,7 @@ START_TEST(tcp_refusals)
 	tx_check(&t[4], RDMAX_E_OUT_OF_RANGE, NULL);
 	tx_check(&t[5], RDMAX_E_NOT_FOUND, NULL);
 	tx_check(&t[6], 0, NULL);
-	ck_assert_uint_eq(imm_count(&b.d.imm, 9), 0);
+	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 9), 0);
 	/* Refused writes never touched memory: only t[6]'s 16 bytes changed. */
 	ck_assert_int_eq(memcmp(rw->addr, local->addr, 16), 0);
 	for (int i = 16; i < 65536; i++) {
@@ -1255,7 +1257,7 @@ START_TEST(tcp_frames_split_anywhere)
 	}
 	ck_assert_uint_eq(r->addr[0], 0); /* the refused write touched nothing */
 	ck_assert_uint_eq(r->addr[65535], 0);
-	ck_assert_uint_eq(imm_count(&b.d.imm, 77), 1);
+	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 77), 1);
 	raw_close(&p);
 	free(buf);
 	node_stop(&b);
@@ -1275,9 +1277,10 @@ START_TEST(tcp_write_segs)
 	struct node a, b;
 	struct tx t[8];
 	struct plan_run runs[WIRE_SEGS_MAX + 1];
-	struct plan_run odd[3] = {{.local_offset = 3, .remote_offset = 260000, .length = 5000},
-				  {.local_offset = 9000, .remote_offset = 11, .length = 1},
-				  {.local_offset = 20000, .remote_offset = 230001, .length = 20000}};
+	struct plan_run odd[3] = {
+		{.local_offset = 3, .remote_offset = 260000, .length = 5000},
+		{.local_offset = 9000, .remote_offset = 11, .length = 1},
+		{.local_offset = 20000, .remote_offset = 230001, .length = 20000}};
 
 	node_start(&a, "a", NULL, 0);
 	node_start(&b, "b", NULL, 0);
@@ -1313,7 +1316,7 @@ START_TEST(tcp_write_segs)
 	tx_check(&t[1], 0, NULL);
 	ck_assert_uint_eq(t[0].x.bytes_done, total);
 	ck_assert_uint_eq(t[1].x.bytes_done, 25001);
-	ck_assert_uint_eq(imm_count(&b.d.imm, 51), 1);
+	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 51), 1);
 	for (int i = 0; i < PAGES; i++) {
 		ck_assert_int_eq(memcmp(rw->addr + (uint64_t)(PAGES + 7 - i) * PAGE,
 					local->addr + (uint64_t)i * PAGE, PAGE),
@@ -1384,7 +1387,7 @@ START_TEST(tcp_write_segs)
 		 (1 << 20) - 50, (unsigned long long)rw->id);
 	tx_check(&t[4], RDMAX_E_OUT_OF_RANGE, want);
 	tx_check(&t[5], RDMAX_E_NOT_FOUND, NULL);
-	ck_assert_uint_eq(imm_count(&b.d.imm, 52), 0);
+	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 52), 0);
 	for (int i = 0; i < 200; i++) {
 		ck_assert_uint_eq(rw->addr[i], 0x5a); /* the first, valid segment did not land */
 	}

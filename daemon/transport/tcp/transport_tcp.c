@@ -78,7 +78,9 @@ enum rx_state {
 
 struct frame {
 	struct list_node link;
-	struct xfer *xfer;      /* requester: the xfer this frame carries */
+	struct xfer *xfer;      /* requester: the xfer this frame carries (or &ghost) */
+	bool orphan;            /* its job completed: the answer is discarded, done is a no-op */
+	struct xfer ghost;      /* an orphan's stand-in: the job's xfer may be gone */
 	struct region *region;  /* responder: READ_RESP source, referenced until sent */
 	const uint8_t *payload; /* sent after head, never copied */
 	uint64_t payload_len;   /* with WRITE_SEGS: table_len + the runs' bytes */
@@ -114,6 +116,7 @@ struct tcp_conn {
 	uint64_t bytes_sent;     /* for the admin socket */
 	uint64_t bytes_received; /* for the admin socket */
 	struct auth_transcript transcript;
+	bool aborting; /* a withdrawn frame was half sent: the connection fails at once */
 
 	struct list_node outq;     /* frames to send, in order */
 	struct list_node pendq;    /* requester: frames waiting for the handshake */
@@ -540,6 +543,7 @@ static struct frame *frame_new(struct tcp_transport *tt, const struct wire_heade
 		return NULL;
 	}
 	frame->xfer = NULL;
+	frame->orphan = false;
 	frame->region = NULL;
 	frame->payload = NULL;
 	frame->payload_len = 0;
@@ -897,6 +901,9 @@ static void on_answer_header(struct tcp_conn *conn)
 	conn->rx_req = frame;
 	if (h->type == WIRE_ACK || h->status != 0) {
 		rx_expect(conn, RX_BODY, conn->rx_body, h->length);
+	} else if (frame->orphan && h->length == xfer->length) {
+		/* Its job completed: the memory is no longer the job's to write. */
+		rx_expect(conn, RX_DISCARD, NULL, h->length);
 	} else if (h->length != xfer->length) {
 		protocol_error(conn, "READ_RESP of %llu bytes for a read of %llu",
 			       (unsigned long long)h->length, (unsigned long long)xfer->length);
@@ -1163,11 +1170,13 @@ static void on_write_done(struct tcp_conn *conn, bool landed)
 		queue_small(conn, WIRE_ACK, conn->rx_err, conn->rx_msg, strlen(conn->rx_msg));
 		return;
 	}
+	/* The imm counts in the namespace of the region's client (imm.h). */
+	void *owner = region_imm_owner(conn->rx_region);
+	if (conn->rx_h.flags & WIRE_F_HAS_IMM) {
+		imm_landed(&d->imm, owner, conn->rx_h.imm);
+	}
 	region_put(&d->regions, conn->rx_region);
 	conn->rx_region = NULL;
-	if (conn->rx_h.flags & WIRE_F_HAS_IMM) {
-		imm_landed(&d->imm, conn->rx_h.imm);
-	}
 	queue_small(conn, WIRE_ACK, 0, NULL, 0);
 }
 
@@ -1535,6 +1544,11 @@ static void on_conn_timer(uv_timer_t *timer)
 		conn_lost(conn, LOG_INFO, "handshake timed out");
 		break;
 	default:
+		if (conn->aborting) {
+			conn_lost(conn, LOG_INFO,
+				  "a job completed while its frame was half sent; the rest "
+				  "must not be read from its memory");
+		}
 		break;
 	}
 }
@@ -1967,6 +1981,87 @@ static int tcp_reset_peer(struct transport *transport, const char *peer)
 	return closed;
 }
 
+static void ghost_done(struct xfer *xfer, int err, const char *message)
+{
+	(void)xfer;
+	(void)err;
+	(void)message;
+}
+
+/* The frame stays on the wire's books (ids, order), without the job's xfer. */
+static void frame_orphan(struct frame *frame)
+{
+	frame->ghost = *frame->xfer;
+	frame->ghost.done = ghost_done;
+	frame->ghost.local = NULL;
+	frame->ghost.payload = NULL;
+	frame->ghost.mailbox = NULL;
+	frame->xfer = &frame->ghost;
+	frame->orphan = true;
+}
+
+static struct frame *find_frame(struct list_node *queue, const struct xfer *xfer)
+{
+	for (struct list_node *pos = queue->next; pos != queue; pos = pos->next) {
+		struct frame *frame = container_of(pos, struct frame, link);
+		if (frame->xfer == xfer) {
+			return frame;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * transport_ops.withdraw: a frame not sent yet is dropped; one sent whole
+ * (the kernel has its bytes) is orphaned, its answer discarded; one half
+ * sent would have the rest read from the job's memory later, so its
+ * connection fails from the loop's next turn, with an abortive close (RST)
+ * that discards what the kernel still holds.
+ */
+static int tcp_withdraw(struct transport *transport, struct xfer *xfer)
+{
+	struct tcp_transport *tt = container_of(transport, struct tcp_transport, base);
+	struct list_node *pos;
+
+	for (pos = tt->conns.next; pos != &tt->conns; pos = pos->next) {
+		struct tcp_conn *conn = container_of(pos, struct tcp_conn, link);
+		struct frame *frame = find_frame(&conn->pendq, xfer);
+		if (frame) {
+			list_del(&frame->link);
+			frame_release(tt, frame);
+			return 0;
+		}
+		frame = find_frame(&conn->outq, xfer);
+		if (frame) {
+			bool head = conn->outq.next == &frame->link;
+			if (!head || conn->out_sent == 0) {
+				list_del(&frame->link);
+				conn->n_out--;
+				frame_release(tt, frame);
+				update_poll(conn);
+				return 0;
+			}
+			frame_orphan(frame);
+			if (!conn->aborting && conn->fd >= 0) {
+				struct linger lg = {.l_onoff = 1, .l_linger = 0};
+				setsockopt(conn->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+				conn->aborting = true;
+				uv_timer_start(&conn->timer, on_conn_timer, 0, 0);
+			}
+			return 0;
+		}
+		frame = find_frame(&conn->inflight, xfer);
+		if (frame) {
+			frame_orphan(frame);
+			if (conn->rx_req == frame && conn->rx_state == RX_DATA) {
+				conn->rx_state = RX_DISCARD;
+			}
+			return 0;
+		}
+	}
+	return -EBUSY;
+}
+
 static const struct transport_ops g_tcp_ops = {
 	.name = "tcp",
 	.submit = tcp_submit,
@@ -1976,6 +2071,7 @@ static const struct transport_ops g_tcp_ops = {
 	.list_conns = tcp_list_conns,
 	.reset_peer = tcp_reset_peer,
 	.send_message = tcp_send_message,
+	.withdraw = tcp_withdraw,
 };
 
 static int listen_open(struct tcp_transport *tt, int *ret_fd)

@@ -393,6 +393,21 @@ static void fail_queue(struct conn *conn, struct list_node *queue, uint32_t *cou
 	}
 }
 
+int conn_withdraw(struct conn_table *table, struct xfer *xfer)
+{
+	for (struct list_node *c = table->conns.next; c != &table->conns; c = c->next) {
+		struct conn *conn = container_of(c, struct conn, link);
+		for (struct list_node *p = conn->pending.next; p != &conn->pending; p = p->next) {
+			if (p == &xfer->link) {
+				list_del(&xfer->link);
+				conn->n_pending--;
+				return 0;
+			}
+		}
+	}
+	return -EBUSY;
+}
+
 static void fail_pending(struct conn *conn, int err, const char *message)
 {
 	fail_queue(conn, &conn->pending, NULL, err, message);

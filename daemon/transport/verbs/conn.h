@@ -247,6 +247,13 @@ void conn_table_fini(struct conn_table *table);
  */
 int conn_submit(struct conn_table *table, struct xfer *xfer, uint64_t now_ms);
 
+/*
+ * Take back an xfer queued by conn_submit() and not yet posted (its job
+ * completed): 0, and done never runs for it; -EBUSY when it was posted or
+ * is finishing already (done follows as usual).
+ */
+int conn_withdraw(struct conn_table *table, struct xfer *xfer);
+
 /* Finish an xfer that never reached a connection; done runs from conn_table_deliver(). */
 void conn_table_finish(struct conn_table *table, struct xfer *xfer, int err, const char *message);
 

@@ -1199,8 +1199,9 @@ static int imm_record_land(struct rdmaxd *d, const uint8_t *rec, size_t len, cha
 		err = RDMAX_E_PERMISSION_DENIED;
 	}
 	if (err == 0) {
+		/* The imm counts in the namespace of the region's client (imm.h). */
+		imm_landed(&d->imm, region_imm_owner(region), imm);
 		region_put(&d->regions, region);
-		imm_landed(&d->imm, imm);
 		return 0;
 	}
 	if (err == RDMAX_E_PERMISSION_DENIED) {
@@ -1672,11 +1673,21 @@ static void on_send_wc(void *ctx, struct hca *hca, const struct ibv_wc *wc)
 	conn_link_wc(lc->link, wc->wr_id, wc->status, wc->vendor_err, now_ms());
 }
 
+/*
+ * A WRITE_WITH_IMM: its immediate names no region, so it cannot be counted
+ * in any client's namespace (imm.h). This daemon sends imm records instead
+ * (IMM_MAILBOX); a peer that sends this is older or hostile.
+ */
 static void on_imm(void *ctx, struct hca *hca, uint32_t imm)
 {
 	struct verbs_transport *vt = ctx;
+	static struct log_ratelimit rl;
 
-	imm_landed(&vt->daemon->imm, imm);
+	vt->daemon->imm.dropped++;
+	log_ratelimited(&rl, LOG_WARNING,
+			"WRITE_WITH_IMM %u on device '%s' not counted: an imm must name the "
+			"region it lands in (imm record)",
+			imm, hca->name);
 }
 
 /* A SEND landed: a message frame at an accepted QP, an answer at one of ours. */
@@ -1978,6 +1989,71 @@ static int submit_imm_check(struct verbs_transport *vt, struct xfer *xfer)
 	return ret;
 }
 
+/*
+ * A write carrying bytes and an imm: the bytes as a plain RDMA WRITE, then,
+ * once the NIC acknowledged them (they are in the peer's memory), the imm as
+ * an imm record naming the region, so the peer counts it in the namespace of
+ * that region's client.
+ */
+struct imm_write {
+	struct xfer data;
+	struct xfer *user;
+	struct verbs_transport *vt;
+};
+
+static void imm_write_data_done(struct xfer *data, int err, const char *message)
+{
+	struct imm_write *iw = data->ctx;
+	struct xfer *user = iw->user;
+	struct verbs_transport *vt = iw->vt;
+
+	user->bytes_done = data->bytes_done;
+	free(iw);
+	if (err == 0) {
+		err = submit_imm_check(vt, user);
+		message = err < 0 ? "cannot send the imm record after the write" : NULL;
+	}
+	if (err < 0) {
+		user->done(user, err, message);
+	}
+}
+
+static int submit_write_then_record(struct verbs_transport *vt, struct xfer *xfer)
+{
+	struct imm_write *iw = malloc(sizeof(*iw));
+
+	if (!iw) {
+		return -ENOMEM;
+	}
+	iw->data = *xfer;
+	iw->data.has_imm = false;
+	iw->data.done = imm_write_data_done;
+	iw->data.ctx = iw;
+	iw->user = xfer;
+	iw->vt = vt;
+	int ret = conn_submit(&vt->conns, &iw->data, now_ms());
+	if (ret < 0) {
+		free(iw);
+	}
+	return ret;
+}
+
+/*
+ * transport_ops.withdraw: a data xfer still queued (while its connection is
+ * set up, or behind the send queue's credits) is taken back. What the NIC
+ * already holds cannot be: it finishes or flushes, and done follows. An imm
+ * or message xfer travels inside a wrapper and is left to finish too.
+ */
+static int verbs_withdraw(struct transport *transport, struct xfer *xfer)
+{
+	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
+
+	if (xfer->has_imm || xfer->mailbox) {
+		return -EBUSY;
+	}
+	return conn_withdraw(&vt->conns, xfer);
+}
+
 static int verbs_submit(struct transport *transport, struct xfer *xfer)
 {
 	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
@@ -2002,6 +2078,9 @@ static int verbs_submit(struct transport *transport, struct xfer *xfer)
 	}
 	if (xfer->length == 0 && xfer->has_imm) {
 		return submit_imm_check(vt, xfer);
+	}
+	if (xfer->has_imm) {
+		return submit_write_then_record(vt, xfer);
 	}
 	return conn_submit(&vt->conns, xfer, now_ms());
 }
@@ -2438,6 +2517,7 @@ static const struct transport_ops g_verbs_ops = {
 	.reset_peer = verbs_reset_peer,
 	.list_ports = verbs_list_ports,
 	.send_message = verbs_send_message,
+	.withdraw = verbs_withdraw,
 	.route = verbs_route,
 };
 
