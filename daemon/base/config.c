@@ -158,7 +158,8 @@ static const struct config_key g_keys[] = {
 	{"peers", "handshake_timeout_ms", KEY_UINT, FIELD(handshake_timeout_ms), 10, 600000,
 	 KEY_RELOAD,
 	 "TCP transport: time a connection, incoming or outgoing, has to finish its handshake "
-	 "(HELLO and authentication) after the TCP connection is up, in milliseconds."},
+	 "(HELLO and authentication) after the TCP connection is up, in milliseconds; an "
+	 "outgoing attempt also ends at connect_timeout_ms."},
 	{"peers", "max_handshakes", KEY_UINT, FIELD(max_handshakes), 1, 65536, KEY_RELOAD,
 	 "TCP transport: incoming connections that may be in their handshake at the same time; "
 	 "further ones are closed at once. They never take the slots of established connections."},

@@ -1325,7 +1325,9 @@ static void on_connected(struct tcp_conn *conn)
 	conn->state = CONN_WAIT_HELLO;
 	conn->transcript.client_instance = conn->tt->daemon->instance_id;
 	auth_nonce(conn->transcript.client_nonce);
-	uv_timer_start(&conn->timer, on_conn_timer, cfg(conn)->handshake_timeout_ms, 0);
+	/* An attempt, handshake included, also stays within connect_timeout_ms. */
+	uv_timer_start(&conn->timer, on_conn_timer,
+		       MIN(cfg(conn)->connect_timeout_ms, cfg(conn)->handshake_timeout_ms), 0);
 	rx_reset(conn);
 	queue_hello(conn);
 }
