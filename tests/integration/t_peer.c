@@ -416,6 +416,24 @@ START_TEST(peer_handshake_refusals)
 }
 END_TEST
 
+/* A daemon with one 64 KiB remote-writable region of its client; peers never go idle. */
+static struct itest_daemon *victim_with_region(const char *peer_timeout_ms,
+					       struct rdmax_client **ret_client,
+					       struct rdmax_region **ret_region,
+					       struct target *ret_target)
+{
+	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
+
+	itest_daemon_set(v, "peers.peer_timeout_ms=%s", peer_timeout_ms);
+	itest_daemon_set(v, "peers.idle_timeout_s=0");
+	itest_daemon_start(v);
+	*ret_client = itest_client(v, "victim-app");
+	*ret_region = itest_alloc(*ret_client, 64 * KiB, ACCESS_RW);
+	struct rdmax_desc desc = itest_desc(*ret_region);
+	*ret_target = target_of(&desc);
+	return v;
+}
+
 /* ------------------------------------------------------------- slots */
 
 /*
@@ -542,16 +560,11 @@ static void reap(pid_t child)
  */
 START_TEST(peer_trickled_frames)
 {
-	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
 	uint8_t frame[HEADER_BYTES + 4096];
-
-	itest_daemon_set(v, "peers.peer_timeout_ms=1000");
-	itest_daemon_set(v, "peers.idle_timeout_s=0");
-	itest_daemon_start(v);
-	struct rdmax_client *cv = itest_client(v, "victim-app");
-	struct rdmax_region *dst = itest_alloc(cv, 64 * KiB, ACCESS_RW);
-	struct rdmax_desc desc = itest_desc(dst);
-	struct target t = target_of(&desc);
+	struct rdmax_client *cv;
+	struct rdmax_region *dst;
+	struct target t;
+	struct itest_daemon *v = victim_with_region("1000", &cv, &dst, &t);
 
 	/* A header, a byte every 200 ms. */
 	int fd = handshaken("127.0.0.2", &t, 0x2001);
@@ -608,17 +621,12 @@ END_TEST
  */
 START_TEST(peer_trickle_dereg)
 {
-	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
 	uint8_t frame[HEADER_BYTES + 4096];
-
+	struct rdmax_client *cv;
+	struct rdmax_region *dst;
+	struct target t;
 	/* Deadlines far away: only deregistration may end the trickle. */
-	itest_daemon_set(v, "peers.peer_timeout_ms=60000");
-	itest_daemon_set(v, "peers.idle_timeout_s=0");
-	itest_daemon_start(v);
-	struct rdmax_client *cv = itest_client(v, "victim-app");
-	struct rdmax_region *dst = itest_alloc(cv, 64 * KiB, ACCESS_RW);
-	struct rdmax_desc desc = itest_desc(dst);
-	struct target t = target_of(&desc);
+	struct itest_daemon *v = victim_with_region("60000", &cv, &dst, &t);
 
 	int fd = handshaken("127.0.0.2", &t, 0x3001);
 	ck_assert_int_ge(fd, 0);
