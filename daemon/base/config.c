@@ -176,6 +176,31 @@ static const struct config_key g_keys[] = {
 	 "milliseconds."},
 	{"peers", "idle_timeout_s", KEY_UINT, FIELD(idle_timeout_s), 0, 604800, KEY_RELOAD,
 	 "Connections without traffic for this long are closed, in seconds; 0 keeps them open."},
+	{"peers", "handshake_timeout_ms", KEY_UINT, FIELD(handshake_timeout_ms), 10, 600000,
+	 KEY_RELOAD,
+	 "TCP transport: time a connection, incoming or outgoing, has to finish its handshake "
+	 "(HELLO and authentication) after the TCP connection is up, in milliseconds; an "
+	 "outgoing attempt also ends at connect_timeout_ms."},
+	{"peers", "max_handshakes", KEY_UINT, FIELD(max_handshakes), 1, 65536, KEY_RELOAD,
+	 "TCP transport: incoming connections that may be in their handshake at the same time; "
+	 "further ones are closed at once. They never take the slots of established connections."},
+	{"peers", "max_handshakes_per_host", KEY_UINT, FIELD(max_handshakes_per_host), 1, 65536,
+	 KEY_RELOAD,
+	 "TCP transport: incoming connections from one address that may be in their handshake at "
+	 "the same time."},
+	{"peers", "max_connections_per_host", KEY_UINT, FIELD(max_connections_per_host), 1, 65536,
+	 KEY_RELOAD,
+	 "TCP transport: incoming connections kept open from one address (every daemon on that "
+	 "host together)."},
+	{"peers", "reserved_outgoing", KEY_UINT, FIELD(reserved_outgoing), 0, 65536, KEY_RELOAD,
+	 "TCP transport: of limits.max_connections, this many (at most half) are kept for the "
+	 "connections this daemon opens, so peers connecting in cannot stop it from reaching "
+	 "others."},
+	{"peers", "min_frame_rate_kib_s", KEY_UINT, FIELD(min_frame_rate_kib_s), 1, 16777216,
+	 KEY_RELOAD,
+	 "TCP transport: every frame from a peer must arrive whole within peer_timeout_ms plus "
+	 "its size at this rate, in KiB/s; a peer that stalls or trickles a frame is "
+	 "disconnected."},
 
 	{"engine", "chunk_bytes", KEY_SIZE, FIELD(chunk_bytes), 4 * KiB, GiB, 0,
 	 "Large jobs are split into chunks of this many bytes, spread over devices and queue "
@@ -956,6 +981,12 @@ void config_defaults(struct config *cfg)
 	cfg->retry_backoff_ms = 100;
 	cfg->peer_timeout_ms = 10000;
 	cfg->idle_timeout_s = 300;
+	cfg->handshake_timeout_ms = 3000;
+	cfg->max_handshakes = 64;
+	cfg->max_handshakes_per_host = 8;
+	cfg->max_connections_per_host = 64;
+	cfg->reserved_outgoing = 64;
+	cfg->min_frame_rate_kib_s = 1024;
 
 	cfg->chunk_bytes = 1 * MiB;
 	cfg->busy_poll_us = 1000;

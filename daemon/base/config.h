@@ -69,11 +69,17 @@ struct config {
 	uint32_t admin_idle_timeout_ms; /* an admin connection silent this long is closed */
 
 	/* [peers] */
-	uint32_t connect_timeout_ms; /* one connection attempt */
-	uint32_t connect_retries;    /* attempts after the first, with doubling backoff */
-	uint32_t retry_backoff_ms;   /* first backoff */
-	uint32_t peer_timeout_ms;    /* no progress from a peer for this long fails its jobs */
-	uint32_t idle_timeout_s;     /* idle connections are closed after this; 0 = never */
+	uint32_t connect_timeout_ms;      /* one connection attempt */
+	uint32_t connect_retries;         /* attempts after the first, with doubling backoff */
+	uint32_t retry_backoff_ms;        /* first backoff */
+	uint32_t peer_timeout_ms;         /* no progress from a peer for this long fails its jobs */
+	uint32_t idle_timeout_s;          /* idle connections are closed after this; 0 = never */
+	uint32_t handshake_timeout_ms;    /* a TCP handshake must finish within this */
+	uint32_t max_handshakes;          /* incoming TCP connections in their handshake */
+	uint32_t max_handshakes_per_host; /* the same, from one address */
+	uint32_t max_connections_per_host; /* incoming TCP connections from one address */
+	uint32_t reserved_outgoing;        /* of max_connections, kept for outgoing ones */
+	uint32_t min_frame_rate_kib_s;     /* a frame must arrive at least this fast */
 
 	/* [engine] */
 	uint32_t chunk_bytes;   /* large jobs are split into chunks of this size */

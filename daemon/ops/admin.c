@@ -33,6 +33,7 @@
 #include "gpu.h"
 #include "ipc.h"
 #include "json.h"
+#include "listen_backoff.h"
 #include "log.h"
 #include "metrics.h"
 #include "rdmax.h"
@@ -68,6 +69,7 @@ struct admin {
 	struct rdmaxd *daemon;
 	int listen_fd;
 	uv_poll_t listen_poll;
+	struct listen_backoff backoff; /* pauses accepting after EMFILE and the like */
 	uv_timer_t drain_timer;
 	uv_timer_t idle_timer; /* closes connections silent for admin_idle_timeout_ms */
 	bool listening;
@@ -1052,12 +1054,16 @@ static void on_accept(uv_poll_t *poll, int status, int events)
 		int fd = accept4(a->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				log_ratelimited(&a->rl, LOG_ERR, "accept4() on '%s' failed: %s",
-						a->path, strerror(errno));
+			int err = errno;
+			if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+				bool paused = listen_backoff_failed(&a->backoff, err);
+				log_ratelimited(&a->rl, LOG_ERR, "accept4() on '%s' failed: %s%s",
+						a->path, strerror(err),
+						paused ? "; accepting paused" : "");
 			}
 			return;
 		}
+		listen_backoff_ok(&a->backoff);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
 			deny(fd, "INTERNAL", "cannot read the peer's credentials");
 			continue;
@@ -1266,6 +1272,7 @@ int admin_create(struct rdmaxd *daemon, struct admin **ret_admin)
 	uv_poll_init(daemon->loop, &a->listen_poll, a->listen_fd);
 	a->listen_poll.data = a;
 	uv_poll_start(&a->listen_poll, UV_READABLE, on_accept);
+	listen_backoff_init(&a->backoff, daemon->loop, &a->listen_poll, on_accept);
 	uv_timer_init(daemon->loop, &a->drain_timer);
 	a->drain_timer.data = a;
 	uv_timer_init(daemon->loop, &a->idle_timer);
@@ -1295,6 +1302,7 @@ void admin_shutdown(struct admin *admin)
 	admin->listening = false;
 	uv_poll_stop(&admin->listen_poll);
 	uv_close((uv_handle_t *)&admin->listen_poll, NULL);
+	listen_backoff_close(&admin->backoff, NULL);
 	uv_timer_stop(&admin->drain_timer);
 	uv_close((uv_handle_t *)&admin->drain_timer, NULL);
 	uv_timer_stop(&admin->idle_timer);

@@ -32,6 +32,7 @@
 #include "engine.h"
 #include "gpu.h"
 #include "ipc.h"
+#include "listen_backoff.h"
 #include "log.h"
 #include "mailbox.h"
 #include "counters.h"
@@ -136,6 +137,7 @@ struct ipc {
 	struct rdmaxd *daemon;
 	int listen_fd;
 	uv_poll_t listen_poll;
+	struct listen_backoff backoff; /* pauses accepting after EMFILE and the like */
 	uv_check_t flush_check;
 	struct list_node sessions;
 	struct list_node dirty;
@@ -1573,13 +1575,17 @@ static void accept_clients(uv_poll_t *poll, int status, int events)
 	for (int i = 0; i < 32; i++) {
 		int fd = accept4(ipc->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			int err = errno;
+			if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
 				static struct log_ratelimit rl;
-				log_ratelimited(&rl, LOG_ERR, "accept4() on '%s' failed: %s",
-						daemon->cfg.socket_path, strerror(errno));
+				bool paused = listen_backoff_failed(&ipc->backoff, err);
+				log_ratelimited(&rl, LOG_ERR, "accept4() on '%s' failed: %s%s",
+						daemon->cfg.socket_path, strerror(err),
+						paused ? "; accepting paused" : "");
 			}
 			return;
 		}
+		listen_backoff_ok(&ipc->backoff);
 		struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
 		socklen_t cred_len = sizeof(cred);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) < 0) {
@@ -1751,6 +1757,7 @@ out_listening:
 	uv_poll_init(daemon->loop, &ipc->listen_poll, ipc->listen_fd);
 	ipc->listen_poll.data = ipc;
 	uv_poll_start(&ipc->listen_poll, UV_READABLE, accept_clients);
+	listen_backoff_init(&ipc->backoff, daemon->loop, &ipc->listen_poll, accept_clients);
 	uv_check_init(daemon->loop, &ipc->flush_check);
 	ipc->flush_check.data = ipc;
 	uv_check_start(&ipc->flush_check, flush_dirty);
@@ -1791,6 +1798,7 @@ void ipc_shutdown(struct ipc *ipc)
 	ipc->listening = false;
 	uv_poll_stop(&ipc->listen_poll);
 	uv_close((uv_handle_t *)&ipc->listen_poll, NULL);
+	listen_backoff_close(&ipc->backoff, NULL);
 	uv_check_stop(&ipc->flush_check);
 	uv_close((uv_handle_t *)&ipc->flush_check, NULL);
 	uv_timer_stop(&ipc->hello_timer);

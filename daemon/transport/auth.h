@@ -5,6 +5,9 @@
  * key with HMAC-SHA256 over a role label, both nonces and both instance ids.
  * The label differs per role, so a server's answer reflected back as a
  * client's proof fails; fresh nonces make a recorded answer useless later.
+ * A channel-bound transcript (the TCP handshake) also covers both ends of
+ * the connection as each side sees them (the address and port dialled and
+ * accepted), so a proof relayed through a third host fails.
  */
 #ifndef RDMAXD_AUTH_H
 #define RDMAXD_AUTH_H
@@ -29,6 +32,12 @@ struct auth_transcript {
 	uint8_t server_nonce[AUTH_NONCE_BYTES];
 	uint64_t client_instance;
 	uint64_t server_instance;
+	/* Channel binding; ignored unless `bound` (IPv4 as ::ffff:a.b.c.d). */
+	bool bound;
+	uint8_t client_addr[16];
+	uint16_t client_port;
+	uint8_t server_addr[16];
+	uint16_t server_port;
 };
 
 /*
@@ -39,6 +48,15 @@ int auth_init(void);
 
 /* Fill nonce with AUTH_NONCE_BYTES random bytes (auth_init() first). */
 void auth_nonce(uint8_t *nonce);
+
+/*
+ * The 16 address bytes and the port of a socket address, as the bound
+ * transcript holds them (IPv4 as ::ffff:a.b.c.d, so a dual-stack socket and
+ * an IPv4 one see the same bytes for one peer).
+ * \return 0, or -EAFNOSUPPORT for a family other than AF_INET / AF_INET6
+ */
+struct sockaddr;
+int auth_endpoint(const struct sockaddr *sa, uint8_t ret_addr[16], uint16_t *ret_port);
 
 /*
  * Proof of `role` for this transcript.

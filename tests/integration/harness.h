@@ -222,6 +222,7 @@ TCase *itest_tcase_jobs(void);
 TCase *itest_tcase_ring(void);
 TCase *itest_tcase_paged_read(void);
 TCase *itest_tcase_harden(void);
+TCase *itest_tcase_peer(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

@@ -2,7 +2,10 @@
 /* Handshake proofs: only the key holder, for this exchange, in its own role. */
 #include <check.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "auth.h"
 #include "rdmax.h"
@@ -127,6 +130,66 @@ START_TEST(replay_rejected)
 }
 END_TEST
 
+/*
+ * A bound proof covers both ends of the connection: the same exchange seen
+ * through a relay (other address or port at either end) does not verify,
+ * and neither does the unbound (v1) proof of the same exchange.
+ */
+START_TEST(bound_ends_rejected)
+{
+	struct auth_transcript t = sample();
+	uint8_t mac[AUTH_MAC_BYTES], unbound[AUTH_MAC_BYTES];
+	struct sockaddr_in client = {.sin_family = AF_INET, .sin_port = htons(40000)};
+	struct sockaddr_in6 server = {.sin6_family = AF_INET6, .sin6_port = htons(7471)};
+
+	client.sin_addr.s_addr = htonl(0x0a000001);
+	server.sin6_addr.s6_addr[15] = 1;
+	ck_assert_int_eq(auth_endpoint((struct sockaddr *)&client, t.client_addr, &t.client_port),
+			 0);
+	ck_assert_int_eq(auth_endpoint((struct sockaddr *)&server, t.server_addr, &t.server_port),
+			 0);
+	ck_assert_uint_eq(t.client_port, 40000);
+	ck_assert_uint_eq(t.client_addr[10], 0xff); /* IPv4 as ::ffff:10.0.0.1 */
+	ck_assert_uint_eq(t.client_addr[15], 1);
+	struct sockaddr_un un = {.sun_family = AF_UNIX};
+	uint8_t addr[16];
+	uint16_t port;
+	ck_assert_int_eq(auth_endpoint((struct sockaddr *)&un, addr, &port), -EAFNOSUPPORT);
+
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, unbound);
+	t.bound = true;
+	auth_compute(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, mac);
+	ck_assert_mem_ne(mac, unbound, AUTH_MAC_BYTES);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, mac), 0);
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &t, unbound),
+			 RDMAX_E_PERMISSION_DENIED);
+	struct auth_transcript bad = t;
+	bad.client_port++;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	bad = t;
+	bad.server_port++;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	bad = t;
+	bad.client_addr[15] ^= 2;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	bad = t;
+	bad.server_addr[0] ^= 0x80;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+	/* The two ends swapped (a reflected connection) differ too. */
+	bad = t;
+	memcpy(bad.client_addr, t.server_addr, 16);
+	memcpy(bad.server_addr, t.client_addr, 16);
+	bad.client_port = t.server_port;
+	bad.server_port = t.client_port;
+	ck_assert_int_eq(auth_verify(g_key, sizeof(g_key), AUTH_ROLE_CLIENT, &bad, mac),
+			 RDMAX_E_PERMISSION_DENIED);
+}
+END_TEST
+
 START_TEST(bad_arguments)
 {
 	struct auth_transcript t = sample();
@@ -162,6 +225,7 @@ Suite *auth_suite(void)
 	tcase_add_test(tc, tampered_instance_rejected);
 	tcase_add_test(tc, role_reflection_rejected);
 	tcase_add_test(tc, replay_rejected);
+	tcase_add_test(tc, bound_ends_rejected);
 	tcase_add_test(tc, bad_arguments);
 	suite_add_tcase(s, tc);
 	return s;

@@ -171,6 +171,12 @@ static const char g_every_key[] = "; all keys\n"
 				  "retry_backoff_ms = 60000\n"
 				  "peer_timeout_ms = 3600000\n"
 				  "idle_timeout_s = 0\n"
+				  "handshake_timeout_ms = 10\n"
+				  "max_handshakes = 1\n"
+				  "max_handshakes_per_host = 65536\n"
+				  "max_connections_per_host = 1\n"
+				  "reserved_outgoing = 0\n"
+				  "min_frame_rate_kib_s = 16777216\n"
 				  "[engine]\n"
 				  "chunk_bytes = 4194304\n"
 				  "busy_poll_us = 0\n"
@@ -230,6 +236,12 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.retry_backoff_ms, 60000);
 	ck_assert_uint_eq(cfg.peer_timeout_ms, 3600000);
 	ck_assert_uint_eq(cfg.idle_timeout_s, 0);
+	ck_assert_uint_eq(cfg.handshake_timeout_ms, 10);
+	ck_assert_uint_eq(cfg.max_handshakes, 1);
+	ck_assert_uint_eq(cfg.max_handshakes_per_host, 65536);
+	ck_assert_uint_eq(cfg.max_connections_per_host, 1);
+	ck_assert_uint_eq(cfg.reserved_outgoing, 0);
+	ck_assert_uint_eq(cfg.min_frame_rate_kib_s, 16777216);
 	ck_assert_uint_eq(cfg.chunk_bytes, 4 << 20);
 	ck_assert_uint_eq(cfg.busy_poll_us, 0);
 	ck_assert_str_eq(cfg.devices, "mlx5_0,mlx5_1");
@@ -255,7 +267,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 45);
+	ck_assert_int_eq(keys, 51);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -888,7 +900,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 45);
+	ck_assert_int_eq(keys, 51);
 	free(printed);
 	free(man);
 }

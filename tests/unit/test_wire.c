@@ -446,6 +446,7 @@ static void node_start(struct node *n, const char *name, const char *key, uint16
 	copy_string(n->d.cfg.listen_addr, sizeof(n->d.cfg.listen_addr), "127.0.0.1");
 	n->d.cfg.listen_port = port;
 	n->d.cfg.connect_timeout_ms = 300;
+	n->d.cfg.handshake_timeout_ms = 300;
 	n->d.cfg.connect_retries = 2;
 	n->d.cfg.retry_backoff_ms = 20;
 	n->d.cfg.peer_timeout_ms = 600;

@@ -31,6 +31,7 @@
 
 #include "auth.h"
 #include "imm.h"
+#include "listen_backoff.h"
 #include "log.h"
 #include "mailbox.h"
 #include "counters.h"
@@ -52,7 +53,8 @@
 #define RX_TAIL_MAX    65536 /* payloads up to this size are read with the next header */
 #define FRAME_CACHE    1024  /* freed frames kept for reuse, per transport */
 #define MSG_BYTES      256
-#define RX_SEG_IOV     64 /* segments of a WRITE_SEGS read by one recvmsg() */
+#define RX_SEG_IOV     64                  /* segments of a WRITE_SEGS read by one recvmsg() */
+#define DISCARD_MAX    (UINT64_C(1) << 30) /* largest refused WRITE whose payload is skipped */
 
 /* Life of a connection. */
 enum conn_state {
@@ -102,6 +104,7 @@ struct tcp_conn {
 	enum conn_state state;
 	bool outgoing;
 	bool ever_ready;
+	bool in_handshake; /* incoming, counted in tt->n_in_handshake */
 	int fd;
 	uv_poll_t *poll; /* own allocation: every connect attempt needs a fresh handle */
 	int poll_events;
@@ -113,6 +116,9 @@ struct tcp_conn {
 	char node_name[WIRE_NODE_NAME_BYTES];
 	uint32_t attempts;
 	uint64_t last_io_ms;     /* last byte moved in either direction */
+	uint64_t frame_deadline; /* loop time by which the frame being received must end; 0 */
+	uint64_t tx_frame_start; /* bytes_sent when the frame at the head of outq started */
+	uint64_t tx_deadline;    /* loop time by which that frame must be sent */
 	uint64_t bytes_sent;     /* for the admin socket */
 	uint64_t bytes_received; /* for the admin socket */
 	struct auth_transcript transcript;
@@ -162,7 +168,10 @@ struct tcp_transport {
 	bool shut;
 	struct list_node conns;
 	uint32_t n_conns;
-	struct list_node frame_cache; /* freed frames: one per request and answer otherwise */
+	uint32_t n_in;                 /* incoming connections, any state */
+	uint32_t n_in_handshake;       /* incoming connections before their handshake finished */
+	struct listen_backoff backoff; /* pauses accepting after EMFILE and the like */
+	struct list_node frame_cache;  /* freed frames: one per request and answer otherwise */
 	uint32_t n_cached;
 	uint64_t next_id;
 	struct log_ratelimit rl;
@@ -317,6 +326,7 @@ static struct tcp_conn *conn_new(struct tcp_transport *tt, bool outgoing)
 	conn->last_io_ms = now_ms();
 	list_add_tail(&tt->conns, &conn->link);
 	tt->n_conns++;
+	tt->n_in += outgoing ? 0 : 1;
 	tt->handles++;
 	return conn;
 }
@@ -442,6 +452,11 @@ static void conn_fail(struct tcp_conn *conn, int err, const char *message)
 	conn->state = CONN_CLOSED;
 	list_del(&conn->link);
 	tt->n_conns--;
+	tt->n_in -= conn->outgoing ? 0 : 1;
+	if (conn->in_handshake) {
+		conn->in_handshake = false;
+		tt->n_in_handshake--;
+	}
 	close_socket(conn);
 	uv_timer_stop(&conn->timer);
 	uv_close((uv_handle_t *)&conn->timer, on_conn_handle_closed);
@@ -682,6 +697,32 @@ static bool flush(struct tcp_conn *conn)
 
 /* ---- handshake ---- */
 
+/*
+ * Both ends of the connection as this side sees them, for the channel-bound
+ * proof: a relay's two connections have different ends, so a proof made on
+ * one fails on the other.
+ */
+static int bind_transcript(struct tcp_conn *conn)
+{
+	struct auth_transcript *tr = &conn->transcript;
+	struct sockaddr_storage local, remote;
+	socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+
+	if (getsockname(conn->fd, (struct sockaddr *)&local, &local_len) < 0 ||
+	    getpeername(conn->fd, (struct sockaddr *)&remote, &remote_len) < 0) {
+		return -errno;
+	}
+	bool out = conn->outgoing;
+	int err = auth_endpoint((struct sockaddr *)(out ? &local : &remote), tr->client_addr,
+				&tr->client_port);
+	if (err == 0) {
+		err = auth_endpoint((struct sockaddr *)(out ? &remote : &local), tr->server_addr,
+				    &tr->server_port);
+	}
+	tr->bound = err == 0;
+	return err;
+}
+
 static bool auth_on(const struct tcp_conn *conn)
 {
 	return conn->tt->daemon->auth_key_len > 0;
@@ -692,7 +733,7 @@ static bool queue_hello(struct tcp_conn *conn)
 	struct rdmaxd *d = conn->tt->daemon;
 	struct wire_hello hello = {
 		.version = WIRE_VERSION,
-		.flags = auth_on(conn) ? WIRE_HELLO_F_AUTH : 0,
+		.flags = auth_on(conn) ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND : 0,
 		.instance_id = d->instance_id,
 	};
 	uint8_t body[WIRE_HELLO_BYTES];
@@ -746,6 +787,10 @@ static void conn_ready(struct tcp_conn *conn)
 
 	conn->state = CONN_READY;
 	conn->ever_ready = true;
+	if (conn->in_handshake) {
+		conn->in_handshake = false;
+		conn->tt->n_in_handshake--;
+	}
 	counters_conn_event(&conn->tt->daemon->counters, "tcp", COUNTERS_CONN_ESTABLISHED);
 	conn->attempts = 0;
 	uv_timer_stop(&conn->timer);
@@ -760,6 +805,7 @@ static void conn_ready(struct tcp_conn *conn)
 
 static void on_hello(struct tcp_conn *conn)
 {
+	const struct rdmaxd *d = conn->tt->daemon;
 	char version[64], message[MSG_BYTES];
 	struct wire_hello hello;
 	const char *why = NULL;
@@ -781,6 +827,12 @@ static void on_hello(struct tcp_conn *conn)
 	} else if (mine != theirs) {
 		why = mine ? "authentication required"
 			   : "authentication is not configured on this peer";
+	} else if (mine && !(hello.flags & WIRE_HELLO_F_BOUND)) {
+		/* The v1 proof does not cover the connection: it can be relayed. */
+		why = "its proof does not bind the connection (wire v1 authentication)";
+	} else if (hello.instance_id == d->instance_id) {
+		/* Only a reflection or a relay of our own HELLO carries our instance id. */
+		why = "it claims this daemon's own instance id";
 	}
 	if (why) {
 		snprintf(message, sizeof(message), "peer %s %s: %s", conn->name,
@@ -1092,6 +1144,14 @@ static void on_segtab(struct tcp_conn *conn)
 		}
 		log_ratelimited(&conn->tt->rl, LOG_INFO, "refused WRITE_SEGS from %s: %s",
 				conn->name, conn->rx_msg);
+		if (h->length > DISCARD_MAX) {
+			/* Skipping it would take the peer's time, not ours: no frame is that big.
+			 */
+			protocol_error(conn,
+				       "refused WRITE_SEGS of %llu bytes is too large to skip",
+				       (unsigned long long)h->length);
+			return;
+		}
 		conn->rx_err = err;
 		rx_expect(conn, RX_DISCARD, NULL, h->length);
 		return;
@@ -1134,7 +1194,12 @@ static void on_request(struct tcp_conn *conn)
 		describe_refusal(conn->rx_msg, sizeof(conn->rx_msg), err, h);
 		log_ratelimited(&conn->tt->rl, LOG_INFO, "refused %s from %s: %s",
 				wire_type_name(h->type), conn->name, conn->rx_msg);
-		if (write) { /* the payload is on its way: drop it, then answer */
+		if (write && h->length > DISCARD_MAX) {
+			/* Skipping it would take the peer's time, not ours: no frame is that big.
+			 */
+			protocol_error(conn, "refused WRITE of %llu bytes is too large to skip",
+				       (unsigned long long)h->length);
+		} else if (write) { /* the payload is on its way: drop it, then answer */
 			conn->rx_err = err;
 			rx_expect(conn, RX_DISCARD, NULL, h->length);
 		} else {
@@ -1182,6 +1247,50 @@ static void on_write_done(struct tcp_conn *conn, bool landed)
 
 /* ---- receiving ---- */
 
+/*
+ * Loop time by which a frame with `payload` bytes still to come must be in:
+ * peer_timeout_ms plus its size at min_frame_rate_kib_s. A peer that
+ * trickles a frame (and so keeps the no-progress clock from firing) is cut
+ * off there, and with it any region reference the frame holds.
+ */
+static uint64_t frame_deadline(const struct tcp_conn *conn, uint64_t payload)
+{
+	const struct config *c = cfg(conn);
+	uint64_t per_s = (uint64_t)c->min_frame_rate_kib_s * 1024;
+	uint64_t ms = payload / per_s * 1000 + payload % per_s * 1000 / per_s;
+	uint64_t now = uv_now(conn->tt->daemon->loop);
+
+	ms += c->peer_timeout_ms;
+	return ms > UINT64_MAX - now ? UINT64_MAX : now + ms;
+}
+
+/*
+ * The region a WRITE lands in is being deregistered: the rest of the
+ * payload is dropped and the WRITE refused, so a slow peer holds the
+ * region (and a dead client's mapping) no longer than one receive.
+ */
+static void check_rx_region(struct tcp_conn *conn)
+{
+	if ((conn->rx_state != RX_DATA && conn->rx_state != RX_SEGDATA) || !conn->rx_region ||
+	    !conn->rx_region->deregistering) {
+		return;
+	}
+	/* The rest of the frame: this segment's and every later segment's bytes. */
+	uint64_t rest = conn->rx_len - conn->rx_got;
+	if (conn->rx_state == RX_SEGDATA) {
+		for (uint32_t k = conn->rx_seg + 1; k < conn->rx_h.offset; k++) {
+			rest += conn->rx_segs[k].length;
+		}
+	}
+	region_put(&conn->tt->daemon->regions, conn->rx_region);
+	conn->rx_region = NULL;
+	conn->rx_err = RDMAX_E_NOT_FOUND;
+	snprintf(conn->rx_msg, sizeof(conn->rx_msg),
+		 "region %llu was deregistered while the write was arriving",
+		 (unsigned long long)conn->rx_h.region_id);
+	rx_expect(conn, RX_DISCARD, NULL, rest);
+}
+
 static void on_header(struct tcp_conn *conn)
 {
 	struct wire_header *h = &conn->rx_h;
@@ -1190,7 +1299,9 @@ static void on_header(struct tcp_conn *conn)
 		protocol_error(conn, "malformed frame header");
 		return;
 	}
-	conn->rx_bulk = wire_payload_bytes(h) >= RX_DIRECT_MIN;
+	uint64_t payload = wire_payload_bytes(h);
+	conn->rx_bulk = payload >= RX_DIRECT_MIN;
+	conn->frame_deadline = payload ? frame_deadline(conn, payload) : 0;
 	rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES); /* unless a body follows */
 	bool request = h->type == WIRE_WRITE || h->type == WIRE_READ_REQ ||
 		       h->type == WIRE_MESSAGE || h->type == WIRE_WRITE_SEGS;
@@ -1229,6 +1340,7 @@ static void on_part_done(struct tcp_conn *conn)
 		return;
 	}
 	rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES);
+	conn->frame_deadline = 0;
 	uint8_t type = conn->rx_h.type;
 	if (type == WIRE_HELLO) {
 		on_hello(conn);
@@ -1307,6 +1419,7 @@ static void receive(struct tcp_conn *conn)
 		if (!usable(conn) || reading_paused(conn) || calls == RX_BUDGET) {
 			return;
 		}
+		check_rx_region(conn);
 		struct iovec iov[2 + RX_SEG_IOV];
 		size_t n_iov = 0;
 		uint64_t direct = 0;
@@ -1389,10 +1502,17 @@ static void receive(struct tcp_conn *conn)
 
 static void on_connected(struct tcp_conn *conn)
 {
+	int err = bind_transcript(conn);
+	if (err < 0) {
+		attempt_failed(conn, strerror(-err));
+		return;
+	}
 	conn->state = CONN_WAIT_HELLO;
 	conn->transcript.client_instance = conn->tt->daemon->instance_id;
 	auth_nonce(conn->transcript.client_nonce);
-	uv_timer_start(&conn->timer, on_conn_timer, cfg(conn)->connect_timeout_ms, 0);
+	/* An attempt, handshake included, also stays within connect_timeout_ms. */
+	uv_timer_start(&conn->timer, on_conn_timer,
+		       MIN(cfg(conn)->connect_timeout_ms, cfg(conn)->handshake_timeout_ms), 0);
 	rx_reset(conn);
 	queue_hello(conn);
 }
@@ -1553,6 +1673,56 @@ static void on_conn_timer(uv_timer_t *timer)
 	}
 }
 
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family) {
+		return false;
+	}
+	if (a->ss_family == AF_INET) {
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	}
+	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+/*
+ * Whether one more incoming connection from `from` fits; NULL when it does,
+ * else why not. Incoming connections never take the slots kept for outgoing
+ * ones, connections in their handshake have their own (smaller) budget, and
+ * one address gets a bounded share of both, so a host that connects without
+ * end or stalls its handshakes neither locks out other peers nor stops this
+ * daemon from connecting out.
+ */
+static const char *admission(struct tcp_transport *tt, const struct sockaddr_storage *from)
+{
+	const struct config *c = &tt->daemon->cfg;
+	uint32_t reserve = MIN(c->reserved_outgoing, c->max_connections / 2);
+	uint32_t host_all = 0, host_handshakes = 0;
+
+	if (tt->n_conns >= c->max_connections || tt->n_in >= c->max_connections - reserve) {
+		return "incoming connections at their limit (limits.max_connections less "
+		       "peers.reserved_outgoing)";
+	}
+	if (tt->n_in_handshake >= c->max_handshakes) {
+		return "peers.max_handshakes reached";
+	}
+	for (struct list_node *pos = tt->conns.next; pos != &tt->conns; pos = pos->next) {
+		const struct tcp_conn *conn = container_of(pos, struct tcp_conn, link);
+		if (!conn->outgoing && same_host(&conn->addr, from)) {
+			host_all++;
+			host_handshakes += conn->in_handshake;
+		}
+	}
+	if (host_handshakes >= c->max_handshakes_per_host) {
+		return "peers.max_handshakes_per_host reached for its address";
+	}
+	if (host_all >= c->max_connections_per_host) {
+		return "peers.max_connections_per_host reached for its address";
+	}
+	return NULL;
+}
+
 static void on_listen(uv_poll_t *handle, int status, int events)
 {
 	struct tcp_transport *tt = handle->data;
@@ -1565,20 +1735,27 @@ static void on_listen(uv_poll_t *handle, int status, int events)
 		int fd = accept4(tt->listen_fd, (struct sockaddr *)&ss, &len,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED) {
+			int err = errno;
+			if (err == EINTR || err == ECONNABORTED) {
 				continue;
 			}
-			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			if (listen_backoff_failed(&tt->backoff, err)) {
+				log_ratelimited(
+					&tt->rl, LOG_WARNING,
+					"accept() failed: %s; not accepting peers for %u ms",
+					strerror(err), tt->backoff.delay_ms);
+			} else if (err != EAGAIN && err != EWOULDBLOCK) {
 				log_ratelimited(&tt->rl, LOG_WARNING, "accept() failed: %s",
-						strerror(errno));
+						strerror(err));
 			}
 			return;
 		}
+		listen_backoff_ok(&tt->backoff);
 		format_addr(&ss, name, sizeof(name));
-		if (tt->n_conns >= c->max_connections) {
-			log_ratelimited(&tt->rl, LOG_WARNING,
-					"refusing connection from %s: max_connections (%u) reached",
-					name, c->max_connections);
+		const char *full = admission(tt, &ss);
+		if (full) {
+			log_ratelimited(&tt->rl, LOG_WARNING, "refusing connection from %s: %s",
+					name, full);
 			close(fd);
 			continue;
 		}
@@ -1596,13 +1773,54 @@ static void on_listen(uv_poll_t *handle, int status, int events)
 			conn_fail(conn, 0, NULL);
 			continue;
 		}
+		if (bind_transcript(conn) < 0) {
+			conn_fail(conn, 0, NULL);
+			continue;
+		}
 		conn->state = CONN_WAIT_HELLO;
+		conn->in_handshake = true;
+		tt->n_in_handshake++;
 		conn->transcript.server_instance = tt->daemon->instance_id;
 		auth_nonce(conn->transcript.server_nonce);
 		rx_reset(conn);
-		uv_timer_start(&conn->timer, on_conn_timer, c->connect_timeout_ms, 0);
+		uv_timer_start(&conn->timer, on_conn_timer, c->handshake_timeout_ms, 0);
 		update_poll(conn);
 	}
+}
+
+/*
+ * Per-frame deadlines, both ways: "sends" when the frame being received is
+ * overdue, "reads" when the frame being sent is, NULL otherwise. While this
+ * side pauses reading (answers backed up) the receive budget starts again,
+ * since the delay is not the sender's.
+ */
+static const char *frame_too_slow(struct tcp_conn *conn)
+{
+	uint64_t now = uv_now(conn->tt->daemon->loop);
+	bool in_frame =
+		conn->rx_state != RX_HEADER || conn->rx_got != 0 || conn->rx_end != conn->rx_start;
+
+	if (!in_frame) {
+		conn->frame_deadline = 0;
+	} else if (conn->frame_deadline == 0 || reading_paused(conn)) {
+		/* A header begun, or reading paused: the rest has its budget from here. */
+		conn->frame_deadline = frame_deadline(
+			conn, conn->rx_state == RX_HEADER ? 0 : conn->rx_len - conn->rx_got);
+	} else if (now >= conn->frame_deadline) {
+		return "sends";
+	}
+	if (list_empty(&conn->outq)) {
+		return NULL;
+	}
+	const struct frame *head = container_of(conn->outq.next, struct frame, link);
+	uint64_t start = conn->bytes_sent - conn->out_sent; /* differs for every frame */
+	if (start != conn->tx_frame_start || conn->tx_deadline == 0) {
+		conn->tx_frame_start = start;
+		conn->tx_deadline = frame_deadline(conn, head->head_len + head->payload_len);
+	} else if (now >= conn->tx_deadline) {
+		return "reads";
+	}
+	return NULL;
 }
 
 /* Progress and idle checks for every connection. */
@@ -1621,6 +1839,21 @@ static void on_tick(uv_timer_t *timer)
 			return;
 		}
 		if (conn->state != CONN_READY) {
+			continue;
+		}
+		check_rx_region(conn);
+		const char *slow = frame_too_slow(conn);
+		if (slow) {
+			snprintf(message, sizeof(message),
+				 "peer %s %s too slowly (a frame took longer than "
+				 "peers.peer_timeout_ms plus its size at "
+				 "peers.min_frame_rate_kib_s)",
+				 conn->name, slow);
+			log_ratelimited(&tt->rl, LOG_WARNING,
+					"connection %s %s (node '%s') down: it %s too slowly",
+					conn->outgoing ? "to" : "from", conn->name, conn->node_name,
+					slow);
+			conn_fail(conn, RDMAX_E_TIMEOUT, message);
 			continue;
 		}
 		uint64_t quiet = now - conn->last_io_ms;
@@ -1879,6 +2112,8 @@ static void tcp_shutdown(struct transport *transport)
 	close(tt->listen_fd);
 	tt->listen_fd = -1;
 	uv_close((uv_handle_t *)&tt->timer, on_transport_handle_closed);
+	tt->backoff.timer.data = tt; /* for on_transport_handle_closed() */
+	listen_backoff_close(&tt->backoff, on_transport_handle_closed);
 	while (!list_empty(&tt->conns)) {
 		struct tcp_conn *conn = container_of(tt->conns.next, struct tcp_conn, link);
 		conn_fail(conn, RDMAX_E_CANCELLED, "daemon shutting down");
@@ -2154,7 +2389,8 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	uv_poll_start(&tt->listen_poll, UV_READABLE, on_listen);
 	uv_timer_init(daemon->loop, &tt->timer);
 	tt->timer.data = tt;
-	tt->handles = 2;
+	listen_backoff_init(&tt->backoff, daemon->loop, &tt->listen_poll, on_listen);
+	tt->handles = 3;
 	uint64_t tick = MIN(MAX(daemon->cfg.peer_timeout_ms / 4, 10u), 1000u);
 	uv_timer_start(&tt->timer, on_tick, tick, tick);
 	log_info("TCP transport listening on %s port %u%s", daemon->cfg.listen_addr, tt->port,

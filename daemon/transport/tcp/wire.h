@@ -46,8 +46,9 @@ enum wire_type {
 	WIRE_TYPE_MAX, /* terminator */
 };
 
-#define WIRE_F_HAS_IMM    0x01u /* WRITE, WRITE_SEGS: count one landing under `imm` */
-#define WIRE_HELLO_F_AUTH 0x1u  /* HELLO: the sender requires HMAC authentication */
+#define WIRE_F_HAS_IMM     0x01u /* WRITE, WRITE_SEGS: count one landing under `imm` */
+#define WIRE_HELLO_F_AUTH  0x1u  /* HELLO: the sender requires HMAC authentication */
+#define WIRE_HELLO_F_BOUND 0x2u  /* HELLO: its proof binds both ends of the connection */
 
 struct wire_header {
 	uint8_t type;        /* enum wire_type */

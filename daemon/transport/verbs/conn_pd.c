@@ -50,21 +50,7 @@ void conn_pd_transcript(struct auth_transcript *tr, const uint8_t *req,
 
 int conn_addr_bytes(const struct sockaddr *sa, uint8_t ret_addr[16], uint16_t *ret_port)
 {
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
-		memset(ret_addr, 0, 10);
-		ret_addr[10] = ret_addr[11] = 0xff;
-		memcpy(ret_addr + 12, &sin->sin_addr, 4);
-		*ret_port = ntohs(sin->sin_port);
-		return 0;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)sa;
-		memcpy(ret_addr, &sin6->sin6_addr, 16);
-		*ret_port = ntohs(sin6->sin6_port);
-		return 0;
-	}
-	return -EAFNOSUPPORT;
+	return auth_endpoint(sa, ret_addr, ret_port);
 }
 
 int conn_addr_parse(const char *addr, uint8_t ret_addr[16])
