@@ -33,7 +33,7 @@ Q :=
 QUIET_CC =
 QUIET_LD =
 endif
-PKGS := libibverbs librdmacm libuv libprotobuf-c libsystemd check inih libsodium
+PKGS := libibverbs librdmacm libuv libprotobuf-c libsystemd check inih libsodium jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 CUDA_INC := $(firstword $(wildcard /usr/local/cuda/include))
 CUDA_CFLAGS := $(if $(CUDA_INC),-I$(CUDA_INC) -DRDMAX_HAVE_CUDA_H=1,)
@@ -51,6 +51,7 @@ LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-c libsystemd inih libsodium) -ldl -lm
 LIBS_CLIENT := $(shell pkg-config --libs libprotobuf-c) -ldl
 LIBS_CHECK := $(shell pkg-config --libs check)
+LIBS_JSON := $(shell pkg-config --libs jansson)
 
 LIB_SONAME := librdmax.so.1
 LIB_VERSION := 1.0.0
@@ -117,7 +118,10 @@ $(BUILD)/librdmax.pc: client-lib/librdmax.pc.in $(PC_STAMP)
 
 # Programs over the public library only.
 $(BUILD)/%: tools/%.c $(BUILD)/$(LIB_SONAME)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm $(TOOL_LIBS)
+
+# rdmaxctl reads the admin socket's JSON replies with libjansson.
+$(BUILD)/rdmaxctl: TOOL_LIBS = $(LIBS_JSON)
 
 # Unit tests link the daemon's modules and the client library's objects.
 $(BUILD)/tests/unit-tests: $(UNIT_SRCS) $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
