@@ -2204,3 +2204,14 @@ RDMAX_EXPORT int rdmax_mailbox_recv(struct rdmax_client *client, const char *nam
 	}
 	return e.bytes > INT_MAX ? INT_MAX : (int)e.bytes;
 }
+
+int client_request(struct rdmax_client *client, Rdmax__V1__ClientMsg *msg, int timeout_ms,
+		   Rdmax__V1__DaemonMsg **ret_reply)
+{
+	return request(client, msg, -1, timeout_ms, ret_reply);
+}
+
+int client_unexpected_reply(struct rdmax_client *client, const Rdmax__V1__DaemonMsg *reply)
+{
+	return unexpected_reply(client, reply);
+}

@@ -131,4 +131,16 @@ int client_err_from_status(int status);
 /* Jobs the daemon has accepted (or may still accept) and not completed. */
 size_t client_outstanding_jobs(const struct rdmax_client *client);
 
+/*
+ * For the library's other files (discovery.c): send msg and wait up to
+ * timeout_ms (-1: forever) for its reply, which the caller frees with
+ * rdmax__v1__daemon_msg__free_unpacked(); the error a reply of another kind
+ * stands for.
+ */
+struct Rdmax__V1__ClientMsg;
+struct Rdmax__V1__DaemonMsg;
+int client_request(struct rdmax_client *client, struct Rdmax__V1__ClientMsg *msg, int timeout_ms,
+		   struct Rdmax__V1__DaemonMsg **ret_reply);
+int client_unexpected_reply(struct rdmax_client *client, const struct Rdmax__V1__DaemonMsg *reply);
+
 #endif

@@ -15,6 +15,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "discovery.h"
 #include "engine.h"
 #include "gpu.h"
 #include "ipc.h"
@@ -237,6 +238,7 @@ static void stop_daemon(struct rdmaxd *daemon, const char *why)
 		engine_cancel_all(daemon->engine);
 	}
 	ipc_shutdown(daemon->ipc);
+	discovery_shutdown(daemon->discovery);
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		if (daemon->transports[k]) {
 			daemon->transports[k]->ops->shutdown(daemon->transports[k]);
@@ -396,6 +398,10 @@ int main(int argc, char **argv)
 	if (ret < 0) {
 		goto out_transports;
 	}
+	ret = discovery_create(daemon, ipc_lookup_done, &daemon->discovery);
+	if (ret < 0) {
+		goto out_transports;
+	}
 	ret = ipc_create(daemon, &daemon->ipc);
 	if (ret < 0) {
 		goto out_transports;
@@ -436,6 +442,13 @@ out_transports:
 			daemon->transports[k]->ops->destroy(daemon->transports[k]);
 			daemon->transports[k] = NULL;
 		}
+	}
+	/* Every lookup's xfer came back from its transport: free them. */
+	if (daemon->discovery) {
+		discovery_shutdown(daemon->discovery);
+		uv_run(daemon->loop, UV_RUN_NOWAIT);
+		discovery_destroy(daemon->discovery);
+		daemon->discovery = NULL;
 	}
 	/* No MR references GPU memory any more: free it, before the region table goes. */
 	gpu_destroy(daemon->gpu);

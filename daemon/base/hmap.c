@@ -166,3 +166,15 @@ int hmap_next(const struct hmap *map, size_t *iter, uint64_t *ret_key, void **re
 	}
 	return 0;
 }
+
+uint64_t hmap_hash_bytes(const void *s, size_t len)
+{
+	const unsigned char *p = s;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	return h == 0 || h == UINT64_MAX ? 1 : h;
+}

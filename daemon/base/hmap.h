@@ -26,6 +26,9 @@ void *hmap_get(const struct hmap *map, uint64_t key);
 /* Remove and return the value, or NULL. */
 void *hmap_del(struct hmap *map, uint64_t key);
 
+/* FNV-1a of len bytes of s, never 0 or UINT64_MAX: a key for names. */
+uint64_t hmap_hash_bytes(const void *s, size_t len);
+
 /* Iterate: for (size_t i = 0; hmap_next(map, &i, &key, &value);) */
 int hmap_next(const struct hmap *map, size_t *iter, uint64_t *ret_key, void **ret_value);
 

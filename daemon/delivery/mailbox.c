@@ -20,16 +20,9 @@ struct mailbox {
 	char name[MAILBOX_NAME_MAX + 1];
 };
 
-/* FNV-1a; 0 and UINT64_MAX are reserved by hmap. */
 static uint64_t name_hash(const char *name)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-		h ^= *p;
-		h *= 0x100000001b3ull;
-	}
-	return h == 0 || h == UINT64_MAX ? 1 : h;
+	return hmap_hash_bytes(name, strlen(name));
 }
 
 static uint64_t owner_key(const void *owner)

@@ -22,6 +22,7 @@
 #define WIRE_BODY_MAX            256         /* largest body of a non-data frame */
 #define WIRE_MAILBOX_NAME_MAX    64          /* MESSAGE: bytes of the mailbox name */
 #define WIRE_MESSAGE_PAYLOAD_MAX (64u << 10) /* MESSAGE: bytes of the payload */
+#define WIRE_LOOKUP_REPLY_MAX    1024        /* ACK of status 0 to a lookup: descriptor bytes */
 
 /* Frame types; 0 and values from WIRE_TYPE_MAX up are invalid. */
 enum wire_type {
@@ -30,8 +31,9 @@ enum wire_type {
 	WIRE_WRITE = 3,     /* request: `length` payload bytes for (region, offset) */
 	WIRE_READ_REQ = 4,  /* request: send `length` bytes of (region, offset); no body */
 	WIRE_READ_RESP = 5, /* answer: status 0 + `length` data bytes, or status + message */
-	WIRE_ACK = 6,   /* answer to WRITE or MESSAGE: status + message (length = message bytes) */
-	WIRE_ERROR = 7, /* fatal: status + message, then the sender closes */
+	WIRE_ACK = 6, /* answer to WRITE or MESSAGE: status + message (length = message bytes); to a
+		       * lookup MESSAGE status 0 + the descriptor */
+	WIRE_ERROR = 7,   /* fatal: status + message, then the sender closes */
 	WIRE_MESSAGE = 8, /* request: mailbox name (`offset` bytes) then payload; for SEND jobs */
 	WIRE_TYPE_MAX,    /* terminator */
 };
