@@ -556,9 +556,10 @@ void conn_table_group_del(struct conn_table *table, uint64_t instance, uint32_t 
 #define CONN_MSG_STAGING     (CONN_MSG_FRAMES_MAX * CONN_FRAME_MAX)
 #define CONN_ANSWER_TEXT_MAX (CONN_MSG_MAX - 1)
 /* An answer of status 0 to a lookup carries the descriptor instead of text. */
-#define CONN_ANSWER_DATA_MAX TRANSPORT_REPLY_MAX
-#define CONN_ANSWER_MAX      (CONN_FRAME_HDR + CONN_ANSWER_DATA_MAX)
-#define CONN_FRAME_MAGIC     0x314d5852u /* "RXM1" little-endian */
+#define CONN_ANSWER_DATA_MAX       TRANSPORT_REPLY_MAX
+#define CONN_ANSWER_MAX            (CONN_FRAME_HDR + CONN_ANSWER_TEXT_MAX)
+#define CONN_ANSWER_DATA_FRAME_MAX (CONN_FRAME_HDR + CONN_ANSWER_DATA_MAX)
+#define CONN_FRAME_MAGIC           0x314d5852u /* "RXM1" little-endian */
 
 enum conn_frame_type {
 	CONN_FRAME_MESSAGE = 1, /* part of a message, requester -> owner of the mailbox */

@@ -61,7 +61,7 @@
 #define ANSWERS_MAX    1024 /* answers one accepted QP may have waiting for its send queue */
 
 _Static_assert(CONN_FRAME_MAX <= HCA_RECV_BYTES, "a frame must fit one receive buffer");
-_Static_assert(CONN_ANSWER_MAX <= ANSWER_SLOT, "an answer must fit its staging slot");
+_Static_assert(CONN_ANSWER_DATA_FRAME_MAX <= ANSWER_SLOT, "an answer must fit its staging slot");
 _Static_assert(CONN_MSG_FRAMES_MAX + 1 < SQ_DEPTH, "a message must fit a send queue");
 
 /* What an rdma_cm id's context points to. */
