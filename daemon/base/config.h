@@ -67,8 +67,8 @@ struct config {
 	uint32_t idle_timeout_s;     /* idle connections are closed after this; 0 = never */
 
 	/* [engine] */
-	uint32_t chunk_bytes;  /* large jobs are split into chunks of this size */
-	uint32_t busy_poll_us; /* keep polling this long after the last activity */
+	uint32_t chunk_bytes;   /* large jobs are split into chunks of this size */
+	uint32_t busy_poll_us;  /* keep polling this long after the last activity */
 	uint32_t rail_retry_ms; /* a failed device pair is avoided this long */
 
 	/* [verbs] */
@@ -81,6 +81,17 @@ struct config {
 	/* [metrics] */
 	char metrics_textfile_dir[256]; /* node_exporter textfile directory; empty = off */
 	uint32_t metrics_textfile_interval_s;
+
+	/* [discovery] (docs/discovery.md) */
+	char discovery_backend[8];     /* "none" or "etcd" */
+	char discovery_endpoints[256]; /* etcd client URLs, comma-separated */
+	char discovery_prefix[64];     /* key prefix of this cluster, starts with '/' */
+	uint32_t discovery_ttl_s;      /* lease of the node record */
+	char discovery_ca_file[256];
+	char discovery_cert_file[256];
+	char discovery_key_file[256];
+	char discovery_user[64];
+	char discovery_password_file[256];
 
 	/* [gpu] */
 	enum config_gpu_registration gpu_registration;

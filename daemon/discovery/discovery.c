@@ -347,6 +347,18 @@ int discovery_lookup(struct discovery *disc, void *owner, uint64_t seq, const ch
 	return 0;
 }
 
+void discovery_set_lost_cb(struct discovery *disc, members_lost_cb cb)
+{
+	if (disc) {
+		members_set_lost_cb(disc->members, cb);
+	}
+}
+
+bool discovery_instance_lost(const struct discovery *disc, uint64_t instance)
+{
+	return disc && members_instance_lost(disc->members, instance);
+}
+
 void discovery_release_owner(struct discovery *disc, void *owner)
 {
 	struct list_node *pos, *tmp;

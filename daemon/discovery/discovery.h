@@ -48,6 +48,12 @@ void discovery_destroy(struct discovery *disc);
 int discovery_lookup(struct discovery *disc, void *owner, uint64_t seq, const char *node,
 		     const char *name, uint32_t timeout_ms, char *why, size_t why_size);
 
+/* Who is told when membership loses a node (main: the engine and the transports). */
+void discovery_set_lost_cb(struct discovery *disc, members_lost_cb cb);
+
+/* Whether instance is a daemon start that membership knows to be gone (jobs to it are refused). */
+bool discovery_instance_lost(const struct discovery *disc, uint64_t instance);
+
 /* owner left: its pending lookups end without a callback. */
 void discovery_release_owner(struct discovery *disc, void *owner);
 
