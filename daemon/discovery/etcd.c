@@ -56,6 +56,7 @@ struct etcd {
 	uv_timer_t timer;
 	bool closed;
 	bool delivering;
+	bool close_pending; /* etcd_close() from a callback: done when delivery ends */
 	struct list_node reqs;
 	char *endpoints[ETCD_ENDPOINTS_MAX];
 	uint32_t n_endpoints;
@@ -276,7 +277,7 @@ static void run_pending(struct etcd *etcd)
 		req->result = m->data.result;
 	}
 	bool again = true;
-	while (again) {
+	while (again && !etcd->close_pending) {
 		struct list_node *pos, *tmp;
 		again = false;
 		list_for_each_safe(pos, tmp, &etcd->reqs)
@@ -300,6 +301,9 @@ static void run_pending(struct etcd *etcd)
 		}
 	}
 	etcd->delivering = false;
+	if (etcd->close_pending) {
+		etcd_close(etcd);
+	}
 }
 
 int etcd_create(uv_loop_t *loop, const struct etcd_options *opt, struct etcd **ret)
@@ -462,6 +466,10 @@ void etcd_close(struct etcd *etcd)
 	struct list_node *pos, *tmp;
 
 	if (!etcd || etcd->closed) {
+		return;
+	}
+	if (etcd->delivering) {
+		etcd->close_pending = true; /* a callback's request is still in use */
 		return;
 	}
 	etcd->closed = true;
