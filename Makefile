@@ -151,6 +151,8 @@ check: all
 	$(BUILD)/tests/unit-tests
 	@echo "== integration tests (TCP transport, host)"
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
+	@echo "== discovery tests (a real etcd on loopback)"
+	RDMAX_BUILD=$(BUILD) RDMAX_TEST_ETCD=$(ETCD) CK_RUN_CASE=discovery $(BUILD)/tests/itest
 	@echo "== operations tests (systemd units, socket activation, rdmaxctl, metrics)"
 	RDMAX_BUILD=$(BUILD) tests/ops/run
 	@echo "== examples (docs/examples against three daemons)"
@@ -163,6 +165,11 @@ check-unit: $(BUILD)/tests/unit-tests
 
 check-tcp: all
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
+
+# Discovery: named regions and node membership against a real etcd started on loopback.
+ETCD ?= $(shell command -v etcd || echo /usr/bin/etcd)
+check-discovery: all
+	RDMAX_BUILD=$(BUILD) RDMAX_TEST_ETCD=$(ETCD) CK_RUN_CASE=discovery $(BUILD)/tests/itest
 
 # Operations: units, socket activation + notify/watchdog, rdmaxctl, metrics, reload, doctor.
 check-ops: $(BUILD)/rdmaxd $(BUILD)/rdmaxctl $(BUILD)/rdmax-demo
@@ -232,7 +239,7 @@ install: all $(BUILD)/librdmax.pc
 clean:
 	rm -rf build build-san
 
-.PHONY: all check check-unit check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
+.PHONY: all check check-unit check-tcp check-discovery check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
 	bench format install clean
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -6,7 +6,8 @@
  * Talks to the daemon's admin socket: one command line per request datagram,
  * one JSON document per reply. The reply is parsed once and printed either
  * as it came (--json, for scripts) or as tables for people, so both outputs
- * come from the same data. Needs nothing of the client library.
+ * come from the same data. `nodes` and `lookup` speak the client protocol
+ * through librdmax on the client socket instead.
  *
  * Exit status: 0 success, 1 the daemon answered with an error (or doctor
  * found a problem), 2 usage or connection error.
@@ -31,6 +32,8 @@
 #include <unistd.h>
 
 #include <jansson.h>
+
+#include "rdmax.h"
 
 #define DEFAULT_ADMIN_SOCKET  "/run/rdmaxd-admin.sock"
 #define DEFAULT_CLIENT_SOCKET "/run/rdmaxd.sock"
@@ -116,6 +119,7 @@ static void jtext(const json_t *v, char *buf, size_t size)
 
 struct ctl {
 	const char *socket_path;
+	const char *client_socket; /* --client-socket, for nodes and lookup */
 	bool json;
 	bool socket_given;
 };
@@ -390,6 +394,13 @@ static void show_status(const json_t *r)
 		}
 		kv("transport", "%s %s", jstr(jat(tr, i), "name", "?"), text);
 	}
+	const json_t *disc = jget(r, "discovery");
+	kv("discovery",
+	   "%s, %s: %" PRIu64 " nodes alive, %" PRIu64 " lost; %" PRIu64
+	   " names published, lookups %" PRIu64 " ok / %" PRIu64 " failed",
+	   jstr(disc, "backend", "none"), jstr(disc, "state", "off"), ju64(disc, "nodes_alive", 0),
+	   ju64(disc, "nodes_lost", 0), ju64(disc, "names", 0), ju64(disc, "lookups_ok", 0),
+	   ju64(disc, "lookups_failed", 0));
 	kv("client socket", "%s%s", jstr(r, "socket", "?"),
 	   jbool(r, "socket_activated", false) ? " (socket-activated)" : "");
 	kv("admin socket", "%s", jstr(r, "admin_socket", "?"));
@@ -1097,6 +1108,111 @@ static int run_doctor(const struct ctl *ctl)
 	return d.fails ? EXIT_DAEMON : EXIT_OK;
 }
 
+/* ------------------------------------------------------------ discovery */
+
+/* nodes and lookup speak the client protocol (librdmax), on the client socket. */
+static struct rdmax_client *open_client(const struct ctl *ctl)
+{
+	const char *env = getenv("RDMAXCTL_CLIENT_SOCKET");
+	const char *path = ctl->client_socket ? ctl->client_socket
+			   : env && env[0]    ? env
+					      : DEFAULT_CLIENT_SOCKET;
+	struct rdmax_client *c;
+	int r = rdmax_client_open(path, "rdmaxctl", &c);
+
+	if (r < 0) {
+		fprintf(stderr, "rdmaxctl: cannot connect to the client socket '%s': %s\n", path,
+			rdmax_strerror(r));
+		return NULL;
+	}
+	return c;
+}
+
+static int run_nodes(const struct ctl *ctl)
+{
+	struct rdmax_client *c = open_client(ctl);
+	static struct rdmax_node nodes[4096];
+
+	if (!c) {
+		return EXIT_USAGE;
+	}
+	int n = rdmax_nodes(c, nodes, sizeof(nodes) / sizeof(nodes[0]));
+	rdmax_client_close(c);
+	if (n < 0) {
+		fprintf(stderr, "rdmaxctl: nodes: %s%s\n", rdmax_strerror(n),
+			n == RDMAX_E_UNIMPLEMENTED ? " (no [discovery] backend is configured)"
+						   : "");
+		return EXIT_DAEMON;
+	}
+	size_t shown = (size_t)n < sizeof(nodes) / sizeof(nodes[0])
+			       ? (size_t)n
+			       : sizeof(nodes) / sizeof(nodes[0]);
+	json_t *arr = json_array();
+	for (size_t i = 0; i < shown; i++) {
+		char inst[17];
+		snprintf(inst, sizeof(inst), "%016" PRIx64, nodes[i].instance_id);
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:b, s:s, s:i, s:I}", "node",
+						     nodes[i].name, "instance_id", inst, "alive",
+						     nodes[i].alive, "addr", nodes[i].addr, "port",
+						     (int)nodes[i].port, "age_ms",
+						     (json_int_t)nodes[i].age_ms));
+	}
+	if (ctl->json) {
+		json_t *doc = json_pack("{s:b, s:o, s:i}", "ok", 1, "nodes", arr, "count", n);
+		json_dumpf(doc, stdout, JSON_COMPACT);
+		printf("\n");
+		json_decref(doc);
+		return EXIT_OK;
+	}
+	static const struct column cols[] = {
+		{"node", "NODE", F_TEXT},   {"instance_id", "INSTANCE", F_TEXT},
+		{"alive", "ALIVE", F_TEXT}, {"addr", "ADDR", F_TEXT},
+		{"port", "PORT", F_TEXT},   {"age_ms", "SEEN FOR", F_MS},
+	};
+	print_table(arr, cols, sizeof(cols) / sizeof(cols[0]), "no nodes known");
+	json_decref(arr);
+	return EXIT_OK;
+}
+
+static int run_lookup(const struct ctl *ctl, const char *node, const char *name)
+{
+	struct rdmax_client *c = open_client(ctl);
+	struct rdmax_desc desc;
+
+	if (!c) {
+		return EXIT_USAGE;
+	}
+	int r = rdmax_lookup(c, node, name, 0, &desc);
+	rdmax_client_close(c);
+	if (r < 0) {
+		if (ctl->json) {
+			json_t *doc = json_pack("{s:b, s:s, s:s}", "ok", 0, "code",
+						rdmax_strerror(r), "error", "lookup failed");
+			json_dumpf(doc, stdout, JSON_COMPACT);
+			printf("\n");
+			json_decref(doc);
+		} else {
+			fprintf(stderr, "rdmaxctl: lookup of '%s' on '%s': %s\n", name, node,
+				rdmax_strerror(r));
+		}
+		return EXIT_DAEMON;
+	}
+	char hex[2 * RDMAX_DESC_MAX + 1];
+	for (uint32_t i = 0; i < desc.len; i++) {
+		snprintf(hex + 2 * i, 3, "%02x", desc.bytes[i]);
+	}
+	if (ctl->json) {
+		json_t *doc = json_pack("{s:b, s:s, s:s, s:i, s:s}", "ok", 1, "node", node, "name",
+					name, "length", (int)desc.len, "desc_hex", hex);
+		json_dumpf(doc, stdout, JSON_COMPACT);
+		printf("\n");
+		json_decref(doc);
+	} else {
+		printf("%s on %s: descriptor of %u bytes\n%s\n", name, node, desc.len, hex);
+	}
+	return EXIT_OK;
+}
+
 /* -------------------------------------------------------------------- main */
 
 static void usage(FILE *out)
@@ -1116,9 +1232,14 @@ static void usage(FILE *out)
 		"  peer reset PEER        close the connections to PEER (ADDR:PORT or node name)\n"
 		"  drain [--timeout SEC]  refuse new jobs, wait for the outstanding ones\n"
 		"  resume                 accept new jobs again\n"
-		"  doctor                 check this node for common RDMA set-up problems\n\n"
+		"  doctor                 check this node for common RDMA set-up problems\n"
+		"  nodes                  the nodes discovery knows (client socket)\n"
+		"  lookup NODE NAME       the descriptor published as NAME on NODE (client "
+		"socket)\n\n"
 		"Options:\n"
 		"  -s, --socket PATH      admin socket (default $RDMAXCTL_SOCKET or %s)\n"
+		"  -c, --client-socket P  client socket for nodes and lookup\n"
+		"                         (default $RDMAXCTL_CLIENT_SOCKET or /run/rdmaxd.sock)\n"
 		"  -j, --json             print the daemon's JSON reply instead of tables\n"
 		"  -h, --help             this text\n"
 		"  -V, --version          print the version\n\n"
@@ -1151,6 +1272,12 @@ int main(int argc, char **argv)
 			ctl.socket_path = argv[i];
 		} else if (strncmp(a, "--socket=", 9) == 0) {
 			ctl.socket_path = a + 9;
+		} else if (strcmp(a, "-c") == 0 || strcmp(a, "--client-socket") == 0) {
+			if (++i >= argc) {
+				fprintf(stderr, "rdmaxctl: %s needs a path\n", a);
+				return EXIT_USAGE;
+			}
+			ctl.client_socket = argv[i];
 		} else if (strcmp(a, "-j") == 0 || strcmp(a, "--json") == 0) {
 			ctl.json = true;
 		} else if (strcmp(a, "--prometheus") == 0) {
@@ -1196,6 +1323,12 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "help") == 0) {
 		usage(stdout);
 		return EXIT_OK;
+	}
+	if (strcmp(cmd, "nodes") == 0 && n_words == 1) {
+		return run_nodes(&ctl);
+	}
+	if (strcmp(cmd, "lookup") == 0 && n_words == 3) {
+		return run_lookup(&ctl, words[1], words[2]);
 	}
 	static const char *const simple[] = {"status", "devices", "clients", "regions",
 					     "conns",  "jobs",    "config",  "resume"};

@@ -213,6 +213,7 @@ TCase *itest_tcase_dereg_wait(void);
 TCase *itest_tcase_jobs(void);
 TCase *itest_tcase_ring(void);
 TCase *itest_tcase_names(void);
+TCase *itest_tcase_discovery(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 
