@@ -176,6 +176,22 @@ static uint64_t await_node(struct rdmax_client *c, const char *name, int want,
 	}
 }
 
+/* Run build/rdmaxctl against d's client socket; its exit status, stdout in out. */
+static int rdmaxctl(const struct itest_daemon *d, const char *args, char *out, size_t size)
+{
+	char cmd[512];
+	const char *build = getenv("RDMAX_BUILD") ? getenv("RDMAX_BUILD") : "build";
+
+	snprintf(cmd, sizeof(cmd), "%s/rdmaxctl --client-socket '%s' %s 2>&1", build,
+		 d->socket_path, args);
+	FILE *p = popen(cmd, "r");
+	ck_assert_msg(p, "popen(rdmaxctl) failed");
+	size_t n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	int status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 START_TEST(discovery_three_nodes_lost_and_back)
 {
 	const uint64_t len = 4 * MiB;
@@ -283,6 +299,19 @@ START_TEST(discovery_etcd_restart)
 
 	await_node(ca, "beta", 1, 0, ITEST_WAIT_MS);
 	ck_assert_int_eq(rdmax_region_publish(cb, rb, "x"), 0);
+
+	/* rdmaxctl nodes and lookup, as an operator would use them. */
+	char out[4096];
+	ck_assert_int_eq(rdmaxctl(a, "--json nodes", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "\"node\":\"beta\"") && strstr(out, "\"alive\":true"),
+		      "rdmaxctl nodes: %s", out);
+	ck_assert_int_eq(rdmaxctl(a, "nodes", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "NODE") && strstr(out, "alpha") && strstr(out, "beta"),
+		      "rdmaxctl nodes: %s", out);
+	ck_assert_int_eq(rdmaxctl(a, "--json lookup beta x", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "\"ok\":true") && strstr(out, "\"desc_hex\":\""),
+		      "rdmaxctl lookup: %s", out);
+	ck_assert_int_eq(rdmaxctl(a, "lookup beta missing", out, sizeof(out)), 1);
 
 	/* etcd goes away, with its data: the daemons keep serving with what they know. */
 	etcd_stop(e);
