@@ -12,13 +12,20 @@
 #include "internal.h"
 #include "rdmax.pb-c.h"
 
-/* A plain Error reply: its status; anything else breaks the protocol. */
-static int reply_status(struct rdmax_client *client, const Rdmax__V1__DaemonMsg *reply)
+/* A request answered by a plain Error: its status; any other reply breaks the protocol. */
+static int request_status(struct rdmax_client *client, Rdmax__V1__ClientMsg *msg)
 {
-	if (reply->body_case == RDMAX__V1__DAEMON_MSG__BODY_ERROR) {
-		return client_err_from_status(reply->error->status);
+	Rdmax__V1__DaemonMsg *reply;
+	int r = client_request(client, msg, -1, &reply);
+
+	if (r < 0) {
+		return r;
 	}
-	return client_unexpected_reply(client, reply);
+	r = reply->body_case == RDMAX__V1__DAEMON_MSG__BODY_ERROR
+		    ? client_err_from_status(reply->error->status)
+		    : client_unexpected_reply(client, reply);
+	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
+	return r;
 }
 
 RDMAX_EXPORT int rdmax_region_publish(struct rdmax_client *client,
@@ -26,7 +33,6 @@ RDMAX_EXPORT int rdmax_region_publish(struct rdmax_client *client,
 {
 	Rdmax__V1__RegionPublish rp = RDMAX__V1__REGION_PUBLISH__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	Rdmax__V1__DaemonMsg *reply;
 
 	if (!client || !region || !name) {
 		return -EINVAL;
@@ -35,20 +41,13 @@ RDMAX_EXPORT int rdmax_region_publish(struct rdmax_client *client,
 	rp.name = (char *)name;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_REGION_PUBLISH;
 	msg.region_publish = &rp;
-	int r = client_request(client, &msg, -1, &reply);
-	if (r < 0) {
-		return r;
-	}
-	r = reply_status(client, reply);
-	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
-	return r;
+	return request_status(client, &msg);
 }
 
 RDMAX_EXPORT int rdmax_region_unpublish(struct rdmax_client *client, const char *name)
 {
 	Rdmax__V1__RegionUnpublish ru = RDMAX__V1__REGION_UNPUBLISH__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	Rdmax__V1__DaemonMsg *reply;
 
 	if (!client || !name) {
 		return -EINVAL;
@@ -56,13 +55,7 @@ RDMAX_EXPORT int rdmax_region_unpublish(struct rdmax_client *client, const char 
 	ru.name = (char *)name;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_REGION_UNPUBLISH;
 	msg.region_unpublish = &ru;
-	int r = client_request(client, &msg, -1, &reply);
-	if (r < 0) {
-		return r;
-	}
-	r = reply_status(client, reply);
-	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
-	return r;
+	return request_status(client, &msg);
 }
 
 RDMAX_EXPORT int rdmax_lookup(struct rdmax_client *client, const char *node, const char *name,

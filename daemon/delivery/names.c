@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,9 @@ struct name_entry {
 	char name[NAMES_NAME_MAX + 1];
 	uint8_t desc[];
 };
+
+_Static_assert(offsetof(struct name_entry, next) == 0,
+	       "hmap_fini_chains() follows the first member");
 
 static uint64_t owner_key(const void *owner)
 {
@@ -48,20 +52,10 @@ int names_init(struct name_table *table)
 
 void names_fini(struct name_table *table)
 {
-	struct name_entry *e;
-	size_t iter = 0;
-
 	if (!table || !table->by_hash.slots) {
 		return;
 	}
-	while (hmap_next(&table->by_hash, &iter, NULL, (void **)&e)) {
-		while (e) {
-			struct name_entry *next = e->next;
-			free(e);
-			e = next;
-		}
-	}
-	hmap_fini(&table->by_hash);
+	hmap_fini_chains(&table->by_hash);
 	hmap_fini(&table->per_owner);
 	table->count = 0;
 }
@@ -95,16 +89,12 @@ static struct name_entry *find(const struct name_table *table, const char *name,
 
 static uint32_t owner_count(const struct name_table *table, const void *owner)
 {
-	return (uint32_t)(uintptr_t)hmap_get(&table->per_owner, owner_key(owner));
+	return hmap_count(&table->per_owner, owner_key(owner));
 }
 
 static int set_owner_count(struct name_table *table, const void *owner, uint32_t n)
 {
-	if (n == 0) {
-		hmap_del(&table->per_owner, owner_key(owner));
-		return 0;
-	}
-	return hmap_put(&table->per_owner, owner_key(owner), (void *)(uintptr_t)n);
+	return hmap_set_count(&table->per_owner, owner_key(owner), n);
 }
 
 int names_publish(struct name_table *table, const void *owner, const char *name, uint64_t region_id,
