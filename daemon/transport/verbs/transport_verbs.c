@@ -1163,7 +1163,7 @@ static void answer(struct passive *p, uint64_t id, int status, const uint8_t *da
 	}
 	a->id = id;
 	a->status = status;
-	a->len = MIN(data_len, (uint32_t)sizeof(a->data) - 1);
+	a->len = MIN(data_len, (uint32_t)CONN_ANSWER_DATA_MAX);
 	memcpy(a->data, data, a->len);
 	list_add_tail(&p->ans_queue, &a->link);
 	p->n_queued++;
