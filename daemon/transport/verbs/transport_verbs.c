@@ -113,8 +113,8 @@ struct answer {
 	struct list_node link;
 	uint64_t id;
 	int status;
-	uint32_t len;                       /* bytes of data */
-	uint8_t data[CONN_ANSWER_DATA_MAX]; /* text, or a lookup's descriptor (status 0) */
+	uint32_t len;                           /* bytes of data */
+	uint8_t data[CONN_ANSWER_DATA_MAX + 1]; /* text (a NUL after it), or a descriptor */
 };
 
 /* State of an accepted QP. */
