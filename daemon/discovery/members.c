@@ -64,6 +64,7 @@ struct member {
 	bool alive;
 	bool seen; /* in the list being reconciled */
 	uint64_t first_seen_ms;
+	uint64_t missing_since_ms; /* absent from a list (the store lost it?); 0: not */
 	uint32_t n_endpoints;
 	struct endpoint endpoints[DESC_MAX_ENDPOINTS];
 };
@@ -210,7 +211,17 @@ static void upsert(struct members *m, const char *name, const uint8_t *value, si
 	}
 	if (x) {
 		x->seen = true;
-		if (x->instance == rec.instance && x->alive) {
+		x->missing_since_ms = 0;
+		if (x->instance == rec.instance && !x->alive) {
+			/* The same start again (it hung, or the store lost its record): alive. */
+			if (hmap_del(&m->lost, rec.instance)) {
+				m->n_lost_instances--;
+			}
+			x->alive = true;
+			log_notice("node '%s' (instance %016" PRIx64 ") is back", name,
+				   rec.instance);
+		}
+		if (x->instance == rec.instance) {
 			x->n_endpoints = rec.n_endpoints;
 			memcpy(x->endpoints, rec.endpoints, sizeof(rec.endpoints));
 			return;
@@ -521,11 +532,17 @@ static void on_list(void *arg, int err, const char *why, json_t *doc)
 	for (size_t i = 0; i < json_array_size(kvs); i++) {
 		apply_kv(m, json_array_get(kvs, i), false);
 	}
-	/* Records that went while nobody watched. */
+	/*
+	 * Records that went while nobody watched: expired leases, or a store that
+	 * lost its data. A live daemon puts its record again within its backoff,
+	 * so the node is lost only if it is still missing a lease later
+	 * (members_check_missing()).
+	 */
 	for (uint32_t i = 0; i < m->n_all; i++) {
 		struct member *x = m->all[i];
-		if (!x->seen && x->alive && strcmp(x->name, m->daemon->node_name) != 0) {
-			lose(m, x, "its record is gone (found when listing)");
+		if (!x->seen && x->alive && !x->missing_since_ms &&
+		    strcmp(x->name, m->daemon->node_name) != 0) {
+			x->missing_since_ms = now_ms();
 		}
 	}
 	m->revision = json_i64(json_object_get(json_object_get(doc, "header"), "revision"));
@@ -613,11 +630,26 @@ static void step_watch(struct members *m)
 	uv_timer_start(&m->timer, on_keepalive_timer, every, every);
 }
 
+/* Nodes absent from a list for a whole lease are lost. */
+static void check_missing(struct members *m)
+{
+	uint64_t now = now_ms();
+
+	for (uint32_t i = 0; i < m->n_all; i++) {
+		struct member *x = m->all[i];
+		if (x->missing_since_ms && now - x->missing_since_ms >= (uint64_t)m->ttl_s * 1000) {
+			x->missing_since_ms = 0;
+			lose(m, x, "its record is gone (missing from the list for a lease)");
+		}
+	}
+}
+
 static void on_keepalive_timer(uv_timer_t *timer)
 {
 	struct members *m = timer->data;
 	char id[24];
 
+	check_missing(m);
 	if (m->state != M_WATCH || m->pending) {
 		return;
 	}
