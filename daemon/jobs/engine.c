@@ -759,6 +759,9 @@ int engine_resolve_peer(struct rdmaxd *daemon, const struct remote_desc *desc,
 	struct transport *transport = NULL;
 
 	memset(&peer, 0, sizeof(peer));
+	if (discovery_instance_lost(daemon->discovery, desc->instance_id)) {
+		return RDMAX_E_UNREACHABLE; /* a node membership lost: refused until it returns */
+	}
 	if (desc->instance_id != daemon->instance_id) {
 		transport = pick_transport(daemon, desc, false, &peer, NULL);
 		if (!transport) {
