@@ -33,7 +33,7 @@ Q :=
 QUIET_CC =
 QUIET_LD =
 endif
-PKGS := libibverbs librdmacm libuv libprotobuf-c libsystemd check inih libsodium
+PKGS := libibverbs librdmacm libuv libprotobuf-c libsystemd check inih libsodium jansson libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 CUDA_INC := $(firstword $(wildcard /usr/local/cuda/include))
 CUDA_CFLAGS := $(if $(CUDA_INC),-I$(CUDA_INC) -DRDMAX_HAVE_CUDA_H=1,)
@@ -48,9 +48,10 @@ CPPFLAGS_ALL := -D_GNU_SOURCE -I$(BUILD)/gen -Iclient-lib/include $(addprefix -I
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC $(CPPFLAGS_ALL)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
-LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-c libsystemd inih libsodium) -ldl -lm
+LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-c libsystemd inih libsodium jansson libcurl) -ldl -lm
 LIBS_CLIENT := $(shell pkg-config --libs libprotobuf-c) -ldl
 LIBS_CHECK := $(shell pkg-config --libs check)
+LIBS_JSON := $(shell pkg-config --libs jansson)
 
 LIB_SONAME := librdmax.so.2
 LIB_VERSION := 2.0.0
@@ -132,7 +133,10 @@ $(BUILD)/librdmax.pc: client-lib/librdmax.pc.in $(PC_STAMP)
 
 # Programs over the public library only.
 $(BUILD)/%: tools/%.c $(BUILD)/$(LIB_SONAME)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm $(TOOL_LIBS)
+
+# rdmaxctl reads the admin socket's JSON replies with libjansson.
+$(BUILD)/rdmaxctl: TOOL_LIBS = $(LIBS_JSON)
 
 # The extension finds librdmax next to it in the build tree ($ORIGIN/../..), and in LIBDIR once
 # installed (relinked by `make install`).
@@ -200,6 +204,8 @@ check: all
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
 	@echo "== Python package (pytest against daemons on this machine)"
 	RDMAX_BUILD=$(BUILD) RDMAX_SAN=$(SAN) PYTHON=$(PYTHON) client-lib/python/run-tests
+	@echo "== discovery tests (a real etcd on loopback)"
+	RDMAX_BUILD=$(BUILD) RDMAX_TEST_ETCD=$(ETCD) CK_RUN_CASE=discovery $(BUILD)/tests/itest
 	@echo "== operations tests (systemd units, socket activation, rdmaxctl, metrics)"
 	RDMAX_BUILD=$(BUILD) tests/ops/run
 	@echo "== examples (docs/examples against three daemons)"
@@ -226,6 +232,11 @@ check-abi: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(GEN_C)
 
 check-tcp: all
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
+
+# Discovery: named regions and node membership against a real etcd started on loopback.
+ETCD ?= $(shell command -v etcd || echo /usr/bin/etcd)
+check-discovery: all
+	RDMAX_BUILD=$(BUILD) RDMAX_TEST_ETCD=$(ETCD) CK_RUN_CASE=discovery $(BUILD)/tests/itest
 
 # Operations: units, socket activation + notify/watchdog, rdmaxctl, metrics, reload, doctor.
 check-ops: $(BUILD)/rdmaxd $(BUILD)/rdmaxctl $(BUILD)/rdmax-demo
@@ -306,8 +317,8 @@ install: all $(BUILD)/librdmax.pc
 clean:
 	rm -rf build build-san
 
-.PHONY: all check check-layout check-unit check-abi check-python check-tcp check-ops check-verbs check-gpu \
-	device-check device-check-bundle demo demo-verbs examples run-examples \
+.PHONY: all check check-layout check-unit check-abi check-python check-tcp check-discovery check-ops \
+	check-verbs check-gpu device-check device-check-bundle demo demo-verbs examples run-examples \
 	bench format install clean
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -15,6 +15,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "discovery.h"
 #include "engine.h"
 #include "gpu.h"
 #include "ipc.h"
@@ -223,6 +224,33 @@ static void handle_close_noop(uv_handle_t *handle)
 {
 }
 
+/*
+ * Discovery lost a node: its jobs fail now with a named error rather than
+ * after transport timeouts, and its connections go (a returning node gets new
+ * ones, to its new instance).
+ */
+static void node_lost(struct rdmaxd *daemon, const char *node, uint64_t instance)
+{
+	char message[RDMAX_MESSAGE_MAX];
+	uint32_t conns = 0;
+
+	snprintf(message, sizeof(message),
+		 "node '%.63s' was lost (instance %016" PRIx64
+		 "): its lease expired or it restarted",
+		 node, instance);
+	uint32_t jobs = daemon->engine ? engine_fail_instance(daemon->engine, instance,
+							      RDMAX_E_UNREACHABLE, message)
+				       : 0;
+	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
+		struct transport *t = daemon->transports[k];
+		if (t && t->ops->reset_peer) {
+			int n = t->ops->reset_peer(t, node);
+			conns += n > 0 ? (uint32_t)n : 0;
+		}
+	}
+	log_notice("node '%s' lost: %u job(s) failed, %u connection(s) closed", node, jobs, conns);
+}
+
 static void stop_daemon(struct rdmaxd *daemon, const char *why)
 {
 	if (daemon->stopping) {
@@ -237,6 +265,7 @@ static void stop_daemon(struct rdmaxd *daemon, const char *why)
 		engine_cancel_all(daemon->engine);
 	}
 	ipc_shutdown(daemon->ipc);
+	discovery_shutdown(daemon->discovery);
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		if (daemon->transports[k]) {
 			daemon->transports[k]->ops->shutdown(daemon->transports[k]);
@@ -417,6 +446,11 @@ int main(int argc, char **argv)
 	if (ret < 0) {
 		goto out_transports;
 	}
+	ret = discovery_create(daemon, ipc_lookup_done, &daemon->discovery);
+	if (ret < 0) {
+		goto out_transports;
+	}
+	discovery_set_lost_cb(daemon->discovery, node_lost);
 	ret = ipc_create(daemon, &daemon->ipc);
 	if (ret < 0) {
 		goto out_transports;
@@ -457,6 +491,13 @@ out_transports:
 			daemon->transports[k]->ops->destroy(daemon->transports[k]);
 			daemon->transports[k] = NULL;
 		}
+	}
+	/* Every lookup's xfer came back from its transport: free them. */
+	if (daemon->discovery) {
+		discovery_shutdown(daemon->discovery);
+		uv_run(daemon->loop, UV_RUN_NOWAIT);
+		discovery_destroy(daemon->discovery);
+		daemon->discovery = NULL;
 	}
 	/* No MR references GPU memory any more: free it, before the region table goes. */
 	gpu_destroy(daemon->gpu);

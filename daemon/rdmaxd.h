@@ -17,10 +17,12 @@
 #define RDMAXD_AUTH_KEY_MAX 256
 
 struct admin;
+struct discovery;
 struct engine;
 struct gpu;
 struct ipc;
 struct mailbox_table;
+struct name_table;
 struct metrics;
 struct transport;
 
@@ -34,6 +36,8 @@ struct rdmaxd {
 	struct engine *engine;
 	struct ipc *ipc;
 	struct mailbox_table *mailboxes; /* SEND targets of this node, owned by ipc; may be NULL */
+	struct name_table *names;        /* named regions of this node, owned by ipc; may be NULL */
+	struct discovery *discovery;     /* lookups and membership (discovery/); may be NULL */
 	struct transport *transports[ENDPOINT_MAX]; /* by endpoint kind; NULL when absent */
 	struct gpu *gpu; /* GPU regions, pools and topology (gpu.c); NULL before start-up */
 	uint8_t auth_key[RDMAXD_AUTH_KEY_MAX];

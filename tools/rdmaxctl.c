@@ -6,7 +6,8 @@
  * Talks to the daemon's admin socket: one command line per request datagram,
  * one JSON document per reply. The reply is parsed once and printed either
  * as it came (--json, for scripts) or as tables for people, so both outputs
- * come from the same data. Needs nothing of the client library.
+ * come from the same data. `nodes` and `lookup` speak the client protocol
+ * through librdmax on the client socket instead.
  *
  * Exit status: 0 success, 1 the daemon answered with an error (or doctor
  * found a problem), 2 usage or connection error.
@@ -30,6 +31,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
+#include "rdmax.h"
+
 #define DEFAULT_ADMIN_SOCKET  "/run/rdmaxd-admin.sock"
 #define DEFAULT_CLIENT_SOCKET "/run/rdmaxd.sock"
 #define ADMIN_GROUP           "rdmaxd-admin"
@@ -46,410 +51,66 @@ enum exit_code {
 
 /* ------------------------------------------------------------------ JSON */
 
-/* Kind of a parsed JSON value. */
-enum jtype {
-	J_NULL,   /* null */
-	J_BOOL,   /* true / false */
-	J_NUMBER, /* number; text kept for exact 64-bit integers */
-	J_STRING, /* string, unescaped, NUL-terminated */
-	J_ARRAY,  /* array of items */
-	J_OBJECT, /* object: items with keys */
-	J_TYPE_MAX,
-};
-
-struct jval {
-	enum jtype type;
-	bool b;
-	double num;
-	char *str; /* J_STRING value, J_NUMBER text */
-	char *key; /* member name inside an object */
-	struct jval *items;
-	size_t n;
-};
-
-struct jparser {
-	const char *p;
-	const char *end;
-	int depth;
-	const char *err;
-};
-
-static void jfree(struct jval *v)
+/* Readers over a parsed reply (libjansson); a missing or mistyped member reads as the default. */
+static const json_t *jget(const json_t *obj, const char *key)
 {
-	if (!v) {
-		return;
-	}
-	for (size_t i = 0; i < v->n; i++) {
-		jfree(&v->items[i]);
-	}
-	free(v->items);
-	free(v->str);
-	free(v->key);
+	return json_is_object(obj) ? json_object_get(obj, key) : NULL;
 }
 
-static void skip_ws(struct jparser *jp)
+static const char *jstr(const json_t *obj, const char *key, const char *def)
 {
-	while (jp->p < jp->end &&
-	       (*jp->p == ' ' || *jp->p == '\t' || *jp->p == '\n' || *jp->p == '\r')) {
-		jp->p++;
-	}
+	const json_t *v = jget(obj, key);
+	return json_is_string(v) ? json_string_value(v) : def;
 }
 
-static int hexval(char c)
+static uint64_t ju64(const json_t *obj, const char *key, uint64_t def)
 {
-	if (c >= '0' && c <= '9') {
-		return c - '0';
-	}
-	if (c >= 'a' && c <= 'f') {
-		return c - 'a' + 10;
-	}
-	if (c >= 'A' && c <= 'F') {
-		return c - 'A' + 10;
-	}
-	return -1;
+	const json_t *v = jget(obj, key);
+	return json_is_integer(v) ? (uint64_t)json_integer_value(v) : def;
 }
 
-static size_t put_utf8(char *out, uint32_t cp)
+static bool jbool(const json_t *obj, const char *key, bool def)
 {
-	if (cp < 0x80) {
-		out[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		out[0] = (char)(0xc0 | (cp >> 6));
-		out[1] = (char)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		out[0] = (char)(0xe0 | (cp >> 12));
-		out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		out[2] = (char)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	out[0] = (char)(0xf0 | (cp >> 18));
-	out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-	out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-	out[3] = (char)(0x80 | (cp & 0x3f));
-	return 4;
+	const json_t *v = jget(obj, key);
+	return json_is_boolean(v) ? json_is_true(v) : def;
 }
 
-static int parse_u4(struct jparser *jp, uint32_t *ret)
+/* Items of an array member: 0 for anything that is not an array. */
+static size_t jlen(const json_t *v)
 {
-	uint32_t v = 0;
-
-	if (jp->end - jp->p < 4) {
-		return -1;
-	}
-	for (int i = 0; i < 4; i++) {
-		int h = hexval(jp->p[i]);
-		if (h < 0) {
-			return -1;
-		}
-		v = v * 16 + (uint32_t)h;
-	}
-	jp->p += 4;
-	*ret = v;
-	return 0;
+	return json_is_array(v) ? json_array_size(v) : 0;
 }
 
-static char *parse_string(struct jparser *jp)
+static const json_t *jat(const json_t *v, size_t i)
 {
-	/* Unescaped text is never longer than the escaped one. */
-	const char *start = ++jp->p;
-	const char *q = start;
-	char *out, *o;
-
-	while (q < jp->end && *q != '"') {
-		q += *q == '\\' ? 2 : 1;
-	}
-	if (q >= jp->end) {
-		jp->err = "unterminated string";
-		return NULL;
-	}
-	out = malloc((size_t)(q - start) + 1);
-	if (!out) {
-		jp->err = "out of memory";
-		return NULL;
-	}
-	o = out;
-	while (jp->p < jp->end && *jp->p != '"') {
-		char c = *jp->p++;
-		if ((unsigned char)c < 0x20) {
-			jp->err = "control character in string";
-			free(out);
-			return NULL;
-		}
-		if (c != '\\') {
-			*o++ = c;
-			continue;
-		}
-		c = *jp->p++;
-		switch (c) {
-		case '"':
-		case '\\':
-		case '/':
-			*o++ = c;
-			break;
-		case 'b':
-			*o++ = '\b';
-			break;
-		case 'f':
-			*o++ = '\f';
-			break;
-		case 'n':
-			*o++ = '\n';
-			break;
-		case 'r':
-			*o++ = '\r';
-			break;
-		case 't':
-			*o++ = '\t';
-			break;
-		case 'u': {
-			uint32_t cp, lo;
-			if (parse_u4(jp, &cp) < 0) {
-				jp->err = "bad \\u escape";
-				free(out);
-				return NULL;
-			}
-			if (cp >= 0xd800 && cp < 0xdc00 && jp->end - jp->p >= 6 &&
-			    jp->p[0] == '\\' && jp->p[1] == 'u') {
-				jp->p += 2;
-				if (parse_u4(jp, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff) {
-					jp->err = "bad surrogate pair";
-					free(out);
-					return NULL;
-				}
-				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-			}
-			/* \uXXXX takes 6 bytes and yields at most 3; a pair 12 and 4. */
-			o += put_utf8(o, cp);
-			break;
-		}
-		default:
-			jp->err = "bad escape";
-			free(out);
-			return NULL;
-		}
-	}
-	jp->p++; /* closing quote */
-	*o = '\0';
-	return out;
-}
-
-static int parse_value(struct jparser *jp, struct jval *v);
-
-static int push_item(struct jval *v, struct jval *item, size_t *cap)
-{
-	if (v->n == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 8;
-		struct jval *items = realloc(v->items, ncap * sizeof(*items));
-		if (!items) {
-			return -1;
-		}
-		v->items = items;
-		*cap = ncap;
-	}
-	v->items[v->n++] = *item;
-	return 0;
-}
-
-static int parse_container(struct jparser *jp, struct jval *v, bool object)
-{
-	size_t cap = 0;
-	char close = object ? '}' : ']';
-
-	v->type = object ? J_OBJECT : J_ARRAY;
-	if (++jp->depth > 64) {
-		jp->err = "nested too deeply";
-		return -1;
-	}
-	jp->p++;
-	skip_ws(jp);
-	if (jp->p < jp->end && *jp->p == close) {
-		jp->p++;
-		jp->depth--;
-		return 0;
-	}
-	for (;;) {
-		struct jval item = {0};
-		char *key = NULL;
-		skip_ws(jp);
-		if (object) {
-			if (jp->p >= jp->end || *jp->p != '"') {
-				jp->err = "expected a member name";
-				return -1;
-			}
-			key = parse_string(jp);
-			if (!key) {
-				return -1;
-			}
-			skip_ws(jp);
-			if (jp->p >= jp->end || *jp->p != ':') {
-				free(key);
-				jp->err = "expected ':'";
-				return -1;
-			}
-			jp->p++;
-		}
-		if (parse_value(jp, &item) < 0) {
-			free(key);
-			jfree(&item);
-			return -1;
-		}
-		item.key = key;
-		if (push_item(v, &item, &cap) < 0) {
-			jfree(&item);
-			jp->err = "out of memory";
-			return -1;
-		}
-		skip_ws(jp);
-		if (jp->p < jp->end && *jp->p == ',') {
-			jp->p++;
-			continue;
-		}
-		if (jp->p < jp->end && *jp->p == close) {
-			jp->p++;
-			jp->depth--;
-			return 0;
-		}
-		jp->err = object ? "expected ',' or '}'" : "expected ',' or ']'";
-		return -1;
-	}
-}
-
-static int parse_value(struct jparser *jp, struct jval *v)
-{
-	skip_ws(jp);
-	if (jp->p >= jp->end) {
-		jp->err = "unexpected end";
-		return -1;
-	}
-	switch (*jp->p) {
-	case '{':
-		return parse_container(jp, v, true);
-	case '[':
-		return parse_container(jp, v, false);
-	case '"':
-		v->type = J_STRING;
-		v->str = parse_string(jp);
-		return v->str ? 0 : -1;
-	case 't':
-	case 'f':
-	case 'n': {
-		static const char *const words[] = {"true", "false", "null"};
-		for (size_t i = 0; i < 3; i++) {
-			size_t len = strlen(words[i]);
-			if ((size_t)(jp->end - jp->p) >= len && memcmp(jp->p, words[i], len) == 0) {
-				jp->p += len;
-				v->type = i == 2 ? J_NULL : J_BOOL;
-				v->b = i == 0;
-				return 0;
-			}
-		}
-		jp->err = "unknown literal";
-		return -1;
-	}
-	default: {
-		const char *start = jp->p;
-		char *endp;
-		while (jp->p < jp->end && strchr("+-0123456789.eE", *jp->p)) {
-			jp->p++;
-		}
-		if (jp->p == start) {
-			jp->err = "unexpected character";
-			return -1;
-		}
-		v->type = J_NUMBER;
-		v->str = strndup(start, (size_t)(jp->p - start));
-		if (!v->str) {
-			jp->err = "out of memory";
-			return -1;
-		}
-		v->num = strtod(v->str, &endp);
-		if (*endp != '\0') {
-			jp->err = "malformed number";
-			return -1;
-		}
-		return 0;
-	}
-	}
-}
-
-static int jparse(const char *text, size_t len, struct jval *ret, const char **ret_err)
-{
-	struct jparser jp = {.p = text, .end = text + len};
-	struct jval v = {0};
-
-	if (parse_value(&jp, &v) < 0) {
-		jfree(&v);
-		*ret_err = jp.err ? jp.err : "malformed";
-		return -1;
-	}
-	skip_ws(&jp);
-	if (jp.p != jp.end) {
-		jfree(&v);
-		*ret_err = "trailing bytes after the document";
-		return -1;
-	}
-	*ret = v;
-	return 0;
-}
-
-static const struct jval *jget(const struct jval *obj, const char *key)
-{
-	if (!obj || obj->type != J_OBJECT) {
-		return NULL;
-	}
-	for (size_t i = 0; i < obj->n; i++) {
-		if (obj->items[i].key && strcmp(obj->items[i].key, key) == 0) {
-			return &obj->items[i];
-		}
-	}
-	return NULL;
-}
-
-static const char *jstr(const struct jval *obj, const char *key, const char *def)
-{
-	const struct jval *v = jget(obj, key);
-	return v && v->type == J_STRING ? v->str : def;
-}
-
-static uint64_t ju64(const struct jval *obj, const char *key, uint64_t def)
-{
-	const struct jval *v = jget(obj, key);
-	return v && v->type == J_NUMBER ? strtoull(v->str, NULL, 10) : def;
-}
-
-static bool jbool(const struct jval *obj, const char *key, bool def)
-{
-	const struct jval *v = jget(obj, key);
-	return v && v->type == J_BOOL ? v->b : def;
+	return json_array_get(v, i);
 }
 
 /* A value as text for a table cell. */
-static void jtext(const struct jval *v, char *buf, size_t size)
+static void jtext(const json_t *v, char *buf, size_t size)
 {
-	if (!v) {
-		snprintf(buf, size, "-");
-		return;
-	}
-	switch (v->type) {
-	case J_NULL:
-		snprintf(buf, size, "-");
+	switch (v ? json_typeof(v) : JSON_NULL) {
+	case JSON_TRUE:
+	case JSON_FALSE:
+		snprintf(buf, size, "%s", json_is_true(v) ? "yes" : "no");
 		break;
-	case J_BOOL:
-		snprintf(buf, size, "%s", v->b ? "yes" : "no");
+	case JSON_INTEGER:
+		snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
 		break;
-	case J_NUMBER:
-	case J_STRING:
-		snprintf(buf, size, "%s", v->str);
+	case JSON_REAL:
+		snprintf(buf, size, "%g", json_real_value(v));
 		break;
-	case J_ARRAY:
-		snprintf(buf, size, "[%zu]", v->n);
+	case JSON_STRING:
+		snprintf(buf, size, "%s", json_string_value(v));
+		break;
+	case JSON_ARRAY:
+		snprintf(buf, size, "[%zu]", json_array_size(v));
+		break;
+	case JSON_OBJECT:
+		snprintf(buf, size, "{...}");
 		break;
 	default:
-		snprintf(buf, size, "{...}");
+		snprintf(buf, size, "-");
 		break;
 	}
 }
@@ -458,6 +119,7 @@ static void jtext(const struct jval *v, char *buf, size_t size)
 
 struct ctl {
 	const char *socket_path;
+	const char *client_socket; /* --client-socket, for nodes and lookup */
 	bool json;
 	bool socket_given;
 };
@@ -515,13 +177,14 @@ static void explain_connect_error(const char *path, int err)
 
 /*
  * One request, one reply. Returns the raw reply (malloc'd, NUL-terminated)
- * in *ret_text and its parse in *ret; 0, or -errno (message printed).
+ * in *ret_text and its parse in *ret (json_decref it); 0, or -errno (message printed).
  */
 static int request(const struct ctl *ctl, const char *line, int timeout_ms, char **ret_text,
-		   struct jval *ret)
+		   json_t **ret)
 {
 	struct pollfd pfd;
-	const char *perr;
+	json_error_t perr;
+	json_t *doc;
 	char *buf;
 	ssize_t n;
 	int fd, ret_code;
@@ -588,13 +251,15 @@ static int request(const struct ctl *ctl, const char *line, int timeout_ms, char
 		goto out_free;
 	}
 	buf[n] = '\0';
-	if (jparse(buf, (size_t)n, ret, &perr) < 0) {
+	doc = json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &perr);
+	if (!doc) {
 		ret_code = -EBADMSG;
-		fprintf(stderr, "rdmaxctl: the daemon's reply is not valid JSON: %s\n", perr);
+		fprintf(stderr, "rdmaxctl: the daemon's reply is not valid JSON: %s\n", perr.text);
 		goto out_free;
 	}
 	close(fd);
 	*ret_text = buf;
+	*ret = doc;
 	return 0;
 
 out_free:
@@ -636,14 +301,14 @@ static void human_bytes(uint64_t v, char *buf, size_t size)
 	}
 }
 
-static void cell(const struct jval *row, const struct column *col, char *buf, size_t size)
+static void cell(const json_t *row, const struct column *col, char *buf, size_t size)
 {
-	const struct jval *v = jget(row, col->key);
+	const json_t *v = jget(row, col->key);
 
-	if (v && v->type == J_NUMBER && col->fmt == F_BYTES) {
-		human_bytes(strtoull(v->str, NULL, 10), buf, size);
-	} else if (v && v->type == J_NUMBER && col->fmt == F_MS) {
-		double ms = v->num;
+	if (json_is_number(v) && col->fmt == F_BYTES) {
+		human_bytes((uint64_t)json_number_value(v), buf, size);
+	} else if (json_is_number(v) && col->fmt == F_MS) {
+		double ms = json_number_value(v);
 		if (ms < 1000) {
 			snprintf(buf, size, "%.0f ms", ms);
 		} else {
@@ -657,35 +322,35 @@ static void cell(const struct jval *row, const struct column *col, char *buf, si
 #define CELL_MAX 96
 #define COLS_MAX 16
 
-static void print_table(const struct jval *rows, const struct column *cols, size_t n_cols,
+static void print_table(const json_t *rows, const struct column *cols, size_t n_cols,
 			const char *empty)
 {
 	size_t width[COLS_MAX];
 	char buf[CELL_MAX];
 
-	if (!rows || rows->type != J_ARRAY || rows->n == 0) {
+	if (jlen(rows) == 0) {
 		printf("%s\n", empty);
 		return;
 	}
 	for (size_t c = 0; c < n_cols; c++) {
 		width[c] = strlen(cols[c].header);
-		for (size_t r = 0; r < rows->n; r++) {
-			cell(&rows->items[r], &cols[c], buf, sizeof(buf));
+		for (size_t r = 0; r < jlen(rows); r++) {
+			cell(jat(rows, r), &cols[c], buf, sizeof(buf));
 			width[c] = strlen(buf) > width[c] ? strlen(buf) : width[c];
 		}
 	}
 	for (size_t c = 0; c < n_cols; c++) {
 		printf("%-*s%s", (int)width[c], cols[c].header, c + 1 < n_cols ? "  " : "\n");
 	}
-	for (size_t r = 0; r < rows->n; r++) {
+	for (size_t r = 0; r < jlen(rows); r++) {
 		for (size_t c = 0; c < n_cols; c++) {
-			cell(&rows->items[r], &cols[c], buf, sizeof(buf));
+			cell(jat(rows, r), &cols[c], buf, sizeof(buf));
 			printf("%-*s%s", (int)width[c], buf, c + 1 < n_cols ? "  " : "\n");
 		}
 	}
 }
 
-static void print_truncated(const struct jval *reply)
+static void print_truncated(const json_t *reply)
 {
 	uint64_t t = ju64(reply, "truncated", 0);
 
@@ -707,28 +372,35 @@ static void kv(const char *key, const char *fmt, ...)
 	printf("\n");
 }
 
-static void show_status(const struct jval *r)
+static void show_status(const json_t *r)
 {
 	char b1[32], b2[32];
-	const struct jval *tr = jget(r, "transports");
+	const json_t *tr = jget(r, "transports");
 
 	kv("node", "%s (rdmaxd %s, pid %" PRIu64 ", up %" PRIu64 " s)", jstr(r, "node", "?"),
 	   jstr(r, "version", "?"), ju64(r, "pid", 0), ju64(r, "uptime_s", 0));
 	kv("state", "%s", jstr(r, "state", "?"));
-	for (size_t i = 0; tr && tr->type == J_ARRAY && i < tr->n; i++) {
-		const struct jval *eps = jget(&tr->items[i], "endpoints");
+	for (size_t i = 0; i < jlen(tr); i++) {
+		const json_t *eps = jget(jat(tr, i), "endpoints");
 		char text[256] = "";
 		size_t used = 0;
-		for (size_t e = 0; eps && eps->type == J_ARRAY && e < eps->n; e++) {
+		for (size_t e = 0; e < jlen(eps); e++) {
 			int w = snprintf(text + used, sizeof(text) - used, "%s%s:%" PRIu64 "%s%s",
-					 e ? ", " : "", jstr(&eps->items[e], "addr", "?"),
-					 ju64(&eps->items[e], "port", 0),
-					 jget(&eps->items[e], "device") ? " on " : "",
-					 jstr(&eps->items[e], "device", ""));
+					 e ? ", " : "", jstr(jat(eps, e), "addr", "?"),
+					 ju64(jat(eps, e), "port", 0),
+					 jget(jat(eps, e), "device") ? " on " : "",
+					 jstr(jat(eps, e), "device", ""));
 			used += w > 0 && (size_t)w < sizeof(text) - used ? (size_t)w : 0;
 		}
-		kv("transport", "%s %s", jstr(&tr->items[i], "name", "?"), text);
+		kv("transport", "%s %s", jstr(jat(tr, i), "name", "?"), text);
 	}
+	const json_t *disc = jget(r, "discovery");
+	kv("discovery",
+	   "%s, %s: %" PRIu64 " nodes alive, %" PRIu64 " lost; %" PRIu64
+	   " names published, lookups %" PRIu64 " ok / %" PRIu64 " failed",
+	   jstr(disc, "backend", "none"), jstr(disc, "state", "off"), ju64(disc, "nodes_alive", 0),
+	   ju64(disc, "nodes_lost", 0), ju64(disc, "names", 0), ju64(disc, "lookups_ok", 0),
+	   ju64(disc, "lookups_failed", 0));
 	kv("client socket", "%s%s", jstr(r, "socket", "?"),
 	   jbool(r, "socket_activated", false) ? " (socket-activated)" : "");
 	kv("admin socket", "%s", jstr(r, "admin_socket", "?"));
@@ -744,7 +416,7 @@ static void show_status(const struct jval *r)
 	kv("jobs completed", "%" PRIu64 " (%s)", ju64(r, "jobs_total", 0), b2);
 }
 
-static void show_devices(const struct jval *r)
+static void show_devices(const json_t *r)
 {
 	static const struct column port_cols[] = {
 		{"device", "DEVICE", F_TEXT},  {"port", "PORT", F_TEXT},
@@ -757,35 +429,34 @@ static void show_devices(const struct jval *r)
 		{"nearest_nic", "NEAREST NIC", F_TEXT},
 		{"relation", "PATH", F_TEXT},
 	};
-	const struct jval *ports = jget(r, "ports");
-	const struct jval *present = jget(r, "rdma_devices_present");
+	const json_t *ports = jget(r, "ports");
+	const json_t *present = jget(r, "rdma_devices_present");
 
 	if (jstr(r, "note", NULL)) {
 		printf("%s\n", jstr(r, "note", ""));
 	}
 	print_table(ports, port_cols, sizeof(port_cols) / sizeof(port_cols[0]),
 		    "no RDMA ports in use");
-	for (size_t i = 0; ports && i < ports->n; i++) {
-		const struct jval *gids = jget(&ports->items[i], "gids");
-		for (size_t g = 0; gids && gids->type == J_ARRAY && g < gids->n; g++) {
+	for (size_t i = 0; i < jlen(ports); i++) {
+		const json_t *gids = jget(jat(ports, i), "gids");
+		for (size_t g = 0; g < jlen(gids); g++) {
 			printf("  %s/%" PRIu64 " gid[%" PRIu64 "] %s (%s)\n",
-			       jstr(&ports->items[i], "device", "?"),
-			       ju64(&ports->items[i], "port", 0), ju64(&gids->items[g], "index", 0),
-			       jstr(&gids->items[g], "gid", "?"),
-			       jstr(&gids->items[g], "type", "?"));
+			       jstr(jat(ports, i), "device", "?"), ju64(jat(ports, i), "port", 0),
+			       ju64(jat(gids, g), "index", 0), jstr(jat(gids, g), "gid", "?"),
+			       jstr(jat(gids, g), "type", "?"));
 		}
 	}
 	printf("\nRDMA devices on this node:");
-	for (size_t i = 0; present && present->type == J_ARRAY && i < present->n; i++) {
-		printf(" %s", jstr(&present->items[i], "name", "?"));
+	for (size_t i = 0; i < jlen(present); i++) {
+		printf(" %s", jstr(jat(present, i), "name", "?"));
 	}
-	printf("%s\n", present && present->n ? "" : " none");
+	printf("%s\n", jlen(present) ? "" : " none");
 	printf("nvidia_peermem loaded: %s\n\n", jbool(r, "peermem", false) ? "yes" : "no");
 	print_table(jget(r, "gpus"), gpu_cols, sizeof(gpu_cols) / sizeof(gpu_cols[0]),
 		    "no NVIDIA GPUs found");
 }
 
-static void show_clients(const struct jval *r)
+static void show_clients(const json_t *r)
 {
 	static const struct column cols[] = {
 		{"id", "ID", F_TEXT},
@@ -803,7 +474,7 @@ static void show_clients(const struct jval *r)
 	print_truncated(r);
 }
 
-static void show_regions(const struct jval *r)
+static void show_regions(const json_t *r)
 {
 	static const struct column cols[] = {
 		{"id", "ID", F_TEXT},           {"client", "CLIENT", F_TEXT},
@@ -815,7 +486,7 @@ static void show_regions(const struct jval *r)
 	print_truncated(r);
 }
 
-static void show_conns(const struct jval *r)
+static void show_conns(const json_t *r)
 {
 	static const struct column cols[] = {
 		{"transport", "TRANSPORT", F_TEXT},
@@ -836,7 +507,7 @@ static void show_conns(const struct jval *r)
 	print_truncated(r);
 }
 
-static void show_jobs(const struct jval *r)
+static void show_jobs(const json_t *r)
 {
 	static const struct column cols[] = {
 		{"id", "JOB", F_TEXT},         {"client", "CLIENT", F_TEXT},
@@ -849,7 +520,7 @@ static void show_jobs(const struct jval *r)
 	print_truncated(r);
 }
 
-static void show_stats(const struct jval *r)
+static void show_stats(const json_t *r)
 {
 	static const struct column job_cols[] = {
 		{"op", "OP", F_TEXT},
@@ -866,9 +537,9 @@ static void show_stats(const struct jval *r)
 		{"read_failed", "READ ERR", F_TEXT},
 		{"read_bytes", "READ", F_BYTES},
 	};
-	const struct jval *c = jget(r, "counters");
-	const struct jval *lat = jget(c, "latency");
-	const struct jval *ev = jget(c, "connection_events");
+	const json_t *c = jget(r, "counters");
+	const json_t *lat = jget(c, "latency");
+	const json_t *ev = jget(c, "connection_events");
 	char b[32];
 
 	human_bytes(ju64(c, "bytes_total", 0), b, sizeof(b));
@@ -882,18 +553,18 @@ static void show_stats(const struct jval *r)
 	kv("imm", "%" PRIu64 " writes, %" PRIu64 " expectations fired, %" PRIu64 " dropped",
 	   ju64(c, "imm_writes_total", 0), ju64(c, "imm_fired_total", 0),
 	   ju64(c, "imm_dropped_total", 0));
-	for (size_t i = 0; lat && lat->type == J_ARRAY && i < lat->n; i++) {
-		const struct jval *mean = jget(&lat->items[i], "mean_s");
+	for (size_t i = 0; i < jlen(lat); i++) {
+		const json_t *mean = jget(jat(lat, i), "mean_s");
 		char key[32];
-		snprintf(key, sizeof(key), "%s latency", jstr(&lat->items[i], "op", "?"));
-		kv(key, "%" PRIu64 " jobs, mean %.3f ms", ju64(&lat->items[i], "count", 0),
-		   mean && mean->type == J_NUMBER ? mean->num * 1000 : 0.0);
+		snprintf(key, sizeof(key), "%s latency", jstr(jat(lat, i), "op", "?"));
+		kv(key, "%" PRIu64 " jobs, mean %.3f ms", ju64(jat(lat, i), "count", 0),
+		   json_is_number(mean) ? json_number_value(mean) * 1000 : 0.0);
 	}
-	for (size_t i = 0; ev && ev->type == J_ARRAY && i < ev->n; i++) {
+	for (size_t i = 0; i < jlen(ev); i++) {
 		char key[48];
-		snprintf(key, sizeof(key), "%s connections %s",
-			 jstr(&ev->items[i], "transport", "?"), jstr(&ev->items[i], "event", "?"));
-		kv(key, "%" PRIu64, ju64(&ev->items[i], "count", 0));
+		snprintf(key, sizeof(key), "%s connections %s", jstr(jat(ev, i), "transport", "?"),
+			 jstr(jat(ev, i), "event", "?"));
+		kv(key, "%" PRIu64, ju64(jat(ev, i), "count", 0));
 	}
 	printf("\n");
 	print_table(jget(c, "jobs"), job_cols, sizeof(job_cols) / sizeof(job_cols[0]),
@@ -903,16 +574,16 @@ static void show_stats(const struct jval *r)
 		    "no peers");
 }
 
-static void show_help_reply(const struct jval *r)
+static void show_help_reply(const json_t *r)
 {
-	const struct jval *cmds = jget(r, "commands");
-	for (size_t i = 0; cmds && cmds->type == J_ARRAY && i < cmds->n; i++) {
-		printf("  %-12s %s\n", jstr(&cmds->items[i], "name", "?"),
-		       jstr(&cmds->items[i], "help", ""));
+	const json_t *cmds = jget(r, "commands");
+	for (size_t i = 0; i < jlen(cmds); i++) {
+		printf("  %-12s %s\n", jstr(jat(cmds, i), "name", "?"),
+		       jstr(jat(cmds, i), "help", ""));
 	}
 }
 
-static void show_generic(const struct jval *r)
+static void show_generic(const json_t *r)
 {
 	const char *cmd = jstr(r, "command", "");
 
@@ -948,27 +619,11 @@ enum verdict {
 };
 
 struct doctor {
-	bool json;
-	bool first;
+	json_t *checks; /* --json: the checks as they are made, printed at the end */
 	int fails;
 	int warns;
 	const char *sysfs; /* "/sys", or a test tree */
 };
-
-static void json_escape_print(const char *s)
-{
-	putchar('"');
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\') {
-			printf("\\%c", *p);
-		} else if (*p < 0x20) {
-			printf("\\u%04x", *p);
-		} else {
-			putchar(*p);
-		}
-	}
-	putchar('"');
-}
 
 static void report(struct doctor *d, enum verdict v, const char *check, const char *fix,
 		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -986,17 +641,13 @@ static void report(struct doctor *d, enum verdict v, const char *check, const ch
 	va_end(ap);
 	d->fails += v == V_FAIL;
 	d->warns += v == V_WARN;
-	if (d->json) {
-		printf("%s{\"check\":", d->first ? "" : ",");
-		json_escape_print(check);
-		printf(",\"result\":\"%s\",\"detail\":", tags[v]);
-		json_escape_print(detail);
-		if (fix) {
-			printf(",\"fix\":");
-			json_escape_print(fix);
+	if (d->checks) {
+		json_t *c = json_pack("{s:s, s:s, s:s}", "check", check, "result", tags[v],
+				      "detail", detail);
+		if (c && fix) {
+			json_object_set_new(c, "fix", json_string(fix));
 		}
-		printf("}");
-		d->first = false;
+		json_array_append_new(d->checks, c);
 		return;
 	}
 	printf("%s %s: %s\n", labels[v], check, detail);
@@ -1384,11 +1035,11 @@ static void check_dev_nodes(struct doctor *d, bool rdma)
 
 static int run_doctor(const struct ctl *ctl)
 {
-	struct doctor d = {.json = ctl->json, .first = true, .sysfs = "/sys"};
+	struct doctor d = {.checks = ctl->json ? json_array() : NULL, .sysfs = "/sys"};
 	struct port_seen seen[DOCTOR_PORTS_MAX];
 	size_t n_seen = 0;
 	const char *env = getenv("RDMAXCTL_SYSFS");
-	struct jval status = {0};
+	json_t *status = NULL;
 	char *raw = NULL;
 	long pid = -1;
 	bool rdma;
@@ -1396,9 +1047,6 @@ static int run_doctor(const struct ctl *ctl)
 
 	if (env && env[0]) {
 		d.sysfs = env; /* tests point this at a prepared tree */
-	}
-	if (d.json) {
-		printf("{\"checks\":[");
 	}
 	/* Reachability first: its answer says which limits to read. */
 	int fd = connect_admin(ctl->socket_path);
@@ -1412,27 +1060,27 @@ static int run_doctor(const struct ctl *ctl)
 	} else {
 		close(fd);
 		if (request(ctl, "status", TIMEOUT_MS, &raw, &status) == 0 &&
-		    jbool(&status, "ok", false)) {
-			const struct jval *tr = jget(&status, "transports");
+		    jbool(status, "ok", false)) {
+			const json_t *tr = jget(status, "transports");
 			char names[64] = "";
-			for (size_t i = 0; tr && tr->type == J_ARRAY && i < tr->n; i++) {
+			for (size_t i = 0; i < jlen(tr); i++) {
 				size_t used = strlen(names);
 				snprintf(names + used, sizeof(names) - used, "%s%s", i ? "+" : "",
-					 jstr(&tr->items[i], "name", "?"));
+					 jstr(jat(tr, i), "name", "?"));
 			}
-			pid = (long)ju64(&status, "pid", 0);
+			pid = (long)ju64(status, "pid", 0);
 			report(&d, V_OK, "daemon", NULL,
 			       "rdmaxd %s (pid %ld) answers on '%s'; transport %s",
-			       jstr(&status, "version", "?"), pid, ctl->socket_path,
+			       jstr(status, "version", "?"), pid, ctl->socket_path,
 			       names[0] ? names : "none");
-			if (jbool(&status, "draining", false)) {
+			if (jbool(status, "draining", false)) {
 				report(&d, V_WARN, "daemon", "rdmaxctl resume",
 				       "the daemon is draining: new jobs are refused");
 			}
 		} else {
 			report(&d, V_FAIL, "daemon", NULL,
 			       "'%s' accepts connections but 'status' failed: %s", ctl->socket_path,
-			       jstr(&status, "error", "no valid reply"));
+			       jstr(status, "error", "no valid reply"));
 		}
 	}
 	char base[PATH_MAX];
@@ -1445,16 +1093,124 @@ static int run_doctor(const struct ctl *ctl)
 	check_memlock(&d, pid, rdma);
 	check_gpu(&d, rdma);
 	check_dev_nodes(&d, rdma && !env);
-	if (d.json) {
-		printf("],\"ok\":%s,\"failures\":%d,\"warnings\":%d}\n", d.fails ? "false" : "true",
-		       d.fails, d.warns);
+	if (d.checks) {
+		json_t *doc = json_pack("{s:o, s:b, s:i, s:i}", "checks", d.checks, "ok", !d.fails,
+					"failures", d.fails, "warnings", d.warns);
+		json_dumpf(doc, stdout, JSON_COMPACT);
+		printf("\n");
+		json_decref(doc);
 	} else {
 		printf("\n%s: %d problem%s, %d warning%s\n", d.fails ? "UNHEALTHY" : "healthy",
 		       d.fails, d.fails == 1 ? "" : "s", d.warns, d.warns == 1 ? "" : "s");
 	}
-	jfree(&status);
+	json_decref(status);
 	free(raw);
 	return d.fails ? EXIT_DAEMON : EXIT_OK;
+}
+
+/* ------------------------------------------------------------ discovery */
+
+/* nodes and lookup speak the client protocol (librdmax), on the client socket. */
+static struct rdmax_client *open_client(const struct ctl *ctl)
+{
+	const char *env = getenv("RDMAXCTL_CLIENT_SOCKET");
+	const char *path = ctl->client_socket ? ctl->client_socket
+			   : env && env[0]    ? env
+					      : DEFAULT_CLIENT_SOCKET;
+	struct rdmax_client *c;
+	int r = rdmax_client_open(path, "rdmaxctl", &c);
+
+	if (r < 0) {
+		fprintf(stderr, "rdmaxctl: cannot connect to the client socket '%s': %s\n", path,
+			rdmax_strerror(r));
+		return NULL;
+	}
+	return c;
+}
+
+static int run_nodes(const struct ctl *ctl)
+{
+	struct rdmax_client *c = open_client(ctl);
+	static struct rdmax_node nodes[4096];
+
+	if (!c) {
+		return EXIT_USAGE;
+	}
+	int n = rdmax_nodes(c, nodes, sizeof(nodes) / sizeof(nodes[0]));
+	rdmax_client_close(c);
+	if (n < 0) {
+		fprintf(stderr, "rdmaxctl: nodes: %s%s\n", rdmax_strerror(n),
+			n == RDMAX_E_UNIMPLEMENTED ? " (no [discovery] backend is configured)"
+						   : "");
+		return EXIT_DAEMON;
+	}
+	size_t shown = (size_t)n < sizeof(nodes) / sizeof(nodes[0])
+			       ? (size_t)n
+			       : sizeof(nodes) / sizeof(nodes[0]);
+	json_t *arr = json_array();
+	for (size_t i = 0; i < shown; i++) {
+		char inst[17];
+		snprintf(inst, sizeof(inst), "%016" PRIx64, nodes[i].instance_id);
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:b, s:s, s:i, s:I}", "node",
+						     nodes[i].name, "instance_id", inst, "alive",
+						     nodes[i].alive, "addr", nodes[i].addr, "port",
+						     (int)nodes[i].port, "age_ms",
+						     (json_int_t)nodes[i].age_ms));
+	}
+	if (ctl->json) {
+		json_t *doc = json_pack("{s:b, s:o, s:i}", "ok", 1, "nodes", arr, "count", n);
+		json_dumpf(doc, stdout, JSON_COMPACT);
+		printf("\n");
+		json_decref(doc);
+		return EXIT_OK;
+	}
+	static const struct column cols[] = {
+		{"node", "NODE", F_TEXT},   {"instance_id", "INSTANCE", F_TEXT},
+		{"alive", "ALIVE", F_TEXT}, {"addr", "ADDR", F_TEXT},
+		{"port", "PORT", F_TEXT},   {"age_ms", "SEEN FOR", F_MS},
+	};
+	print_table(arr, cols, sizeof(cols) / sizeof(cols[0]), "no nodes known");
+	json_decref(arr);
+	return EXIT_OK;
+}
+
+static int run_lookup(const struct ctl *ctl, const char *node, const char *name)
+{
+	struct rdmax_client *c = open_client(ctl);
+	struct rdmax_desc desc;
+
+	if (!c) {
+		return EXIT_USAGE;
+	}
+	int r = rdmax_lookup(c, node, name, 0, &desc);
+	rdmax_client_close(c);
+	if (r < 0) {
+		if (ctl->json) {
+			json_t *doc = json_pack("{s:b, s:s, s:s}", "ok", 0, "code",
+						rdmax_strerror(r), "error", "lookup failed");
+			json_dumpf(doc, stdout, JSON_COMPACT);
+			printf("\n");
+			json_decref(doc);
+		} else {
+			fprintf(stderr, "rdmaxctl: lookup of '%s' on '%s': %s\n", name, node,
+				rdmax_strerror(r));
+		}
+		return EXIT_DAEMON;
+	}
+	char hex[2 * RDMAX_DESC_MAX + 1];
+	for (uint32_t i = 0; i < desc.len; i++) {
+		snprintf(hex + 2 * i, 3, "%02x", desc.bytes[i]);
+	}
+	if (ctl->json) {
+		json_t *doc = json_pack("{s:b, s:s, s:s, s:i, s:s}", "ok", 1, "node", node, "name",
+					name, "length", (int)desc.len, "desc_hex", hex);
+		json_dumpf(doc, stdout, JSON_COMPACT);
+		printf("\n");
+		json_decref(doc);
+	} else {
+		printf("%s on %s: descriptor of %u bytes\n%s\n", name, node, desc.len, hex);
+	}
+	return EXIT_OK;
 }
 
 /* -------------------------------------------------------------------- main */
@@ -1476,9 +1232,14 @@ static void usage(FILE *out)
 		"  peer reset PEER        close the connections to PEER (ADDR:PORT or node name)\n"
 		"  drain [--timeout SEC]  refuse new jobs, wait for the outstanding ones\n"
 		"  resume                 accept new jobs again\n"
-		"  doctor                 check this node for common RDMA set-up problems\n\n"
+		"  doctor                 check this node for common RDMA set-up problems\n"
+		"  nodes                  the nodes discovery knows (client socket)\n"
+		"  lookup NODE NAME       the descriptor published as NAME on NODE (client "
+		"socket)\n\n"
 		"Options:\n"
 		"  -s, --socket PATH      admin socket (default $RDMAXCTL_SOCKET or %s)\n"
+		"  -c, --client-socket P  client socket for nodes and lookup\n"
+		"                         (default $RDMAXCTL_CLIENT_SOCKET or /run/rdmaxd.sock)\n"
 		"  -j, --json             print the daemon's JSON reply instead of tables\n"
 		"  -h, --help             this text\n"
 		"  -V, --version          print the version\n\n"
@@ -1511,6 +1272,12 @@ int main(int argc, char **argv)
 			ctl.socket_path = argv[i];
 		} else if (strncmp(a, "--socket=", 9) == 0) {
 			ctl.socket_path = a + 9;
+		} else if (strcmp(a, "-c") == 0 || strcmp(a, "--client-socket") == 0) {
+			if (++i >= argc) {
+				fprintf(stderr, "rdmaxctl: %s needs a path\n", a);
+				return EXIT_USAGE;
+			}
+			ctl.client_socket = argv[i];
 		} else if (strcmp(a, "-j") == 0 || strcmp(a, "--json") == 0) {
 			ctl.json = true;
 		} else if (strcmp(a, "--prometheus") == 0) {
@@ -1557,6 +1324,12 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return EXIT_OK;
 	}
+	if (strcmp(cmd, "nodes") == 0 && n_words == 1) {
+		return run_nodes(&ctl);
+	}
+	if (strcmp(cmd, "lookup") == 0 && n_words == 3) {
+		return run_lookup(&ctl, words[1], words[2]);
+	}
 	static const char *const simple[] = {"status", "devices", "clients", "regions",
 					     "conns",  "jobs",    "config",  "resume"};
 	bool known = false;
@@ -1588,48 +1361,48 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 
-	struct jval reply = {0};
+	json_t *reply = NULL;
 	char *raw = NULL;
 	if (request(&ctl, line, timeout_ms, &raw, &reply) < 0) {
 		return EXIT_USAGE;
 	}
 	int code = EXIT_OK;
-	if (reply.type != J_OBJECT) {
+	if (!json_is_object(reply)) {
 		fprintf(stderr, "rdmaxctl: the daemon's reply is not a JSON object\n");
 		code = EXIT_DAEMON;
 	} else if (ctl.json) {
 		printf("%s\n", raw);
-		code = jbool(&reply, "ok", false) ? EXIT_OK : EXIT_DAEMON;
-	} else if (!jbool(&reply, "ok", false)) {
-		fprintf(stderr, "rdmaxctl: %s: %s\n", jstr(&reply, "code", "ERROR"),
-			jstr(&reply, "error", "the daemon reported an error"));
+		code = jbool(reply, "ok", false) ? EXIT_OK : EXIT_DAEMON;
+	} else if (!jbool(reply, "ok", false)) {
+		fprintf(stderr, "rdmaxctl: %s: %s\n", jstr(reply, "code", "ERROR"),
+			jstr(reply, "error", "the daemon reported an error"));
 		code = EXIT_DAEMON;
 	} else if (prometheus) {
-		fputs(jstr(&reply, "prometheus", ""), stdout);
+		fputs(jstr(reply, "prometheus", ""), stdout);
 	} else if (strcmp(cmd, "status") == 0) {
-		show_status(&reply);
+		show_status(reply);
 	} else if (strcmp(cmd, "devices") == 0) {
-		show_devices(&reply);
+		show_devices(reply);
 	} else if (strcmp(cmd, "clients") == 0) {
-		show_clients(&reply);
+		show_clients(reply);
 	} else if (strcmp(cmd, "regions") == 0) {
-		show_regions(&reply);
+		show_regions(reply);
 	} else if (strcmp(cmd, "conns") == 0) {
-		show_conns(&reply);
+		show_conns(reply);
 	} else if (strcmp(cmd, "jobs") == 0) {
-		show_jobs(&reply);
+		show_jobs(reply);
 	} else if (strcmp(cmd, "stats") == 0) {
-		show_stats(&reply);
+		show_stats(reply);
 	} else if (strcmp(cmd, "help") == 0) {
-		show_help_reply(&reply);
+		show_help_reply(reply);
 	} else {
-		show_generic(&reply);
+		show_generic(reply);
 	}
 	/* A drain that timed out is not an error of the request, but not done either. */
-	if (code == EXIT_OK && strcmp(cmd, "drain") == 0 && !jbool(&reply, "drained", false)) {
+	if (code == EXIT_OK && strcmp(cmd, "drain") == 0 && !jbool(reply, "drained", false)) {
 		code = EXIT_DAEMON;
 	}
-	jfree(&reply);
+	json_decref(reply);
 	free(raw);
 	return code;
 }

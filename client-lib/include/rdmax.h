@@ -714,6 +714,94 @@ int rdmax_mailbox_close(struct rdmax_client *client, const char *name);
 int rdmax_mailbox_recv(struct rdmax_client *client, const char *name, void *buf, size_t size,
 		       char *ret_from, int timeout_ms);
 
+/* ------------------------------------------------------------ discovery */
+
+/** Bytes of a published region name (docs/discovery.md). */
+#define RDMAX_REGION_NAME_MAX 128
+
+/**
+ * Publish \p region under \p name on this client's node, so that clients
+ * of any node can find its descriptor with rdmax_lookup(). Names are unique
+ * per node; the name goes when rdmax_region_unpublish(), the region's
+ * deregistration or this client's exit withdraws it. A client holds at most
+ * 256 names, a node 4096. Thread-safety: like every call on \p client.
+ * \param client an open connection
+ * \param region a region of \p client
+ * \param name 1 to RDMAX_REGION_NAME_MAX characters of A-Z a-z 0-9 . _ : @ + / -
+ * \return 0, RDMAX_E_INVALID_ARGUMENT (bad name), RDMAX_E_ALREADY_EXISTS
+ *         (published on this node), RDMAX_E_RESOURCE_EXHAUSTED (a limit),
+ *         RDMAX_E_NOT_FOUND (not a region of this client), or a negative error
+ */
+int rdmax_region_publish(struct rdmax_client *client, const struct rdmax_region *region,
+			 const char *name);
+
+/**
+ * Withdraw a name this client published; lookups then get RDMAX_E_NOT_FOUND.
+ * \return 0, RDMAX_E_NOT_FOUND, or a negative error
+ */
+int rdmax_region_unpublish(struct rdmax_client *client, const char *name);
+
+/**
+ * Find the descriptor published under \p name on \p node. This client's
+ * daemon asks the node's daemon over its authenticated peer link (TCP or
+ * verbs); no other service is involved. The descriptor is checked before
+ * it is returned.
+ * \param client an open connection
+ * \param node a node name (this node's own, or one discovery knows:
+ *        rdmax_nodes()), or ADDR:PORT (or [ADDR]:PORT) of a daemon's
+ *        listener, as its descriptors' endpoints name it
+ * \param name the published name
+ * \param timeout_ms how long the daemon waits for the node (0: 5 s; at most 60 s)
+ * \param ret_desc receives the descriptor on success
+ * \return 0; RDMAX_E_NOT_FOUND (nothing published under \p name there, or
+ *         the node restarted since discovery saw it); RDMAX_E_UNREACHABLE
+ *         (unknown or lost node, or no connection); RDMAX_E_TIMEOUT;
+ *         RDMAX_E_INVALID_ARGUMENT (bad name or node); or a negative error
+ */
+int rdmax_lookup(struct rdmax_client *client, const char *node, const char *name, int timeout_ms,
+		 struct rdmax_desc *ret_desc);
+
+/** One node of the cluster as discovery knows it (rdmax_nodes()). */
+struct rdmax_node {
+	char name[RDMAX_NODE_NAME_MAX]; /**< node name, NUL-terminated */
+	uint64_t instance_id;           /**< its daemon's start */
+	int alive;                      /**< 0: lost (lease expired or restarted) */
+	char addr[46];                  /**< first listener's address */
+	uint32_t port;                  /**< first listener's port: rdmax_lookup(ADDR:PORT) */
+	uint64_t age_ms;                /**< since this instance was first seen */
+};
+
+/**
+ * The nodes discovery knows, alive and lost. Each entry is written up to
+ * \p node_size bytes, so programs built against an older header (a shorter
+ * struct rdmax_node) keep working when fields are appended. Thread-safe.
+ * \param client an open connection
+ * \param nodes receives up to \p max nodes, \p node_size bytes apart
+ * \param max entries of \p nodes
+ * \param node_size sizeof(struct rdmax_node) of the caller's header, at least
+ *        RDMAX_NODE_SIZE_MIN (RDMAX_E_INVALID_ARGUMENT otherwise)
+ * \return the number of nodes known (more than \p max when the array was too
+ *         short), RDMAX_E_UNIMPLEMENTED when the daemon runs without a
+ *         discovery backend, or a negative error
+ */
+int rdmax_nodes_sized(struct rdmax_client *client, struct rdmax_node *nodes, size_t max,
+		      size_t node_size);
+
+/** Smallest node size rdmax_nodes_sized() accepts: struct rdmax_node of RDMAX_2.0. */
+#define RDMAX_NODE_SIZE_MIN 136u
+
+/**
+ * rdmax_nodes_sized() with this header's struct size.
+ * \param client an open connection
+ * \param nodes receives up to \p max nodes
+ * \param max entries of \p nodes
+ * \return as rdmax_nodes_sized()
+ */
+static inline int rdmax_nodes(struct rdmax_client *client, struct rdmax_node *nodes, size_t max)
+{
+	return rdmax_nodes_sized(client, nodes, max, sizeof(struct rdmax_node));
+}
+
 /**
  * Describe an error code (negative errno or RDMAX_E_*) in words.
  * Thread-safe.

@@ -36,6 +36,7 @@ enum key_type {
 	KEY_ADDR,      /* numeric IPv4 or IPv6 address in a char array */
 	KEY_DEVICES,   /* "auto" or comma-separated device names in a char array */
 	KEY_PIN,       /* "CLIENT=DEV[+DEV...]" rules, blank-separated, in a char array */
+	KEY_TEXT,      /* printable ASCII without blanks, quotes, ';' or '#', in a char array */
 	KEY_UINT,      /* decimal unsigned integer (uint16_t, uint32_t or uint64_t) */
 	KEY_SIZE,      /* unsigned integer with optional K/M/G/T suffix */
 	KEY_MODE,      /* octal permission bits in a uint32_t */
@@ -82,6 +83,7 @@ static const struct config_section g_sections[] = {
 	{"engine", "How jobs are turned into transfers."},
 	{"verbs", "RDMA verbs transport."},
 	{"metrics", "Metrics export besides rdmaxctl stats."},
+	{"discovery", "Named regions and node membership (docs/discovery.md)."},
 	{"gpu", "GPU memory: how it is registered with RDMA devices, and GPU pools (see "
 		"docs/gpu.md)."},
 };
@@ -235,6 +237,29 @@ static const struct config_key g_keys[] = {
 	{"metrics", "textfile_interval_s", KEY_UINT, FIELD(metrics_textfile_interval_s), 1, 3600, 0,
 	 "Seconds between two writes of the metrics textfile."},
 
+	{"discovery", "backend", KEY_TEXT, FIELD(discovery_backend), 0, 0, 0,
+	 "Node membership: none (named regions are still looked up by ADDR:PORT, with no "
+	 "store) or etcd (each daemon keeps a node record under a lease, and node names resolve "
+	 "everywhere; docs/discovery.md)."},
+	{"discovery", "endpoints", KEY_TEXT, FIELD(discovery_endpoints), 0, 0, KEY_EMPTY,
+	 "etcd client URLs, comma-separated, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379; "
+	 "the next one is tried when one fails."},
+	{"discovery", "prefix", KEY_TEXT, FIELD(discovery_prefix), 0, 0, 0,
+	 "Key prefix of this cluster in etcd; daemons with the same prefix see each other."},
+	{"discovery", "ttl_s", KEY_UINT, FIELD(discovery_ttl_s), 2, 3600, 0,
+	 "Lease of the node record, in seconds: a daemon that stops renewing it (killed, cut "
+	 "off) is lost to the others after at most this long. Renewed every ttl_s/3."},
+	{"discovery", "ca_file", KEY_PATH, FIELD(discovery_ca_file), 0, 0, KEY_EMPTY,
+	 "CA certificate (PEM) that signs etcd's server certificate, for https endpoints."},
+	{"discovery", "cert_file", KEY_PATH, FIELD(discovery_cert_file), 0, 0, KEY_EMPTY,
+	 "Client certificate (PEM) for etcd's client-certificate authentication."},
+	{"discovery", "key_file", KEY_PATH, FIELD(discovery_key_file), 0, 0, KEY_EMPTY,
+	 "Private key (PEM) of cert_file."},
+	{"discovery", "user", KEY_TEXT, FIELD(discovery_user), 0, 0, KEY_EMPTY,
+	 "etcd user for token authentication (with password_file); empty: none."},
+	{"discovery", "password_file", KEY_PATH, FIELD(discovery_password_file), 0, 0, KEY_EMPTY,
+	 "File holding the etcd user's password (first line); not readable by group or others."},
+
 	{"gpu", "registration", KEY_GPU_REG, FIELD(gpu_registration), 0, CONFIG_GPU_REG_MAX - 1, 0,
 	 "How GPU memory is registered with RDMA devices: auto (dma-buf where the kernel, driver "
 	 "and device support it, else a CUDA IPC handle pinned by nvidia_peermem), dmabuf (dma-buf "
@@ -339,7 +364,7 @@ static bool is_number(const struct config_key *k)
 static bool is_string(const struct config_key *k)
 {
 	return k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_ADDR ||
-	       k->type == KEY_DEVICES || k->type == KEY_PIN;
+	       k->type == KEY_DEVICES || k->type == KEY_PIN || k->type == KEY_TEXT;
 }
 
 /*
@@ -754,6 +779,15 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 	}
 	case KEY_DEVICES:
 		return parse_devices(cfg, k, value, ret_why);
+	case KEY_TEXT:
+		for (const char *p = value; *p; p++) {
+			if (*p <= ' ' || *p > '~' || strchr("\"'`;#\\", *p)) {
+				*ret_why = "only printable characters without blanks, quotes, ';' "
+					   "or '#'";
+				return -EINVAL;
+			}
+		}
+		return store_string(cfg, k, value, ret_why);
 	case KEY_PIN:
 		r = config_pin_check(value, ret_why);
 		return r < 0 ? r : store_string(cfg, k, value, ret_why);
@@ -814,6 +848,7 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 	case KEY_ADDR:
 	case KEY_DEVICES:
 	case KEY_PIN:
+	case KEY_TEXT:
 		snprintf(buf, size, "%s", (const char *)cfield(cfg, k));
 		return;
 	case KEY_UINT:
@@ -867,6 +902,7 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 	case KEY_ADDR:
 	case KEY_DEVICES:
 	case KEY_PIN:
+	case KEY_TEXT:
 		snprintf(buf, size, "at most %zu characters", string_max(k));
 		return;
 	case KEY_LEVEL:
@@ -999,6 +1035,10 @@ void config_defaults(struct config *cfg)
 
 	cfg->metrics_textfile_dir[0] = '\0';
 	cfg->metrics_textfile_interval_s = 15;
+
+	snprintf(cfg->discovery_backend, sizeof(cfg->discovery_backend), "%s", "none");
+	snprintf(cfg->discovery_prefix, sizeof(cfg->discovery_prefix), "%s", "/rdmaxd/default/");
+	cfg->discovery_ttl_s = 10;
 
 	cfg->gpu_registration = CONFIG_GPU_REG_AUTO;
 	cfg->gpu_pool_bytes = 0;
@@ -1252,6 +1292,20 @@ int config_validate(const struct config *cfg, char *err, size_t err_size)
 		set_err(err, err_size, "[transport] type %d is unknown", (int)cfg->transport);
 		return -EINVAL;
 	}
+	if (strcmp(cfg->discovery_backend, "none") != 0 &&
+	    strcmp(cfg->discovery_backend, "etcd") != 0) {
+		set_err(err, err_size, "[discovery] backend must be none or etcd, not '%s'",
+			cfg->discovery_backend);
+		return -EINVAL;
+	}
+	if (strcmp(cfg->discovery_backend, "etcd") == 0 && !cfg->discovery_endpoints[0]) {
+		set_err(err, err_size, "[discovery] backend = etcd needs endpoints");
+		return -EINVAL;
+	}
+	if (cfg->discovery_prefix[0] != '/') {
+		set_err(err, err_size, "[discovery] prefix must start with '/'");
+		return -EINVAL;
+	}
 	if ((unsigned)cfg->gpu_registration >= CONFIG_GPU_REG_MAX) {
 		set_err(err, err_size, "[gpu] registration %d is unknown",
 			(int)cfg->gpu_registration);
@@ -1394,7 +1448,7 @@ void config_print_example(FILE *out)
 		if (is_number(k)) {
 			snprintf(text, sizeof(text), "%s Range: %s. %s", k->help, range, reload);
 		} else if (k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_DEVICES ||
-			   k->type == KEY_PIN) {
+			   k->type == KEY_PIN || k->type == KEY_TEXT) {
 			snprintf(text, sizeof(text), "%s At most %zu characters. %s", k->help,
 				 string_max(k), reload);
 		} else {

@@ -97,6 +97,17 @@ struct config {
 	char metrics_textfile_dir[256]; /* node_exporter textfile directory; empty = off */
 	uint32_t metrics_textfile_interval_s;
 
+	/* [discovery] (docs/discovery.md) */
+	char discovery_backend[8];     /* "none" or "etcd" */
+	char discovery_endpoints[256]; /* etcd client URLs, comma-separated */
+	char discovery_prefix[64];     /* key prefix of this cluster, starts with '/' */
+	uint32_t discovery_ttl_s;      /* lease of the node record */
+	char discovery_ca_file[256];
+	char discovery_cert_file[256];
+	char discovery_key_file[256];
+	char discovery_user[64];
+	char discovery_password_file[256];
+
 	/* [gpu] */
 	enum config_gpu_registration gpu_registration;
 	uint64_t gpu_pool_bytes; /* per GPU, allocated and registered at start-up; 0 = no pools */

@@ -166,3 +166,44 @@ int hmap_next(const struct hmap *map, size_t *iter, uint64_t *ret_key, void **re
 	}
 	return 0;
 }
+
+uint64_t hmap_hash_bytes(const void *s, size_t len)
+{
+	const unsigned char *p = s;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	return h == 0 || h == UINT64_MAX ? 1 : h;
+}
+
+void hmap_fini_chains(struct hmap *map)
+{
+	void *value;
+	size_t iter = 0;
+
+	while (hmap_next(map, &iter, NULL, &value)) {
+		while (value) {
+			void *next = *(void **)value;
+			free(value);
+			value = next;
+		}
+	}
+	hmap_fini(map);
+}
+
+uint32_t hmap_count(const struct hmap *map, uint64_t key)
+{
+	return (uint32_t)(uintptr_t)hmap_get(map, key);
+}
+
+int hmap_set_count(struct hmap *map, uint64_t key, uint32_t n)
+{
+	if (n == 0) {
+		hmap_del(map, key);
+		return 0;
+	}
+	return hmap_put(map, key, (void *)(uintptr_t)n);
+}

@@ -26,6 +26,20 @@ void *hmap_get(const struct hmap *map, uint64_t key);
 /* Remove and return the value, or NULL. */
 void *hmap_del(struct hmap *map, uint64_t key);
 
+/* FNV-1a of len bytes of s, never 0 or UINT64_MAX: a key for names. */
+uint64_t hmap_hash_bytes(const void *s, size_t len);
+
+/*
+ * Free every value and the chain it heads, for maps whose values are lists
+ * chained by their first member (a name table's same-hash entries), then the map.
+ */
+void hmap_fini_chains(struct hmap *map);
+
+/* Maps of per-key counts (an owner's names): the count, 0 when absent. */
+uint32_t hmap_count(const struct hmap *map, uint64_t key);
+/* Set the count; 0 removes the key. 0 or -ENOMEM. */
+int hmap_set_count(struct hmap *map, uint64_t key, uint32_t n);
+
 /* Iterate: for (size_t i = 0; hmap_next(map, &i, &key, &value);) */
 int hmap_next(const struct hmap *map, size_t *iter, uint64_t *ret_key, void **ret_value);
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,17 +21,12 @@ struct mailbox {
 	char name[MAILBOX_NAME_MAX + 1];
 };
 
-/* FNV-1a; 0 and UINT64_MAX are reserved by hmap. */
 static uint64_t name_hash(const char *name)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-		h ^= *p;
-		h *= 0x100000001b3ull;
-	}
-	return h == 0 || h == UINT64_MAX ? 1 : h;
+	return hmap_hash_bytes(name, strlen(name));
 }
+
+_Static_assert(offsetof(struct mailbox, next) == 0, "hmap_fini_chains() follows the first member");
 
 static uint64_t owner_key(const void *owner)
 {
@@ -57,20 +53,10 @@ int mailbox_table_init(struct mailbox_table *table, mailbox_deliver_cb deliver)
 
 void mailbox_table_fini(struct mailbox_table *table)
 {
-	struct mailbox *box;
-	size_t iter = 0;
-
 	if (!table || !table->by_hash.slots) {
 		return;
 	}
-	while (hmap_next(&table->by_hash, &iter, NULL, (void **)&box)) {
-		while (box) {
-			struct mailbox *next = box->next;
-			free(box);
-			box = next;
-		}
-	}
-	hmap_fini(&table->by_hash);
+	hmap_fini_chains(&table->by_hash);
 	hmap_fini(&table->per_owner);
 	table->count = 0;
 }
@@ -100,16 +86,12 @@ static struct mailbox *find(const struct mailbox_table *table, const char *name,
 
 static uint32_t owner_count(const struct mailbox_table *table, const void *owner)
 {
-	return (uint32_t)(uintptr_t)hmap_get(&table->per_owner, owner_key(owner));
+	return hmap_count(&table->per_owner, owner_key(owner));
 }
 
 static int set_owner_count(struct mailbox_table *table, const void *owner, uint32_t n)
 {
-	if (n == 0) {
-		hmap_del(&table->per_owner, owner_key(owner));
-		return 0;
-	}
-	return hmap_put(&table->per_owner, owner_key(owner), (void *)(uintptr_t)n);
+	return hmap_set_count(&table->per_owner, owner_key(owner), n);
 }
 
 int mailbox_open(struct mailbox_table *table, void *owner, const char *name)

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "discovery.h"
 #include "engine.h"
 #include "log.h"
 #include "mailbox.h"
@@ -821,6 +822,13 @@ static int resolve(struct job *job, const struct remote_desc *desc,
 		memset(ret_peer, 0, sizeof(*ret_peer));
 		*ret_transport = NULL;
 		return 0;
+	}
+	if (discovery_instance_lost(daemon->discovery, desc->instance_id)) {
+		snprintf(why, why_size,
+			 "node '%.63s' was lost (instance %016" PRIx64
+			 "): refused until it returns",
+			 desc->node_name, desc->instance_id);
+		return RDMAX_E_UNREACHABLE;
 	}
 	transport = transport_pick(daemon, desc, job->kind == JOB_SEND, &peer, &lacking);
 	if (!transport && lacking) {
@@ -1720,6 +1728,26 @@ int engine_job_progress(struct engine *engine, struct job_owner *owner, uint64_t
 	*ret_done = done;
 	*ret_total = job->length;
 	return 0;
+}
+
+uint32_t engine_fail_instance(struct engine *engine, uint64_t instance, int err,
+			      const char *message)
+{
+	struct list_node *pos, *tmp;
+	uint32_t n = 0;
+
+	list_for_each_safe(pos, tmp, &engine->jobs)
+	{
+		struct job *job = container_of(pos, struct job, link);
+		for (uint32_t i = 0; i < job->n_nodes && !job->completed; i++) {
+			if (job->nodes[i].transport && job->nodes[i].instance == instance) {
+				complete_job(job, err, "%s", message);
+				n++;
+			}
+		}
+		job_free_if_done(job);
+	}
+	return n;
 }
 
 void engine_cancel_all(struct engine *engine)

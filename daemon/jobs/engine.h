@@ -93,6 +93,14 @@ uint64_t engine_reissued_chunks(const struct engine *engine);
 /* Daemon shutdown: complete every job with RDMAX_E_CANCELLED. */
 void engine_cancel_all(struct engine *engine);
 
+/*
+ * Complete every job that moves bytes to or from daemon instance (a node
+ * discovery lost) with err and message, at once; the transports' later
+ * results for those jobs are ignored. Returns how many jobs it completed.
+ */
+uint32_t engine_fail_instance(struct engine *engine, uint64_t instance, int err,
+			      const char *message);
+
 /* Jobs without a completion, over all clients. */
 uint64_t engine_outstanding(const struct engine *engine);
 

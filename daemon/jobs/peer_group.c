@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "peer_group.h"
+#include "discovery.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "transport.h"
@@ -101,6 +102,13 @@ int peer_group_create(struct rdmaxd *daemon, struct peer_group_table *table,
 		ret = desc_decode(descs[i].data, descs[i].len, &desc);
 		if (ret < 0) {
 			snprintf(why, why_size, "descriptor %zu is malformed", i);
+			goto out_free;
+		}
+		if (discovery_instance_lost(daemon->discovery, desc.instance_id)) {
+			/* A node membership lost: refused until it returns, like single jobs. */
+			snprintf(why, why_size, "descriptor %zu (node '%s'): the node was lost", i,
+				 desc.node_name);
+			ret = RDMAX_E_UNREACHABLE;
 			goto out_free;
 		}
 		ret = transport_resolve_peer(daemon, &desc, &m->transport, &m->peer);

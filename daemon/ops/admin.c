@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "discovery.h"
 #include "engine.h"
 #include "gpu.h"
 #include "ipc.h"
@@ -36,6 +37,7 @@
 #include "listen_backoff.h"
 #include "log.h"
 #include "metrics.h"
+#include "names.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "region.h"
@@ -292,6 +294,19 @@ static int cmd_status(struct admin *a, struct json *j, int argc, char **argv, ch
 	json_str(j, "log_level", log_level_name(log_get_level()));
 	json_bool(j, "authentication", d->auth_key_len > 0);
 	json_str(j, "configured_transport", config_transport_name(d->cfg.transport));
+	struct discovery_stats ds;
+	discovery_get_stats(d->discovery, &ds);
+	json_obj_open(j, "discovery");
+	json_str(j, "backend", ds.backend);
+	json_str(j, "state", ds.state);
+	json_u64(j, "nodes_alive", ds.nodes_alive);
+	json_u64(j, "nodes_lost", ds.nodes_lost);
+	json_u64(j, "names", d->names ? d->names->count : 0);
+	json_u64(j, "lookups_ok", ds.lookups_ok);
+	json_u64(j, "lookups_failed", ds.lookups_failed);
+	json_u64(j, "lookups_served", d->names ? d->names->served : 0);
+	json_u64(j, "store_errors", ds.store_errors);
+	json_obj_close(j);
 	json_arr_open(j, "transports");
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		struct transport *t = d->transports[k];

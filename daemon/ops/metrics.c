@@ -22,10 +22,12 @@
 #include <unistd.h>
 
 #include "counters.h"
+#include "discovery.h"
 #include "engine.h"
 #include "ipc.h"
 #include "json.h"
 #include "log.h"
+#include "names.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "rdmaxd.h"
@@ -344,6 +346,41 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 		text_printf(&t, "rdmaxd_transport_up{transport=\"%s\"} %d\n",
 			    counters_transport_names[k], daemon->transports[k] ? 1 : 0);
 	}
+
+	struct discovery_stats ds;
+	discovery_get_stats(daemon->discovery, &ds);
+	family(&t, "rdmaxd_discovery_state", "gauge",
+	       "1 for the state of node membership (backend none: off).");
+	static const char *const states[] = {"off", "connecting", "registered", "unreachable",
+					     "stopped"};
+	for (size_t i = 0; i < ARRAY_SIZE(states); i++) {
+		text_printf(&t, "rdmaxd_discovery_state{backend=\"%s\",state=\"%s\"} %d\n",
+			    ds.backend, states[i], strcmp(ds.state, states[i]) == 0);
+	}
+	family(&t, "rdmaxd_discovery_nodes", "gauge", "Nodes membership knows, alive or lost.");
+	text_printf(&t, "rdmaxd_discovery_nodes{alive=\"true\"} %u\n", ds.nodes_alive);
+	text_printf(&t, "rdmaxd_discovery_nodes{alive=\"false\"} %u\n", ds.nodes_lost);
+	family(&t, "rdmaxd_discovery_lease_renewals_total", "counter",
+	       "Keep-alives of this node's lease that the store answered.");
+	text_printf(&t, "rdmaxd_discovery_lease_renewals_total %" PRIu64 "\n", ds.lease_renewals);
+	family(&t, "rdmaxd_discovery_watch_events_total", "counter",
+	       "Node records put or deleted, as the watch reported them.");
+	text_printf(&t, "rdmaxd_discovery_watch_events_total %" PRIu64 "\n", ds.watch_events);
+	family(&t, "rdmaxd_discovery_store_errors_total", "counter",
+	       "Requests to the membership store that failed.");
+	text_printf(&t, "rdmaxd_discovery_store_errors_total %" PRIu64 "\n", ds.store_errors);
+	family(&t, "rdmaxd_lookups_total", "counter",
+	       "Named-region lookups by this node's clients, by result.");
+	text_printf(&t, "rdmaxd_lookups_total{result=\"ok\"} %" PRIu64 "\n", ds.lookups_ok);
+	text_printf(&t, "rdmaxd_lookups_total{result=\"failed\"} %" PRIu64 "\n", ds.lookups_failed);
+	family(&t, "rdmaxd_lookups_served_total", "counter",
+	       "Lookups of this node's names, from peers and local clients, by result.");
+	text_printf(&t, "rdmaxd_lookups_served_total{result=\"ok\"} %" PRIu64 "\n",
+		    daemon->names ? daemon->names->served : 0);
+	text_printf(&t, "rdmaxd_lookups_served_total{result=\"not_found\"} %" PRIu64 "\n",
+		    daemon->names ? daemon->names->missing : 0);
+	family(&t, "rdmaxd_published_names", "gauge", "Names published on this node.");
+	text_printf(&t, "rdmaxd_published_names %u\n", daemon->names ? daemon->names->count : 0);
 
 	family(&t, "rdmaxd_jobs_total", "counter", "Completed jobs by operation and status.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {

@@ -29,6 +29,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "discovery.h"
 #include "engine.h"
 #include "gpu.h"
 #include "ipc.h"
@@ -36,6 +37,7 @@
 #include "log.h"
 #include "mailbox.h"
 #include "counters.h"
+#include "names.h"
 #include "peer_group.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
@@ -156,6 +158,7 @@ struct ipc {
 	bool listening;
 	bool inherited; /* listen_fd came from the service manager: never unlink it */
 	struct mailbox_table mailboxes; /* the node's mailboxes (daemon->mailboxes) */
+	struct name_table names;        /* the node's named regions (daemon->names) */
 };
 
 static struct session *session_of(void *owner)
@@ -495,6 +498,16 @@ static uint32_t collect_endpoints(struct rdmaxd *daemon, const struct region *re
 	return n;
 }
 
+/* The region's descriptor as peers use it: every transport's endpoints. */
+static int encode_desc(struct rdmaxd *daemon, const struct region *region, uint8_t *buf,
+		       size_t size)
+{
+	struct endpoint eps[DESC_MAX_ENDPOINTS];
+	uint32_t n = collect_endpoints(daemon, region, eps, DESC_MAX_ENDPOINTS);
+
+	return region_desc_encode(&daemon->regions, region, daemon->node_name, eps, n, buf, size);
+}
+
 static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello *hello)
 {
 	struct rdmaxd *daemon = s->ipc->daemon;
@@ -734,7 +747,6 @@ static void reply_region(struct session *s, uint64_t seq, struct region *region,
 {
 	struct rdmaxd *daemon = s->ipc->daemon;
 	uint8_t desc[DESC_MAX_BYTES];
-	struct endpoint eps[DESC_MAX_ENDPOINTS];
 
 	list_add_tail(&s->regions, &region->owner_link);
 	s->region_count++;
@@ -742,9 +754,7 @@ static void reply_region(struct session *s, uint64_t seq, struct region *region,
 	s->share->regions++;
 	s->share->registered_bytes += region->length;
 
-	uint32_t n = collect_endpoints(daemon, region, eps, DESC_MAX_ENDPOINTS);
-	int len = region_desc_encode(&daemon->regions, region, daemon->node_name, eps, n, desc,
-				     sizeof(desc));
+	int len = encode_desc(daemon, region, desc, sizeof(desc));
 	if (len < 0) {
 		reply_status(s, seq, len, "cannot encode the region's descriptor");
 		s->region_count--;
@@ -813,6 +823,7 @@ static void handle_deregister(struct session *s, uint64_t seq, const Rdmax__V1__
 	}
 	wait->session = s;
 	wait->seq = seq;
+	names_unpublish_region(&s->ipc->names, &s->owner, region->id);
 	s->region_count--;
 	s->registered_bytes -= region->length;
 	s->share->regions--;
@@ -978,6 +989,158 @@ static int deliver_message(void *owner, const char *name, const uint8_t *payload
 	}
 	int ret = send_daemon_msg(s, &msg);
 	return ret < 0 ? RDMAX_E_RESOURCE_EXHAUSTED : 0;
+}
+
+static void handle_publish(struct session *s, uint64_t seq, const Rdmax__V1__RegionPublish *rp)
+{
+	struct rdmaxd *daemon = s->ipc->daemon;
+	struct region *region = region_find_owned(&daemon->regions, &s->owner, rp->region_id);
+	uint8_t desc[DESC_MAX_BYTES];
+
+	if (!region || region->deregistering) {
+		reply_status(s, seq, RDMAX_E_NOT_FOUND, "region %" PRIu64 " is not registered",
+			     rp->region_id);
+		return;
+	}
+	int len = encode_desc(daemon, region, desc, sizeof(desc));
+	int ret = len < 0 ? len
+			  : names_publish(&s->ipc->names, &s->owner, rp->name, region->id, desc,
+					  (size_t)len);
+	switch (ret) {
+	case 0:
+		log_debug("client %" PRIu64 " published region %" PRIu64 " as '%s'", s->id,
+			  region->id, rp->name);
+		reply_status(s, seq, 0, NULL);
+		break;
+	case RDMAX_E_INVALID_ARGUMENT:
+		reply_status(s, seq, ret,
+			     "region name '%.64s' is not valid: 1 to %u characters of A-Z a-z 0-9 "
+			     ". _ : @ + / -",
+			     rp->name ? rp->name : "", NAMES_NAME_MAX);
+		break;
+	case RDMAX_E_ALREADY_EXISTS:
+		reply_status(s, seq, ret, "a region is already published as '%s' on this node",
+			     rp->name);
+		break;
+	case RDMAX_E_RESOURCE_EXHAUSTED:
+		reply_status(s, seq, ret,
+			     "too many published names (limits: %u per client, %u per node)",
+			     NAMES_MAX_PER_CLIENT, NAMES_MAX_PER_NODE);
+		break;
+	default:
+		reply_status(s, seq, ret, "cannot publish region: %s", rdmax_strerror(ret));
+		break;
+	}
+}
+
+static void handle_lookup(struct session *s, uint64_t seq, const Rdmax__V1__Lookup *lk)
+{
+	char why[RDMAX_MESSAGE_MAX];
+	int ret = discovery_lookup(s->ipc->daemon->discovery, &s->owner, seq, lk->node, lk->name,
+				   lk->has_timeout_ms ? lk->timeout_ms : 0, why, sizeof(why));
+
+	if (ret < 0) {
+		reply_status(s, seq, ret, "%s", why);
+	}
+}
+
+/* discovery_lookup_cb: the descriptor, or why there is none. */
+void ipc_lookup_done(void *owner, uint64_t seq, int err, const char *message, const uint8_t *desc,
+		     size_t desc_len)
+{
+	struct session *s = session_of(owner);
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__LookupReply reply = RDMAX__V1__LOOKUP_REPLY__INIT;
+
+	if (s->closing) {
+		return;
+	}
+	if (err < 0) {
+		reply_status(s, seq, err, "%s", message ? message : rdmax_strerror(err));
+		return;
+	}
+	reply.desc.data = (uint8_t *)desc;
+	reply.desc.len = desc_len;
+	msg.has_seq = 1;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_LOOKUP;
+	msg.lookup = &reply;
+	send_daemon_msg(s, &msg);
+}
+
+static void add_node(void *arg, const struct discovery_node *node)
+{
+	Rdmax__V1__NodesReply *reply = arg;
+	Rdmax__V1__NodeInfo *info = calloc(1, sizeof(*info));
+	Rdmax__V1__Endpoint **eps = calloc(node->n_endpoints + 1, sizeof(*eps));
+	Rdmax__V1__Endpoint *ep = calloc(node->n_endpoints + 1, sizeof(*ep));
+
+	if (!info || !eps || !ep) {
+		free(info);
+		free(eps);
+		free(ep);
+		return;
+	}
+	rdmax__v1__node_info__init(info);
+	info->name = (char *)node->name;
+	info->instance_id = node->instance_id;
+	info->alive = node->alive;
+	info->has_age_ms = 1;
+	info->age_ms = node->age_ms;
+	for (uint32_t i = 0; i < node->n_endpoints; i++) {
+		rdmax__v1__endpoint__init(&ep[i]);
+		ep[i].transport = (Rdmax__V1__Transport)node->endpoints[i].transport;
+		ep[i].addr = (char *)node->endpoints[i].addr;
+		ep[i].port = node->endpoints[i].port;
+		if (node->endpoints[i].device[0]) {
+			ep[i].device = (char *)node->endpoints[i].device;
+		}
+		eps[i] = &ep[i];
+	}
+	info->n_endpoints = node->n_endpoints;
+	info->endpoints = eps;
+	reply->nodes[reply->n_nodes++] = info;
+}
+
+static void count_node(void *arg, const struct discovery_node *node)
+{
+	(*(size_t *)arg)++;
+}
+
+static void handle_nodes(struct session *s, uint64_t seq)
+{
+	const struct discovery *disc = s->ipc->daemon->discovery;
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__NodesReply reply = RDMAX__V1__NODES_REPLY__INIT;
+	size_t n = 0;
+
+	reply.discovery = discovery_for_each_node(disc, count_node, &n);
+	reply.nodes = calloc(n + 1, sizeof(*reply.nodes));
+	if (!reply.nodes) {
+		reply_status(s, seq, -ENOMEM, "out of memory");
+		return;
+	}
+	if (n) {
+		discovery_for_each_node(disc, add_node, &reply);
+	}
+	msg.has_seq = 1;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_NODES;
+	msg.nodes = &reply;
+	if (rdmax__v1__daemon_msg__get_packed_size(&msg) > s->ipc->tx_size) {
+		reply_status(s, seq, RDMAX_E_RESOURCE_EXHAUSTED,
+			     "the list of %zu nodes does not fit one message", reply.n_nodes);
+	} else {
+		send_daemon_msg(s, &msg);
+	}
+	for (size_t i = 0; i < reply.n_nodes; i++) {
+		if (reply.nodes[i]->n_endpoints) {
+			free(reply.nodes[i]->endpoints[0]);
+		}
+		free(reply.nodes[i]->endpoints);
+		free(reply.nodes[i]);
+	}
+	free(reply.nodes);
 }
 
 static void handle_job_status(struct session *s, uint64_t seq, const Rdmax__V1__JobStatusQuery *q)
@@ -1242,6 +1405,20 @@ static void dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int
 	case RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP:
 		handle_ring_setup(s, seq, m->ring_setup, fds, n_fds);
 		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_REGION_PUBLISH:
+		handle_publish(s, seq, m->region_publish);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_REGION_UNPUBLISH:
+		ret = names_unpublish(&s->ipc->names, &s->owner, m->region_unpublish->name);
+		reply_status(s, seq, ret, ret ? "this client published no region as '%.64s'" : NULL,
+			     m->region_unpublish->name);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_LOOKUP:
+		handle_lookup(s, seq, m->lookup);
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_NODES:
+		handle_nodes(s, seq);
+		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL:
 		/* Reading the datagram already woke the ring and took its entries. */
 		break;
@@ -1442,6 +1619,8 @@ static void session_close(struct session *s, const char *why)
 	job_owner_leave(daemon->engine, &s->owner);
 	imm_release_owner(&daemon->imm, &s->owner);
 	mailbox_release_owner(&ipc->mailboxes, &s->owner);
+	names_release_owner(&ipc->names, &s->owner);
+	discovery_release_owner(daemon->discovery, &s->owner);
 	if (s->ring.v.base) {
 		/* Entries left in it die with the session, like unread datagrams. */
 		list_del(&s->ring_link);
@@ -1716,6 +1895,9 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 		goto out_free;
 	}
 	ret = mailbox_table_init(&ipc->mailboxes, deliver_message);
+	if (ret == 0) {
+		ret = names_init(&ipc->names);
+	}
 	if (ret < 0) {
 		goto out_free;
 	}
@@ -1771,6 +1953,7 @@ out_listening:
 	uv_unref((uv_handle_t *)&ipc->hello_timer);
 	ipc->listening = true;
 	daemon->mailboxes = &ipc->mailboxes;
+	daemon->names = &ipc->names;
 	*ret_ipc = ipc;
 	return 0;
 
@@ -1781,6 +1964,7 @@ out_close:
 out_free:
 	mailbox_table_fini(&ipc->mailboxes);
 	hmap_fini(&ipc->shares);
+	names_fini(&ipc->names);
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
 	free(ipc->ring_buf);
@@ -1829,6 +2013,10 @@ void ipc_destroy(struct ipc *ipc)
 		ipc->daemon->mailboxes = NULL;
 	}
 	mailbox_table_fini(&ipc->mailboxes);
+	if (ipc->daemon->names == &ipc->names) {
+		ipc->daemon->names = NULL;
+	}
+	names_fini(&ipc->names);
 	struct uid_share *share;
 	size_t iter = 0;
 	while (hmap_next(&ipc->shares, &iter, NULL, (void **)&share)) {

@@ -9,6 +9,7 @@
 #define RDMAXD_IPC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct rdmaxd;
@@ -21,6 +22,9 @@ void ipc_destroy(struct ipc *ipc);
 
 /* Engine completion callback (owner is the session's job_owner). */
 void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes);
+/* discovery_lookup_cb (owner is the session's job_owner). */
+void ipc_lookup_done(void *owner, uint64_t seq, int err, const char *message,
+		     const uint8_t *desc, size_t desc_len);
 /* imm table callback (owner is the session's job_owner). */
 void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg);
 

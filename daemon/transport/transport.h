@@ -72,11 +72,32 @@ struct xfer {
 	 */
 	const struct plan_run *runs;
 	uint32_t n_runs;
+	/*
+	 * A lookup (mailbox TRANSPORT_LOOKUP_MAILBOX, payload = the region name):
+	 * the peer's answer of status 0 carries the published descriptor, copied
+	 * to reply (reply_size bytes) with its length in reply_len before done.
+	 */
+	uint8_t *reply;
+	uint32_t reply_size;
+	uint32_t reply_len;
 	/* transport-private */
 	struct list_node link;
 	uint64_t wire_id;
 	uint64_t started_ms;
 };
+
+/*
+ * The reserved mailbox that carries named-region lookups: its space keeps it
+ * out of the names clients may open. A lookup may name remote_instance 0,
+ * "whichever daemon listens there", since the asker may not know it yet.
+ */
+#define TRANSPORT_LOOKUP_MAILBOX " lookup"
+#define TRANSPORT_REPLY_MAX      DESC_MAX_BYTES
+
+static inline bool transport_is_lookup(const struct xfer *xfer)
+{
+	return xfer->mailbox && __builtin_strcmp(xfer->mailbox, TRANSPORT_LOOKUP_MAILBOX) == 0;
+}
 
 /* Bounds of a SEND message (equal to mailbox.h's; the wire format depends on them). */
 #define TRANSPORT_MAILBOX_NAME_MAX    64

@@ -223,6 +223,8 @@ TCase *itest_tcase_ring(void);
 TCase *itest_tcase_paged_read(void);
 TCase *itest_tcase_harden(void);
 TCase *itest_tcase_peer(void);
+TCase *itest_tcase_names(void);
+TCase *itest_tcase_discovery(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

@@ -190,6 +190,16 @@ static const char g_every_key[] = "; all keys\n"
 				  "[metrics]\n"
 				  "textfile_dir = /var/lib/node-exporter\n"
 				  "textfile_interval_s = 60\n"
+				  "[discovery]\n"
+				  "backend = etcd\n"
+				  "endpoints = https://10.0.0.1:2379,https://10.0.0.2:2379\n"
+				  "prefix = /rdmaxd/prod-a/\n"
+				  "ttl_s = 30\n"
+				  "ca_file = /etc/rdmaxd/etcd-ca.pem\n"
+				  "cert_file = /etc/rdmaxd/etcd.pem\n"
+				  "key_file = /etc/rdmaxd/etcd.key\n"
+				  "user = rdmaxd\n"
+				  "password_file = /etc/rdmaxd/etcd.password\n"
 				  "[gpu]\n"
 				  "registration = peermem\n"
 				  "pool_bytes = 2G\n";
@@ -250,6 +260,12 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.qps_per_peer, 64);
 	ck_assert_uint_eq(cfg.inline_threshold, 0);
 	ck_assert_uint_eq(cfg.signal_interval, 1);
+	ck_assert_str_eq(cfg.discovery_backend, "etcd");
+	ck_assert_str_eq(cfg.discovery_endpoints, "https://10.0.0.1:2379,https://10.0.0.2:2379");
+	ck_assert_str_eq(cfg.discovery_prefix, "/rdmaxd/prod-a/");
+	ck_assert_uint_eq(cfg.discovery_ttl_s, 30);
+	ck_assert_str_eq(cfg.discovery_user, "rdmaxd");
+	ck_assert_str_eq(cfg.discovery_password_file, "/etc/rdmaxd/etcd.password");
 	ck_assert_int_eq(cfg.gpu_registration, CONFIG_GPU_REG_PEERMEM);
 	ck_assert_uint_eq(cfg.gpu_pool_bytes, 2ull << 30);
 
@@ -267,7 +283,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 51);
+	ck_assert_int_eq(keys, 60);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -742,7 +758,7 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 24);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 33);
 	ck_assert_str_eq(
 		names, "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
 		       "[daemon] socket_mode, "
@@ -753,7 +769,10 @@ START_TEST(restart_keys_follow_reload_rules)
 		       "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, [verbs] pin, "
 		       "[verbs] qps_per_peer, [verbs] inline_threshold, "
 		       "[verbs] signal_interval, [metrics] textfile_dir, "
-		       "[metrics] textfile_interval_s, [gpu] registration, [gpu] pool_bytes");
+		       "[metrics] textfile_interval_s, [discovery] backend, [discovery] endpoints, "
+		       "[discovery] prefix, [discovery] ttl_s, [discovery] ca_file, "
+		       "[discovery] cert_file, [discovery] key_file, [discovery] user, "
+		       "[discovery] password_file, [gpu] registration, [gpu] pool_bytes");
 }
 END_TEST
 
@@ -900,7 +919,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 51);
+	ck_assert_int_eq(keys, 60);
 	free(printed);
 	free(man);
 }

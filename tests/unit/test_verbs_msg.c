@@ -248,9 +248,31 @@ START_TEST(msg_answers)
 	len = conn_answer_encode(buf, sizeof(buf), 79, 0, "text");
 	put32(buf + 20, 5);
 	ck_assert_int_eq(conn_frame_decode(buf, (size_t)len, &f), RDMAX_E_PROTOCOL_ERROR);
-	len = conn_answer_encode(buf, sizeof(buf), 79, 0, long_text);
+
+	/* A lookup's answer: status 0 with binary data up to CONN_ANSWER_DATA_MAX; errors keep the
+	 * text limit. */
+	static uint8_t big[CONN_ANSWER_DATA_FRAME_MAX + 8], data[CONN_ANSWER_DATA_MAX + 1];
+	for (size_t i = 0; i < sizeof(data); i++) {
+		data[i] = (uint8_t)(i * 7);
+	}
+	len = conn_answer_encode_data(big, sizeof(big), 80, data, CONN_ANSWER_DATA_MAX);
+	ck_assert_int_eq(len, CONN_ANSWER_DATA_FRAME_MAX);
+	ck_assert_int_eq(conn_frame_decode(big, (size_t)len, &f), 0);
+	ck_assert_int_eq(f.status, 0);
+	ck_assert_uint_eq(f.data_len, CONN_ANSWER_DATA_MAX);
+	ck_assert_mem_eq(f.data, data, CONN_ANSWER_DATA_MAX);
+	ck_assert_int_eq(
+		conn_answer_encode_data(big, sizeof(big), 81, data, CONN_ANSWER_DATA_MAX + 1),
+		-ENOSPC);
+	put32(big + 16, (uint32_t)RDMAX_E_NOT_FOUND); /* an error may not carry that much */
+	ck_assert_int_eq(conn_frame_decode(big, (size_t)len, &f), RDMAX_E_PROTOCOL_ERROR);
+	/* Texts past the limit: an error's text, and a status-0 answer past the data limit. */
+	len = conn_answer_encode(buf, sizeof(buf), 79, RDMAX_E_NOT_FOUND, long_text);
 	put32(buf + 20, CONN_ANSWER_TEXT_MAX + 1);
 	ck_assert_int_eq(conn_frame_decode(buf, (size_t)len + 1, &f), RDMAX_E_PROTOCOL_ERROR);
+	len = conn_answer_encode_data(big, sizeof(big), 82, data, CONN_ANSWER_DATA_MAX);
+	put32(big + 20, CONN_ANSWER_DATA_MAX + 1);
+	ck_assert_int_eq(conn_frame_decode(big, (size_t)len + 1, &f), RDMAX_E_PROTOCOL_ERROR);
 	len = conn_answer_encode(buf, sizeof(buf), 79, 0, "text");
 	buf[6] = 1;
 	ck_assert_int_eq(conn_frame_decode(buf, (size_t)len, &f), RDMAX_E_PROTOCOL_ERROR);

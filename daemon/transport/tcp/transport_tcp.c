@@ -35,6 +35,7 @@
 #include "log.h"
 #include "mailbox.h"
 #include "counters.h"
+#include "names.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "region.h"
@@ -85,6 +86,7 @@ struct frame {
 	struct xfer ghost;      /* an orphan's stand-in: the job's xfer may be gone */
 	struct region *region;  /* responder: READ_RESP source, referenced until sent */
 	const uint8_t *payload; /* sent after head, never copied */
+	uint8_t *owned;         /* responder: a payload of its own (lookup answer), freed with it */
 	uint64_t payload_len;   /* with WRITE_SEGS: table_len + the runs' bytes */
 	/* WRITE_SEGS: the segment table (own allocation), then the runs from base */
 	uint8_t *table;
@@ -136,10 +138,10 @@ struct tcp_conn {
 	uint64_t rx_len;
 	uint64_t rx_got;
 	uint8_t rx_hdr[WIRE_HEADER_BYTES];
-	uint8_t rx_body[WIRE_BODY_MAX];
-	struct region *rx_region; /* responder: WRITE target, referenced */
-	struct frame *rx_req;     /* requester: the request being answered */
-	int rx_err;               /* responder: why the WRITE being discarded was refused */
+	uint8_t rx_body[WIRE_LOOKUP_REPLY_MAX]; /* >= WIRE_BODY_MAX */
+	struct region *rx_region;               /* responder: WRITE target, referenced */
+	struct frame *rx_req;                   /* requester: the request being answered */
+	int rx_err; /* responder: why the WRITE being discarded was refused */
 	char rx_msg[WIRE_MESSAGE_MAX];
 	uint8_t *rx_msgbuf; /* responder: body of the MESSAGE being received */
 	/* responder: WRITE_SEGS table as received, decoded, and the current segment */
@@ -370,6 +372,8 @@ static void frame_release(struct tcp_transport *tt, struct frame *frame)
 {
 	free(frame->table);
 	frame->table = NULL;
+	free(frame->owned);
+	frame->owned = NULL;
 	if (tt->n_cached >= FRAME_CACHE) {
 		free(frame);
 		return;
@@ -561,6 +565,7 @@ static struct frame *frame_new(struct tcp_transport *tt, const struct wire_heade
 	frame->orphan = false;
 	frame->region = NULL;
 	frame->payload = NULL;
+	frame->owned = NULL;
 	frame->payload_len = 0;
 	frame->table = NULL;
 	frame->table_len = 0;
@@ -928,6 +933,16 @@ static void complete_request(struct tcp_conn *conn)
 			 text[0] ? text : status_name((int)conn->rx_h.status));
 	} else if (xfer->op == XFER_READ) {
 		xfer->bytes_done = xfer->length;
+	} else if (xfer->reply) {
+		/* A lookup's answer: the descriptor, checked by the asker before use. */
+		if (conn->rx_h.length == 0 || conn->rx_h.length > xfer->reply_size) {
+			err = RDMAX_E_PROTOCOL_ERROR;
+			snprintf(message, sizeof(message), "%s answered a lookup with %llu bytes",
+				 conn->name, (unsigned long long)conn->rx_h.length);
+		} else {
+			memcpy(xfer->reply, conn->rx_body, conn->rx_h.length);
+			xfer->reply_len = (uint32_t)conn->rx_h.length;
+		}
 	}
 	list_del(&frame->link);
 	frame_release(conn->tt, frame);
@@ -1027,7 +1042,8 @@ static void on_message_request(struct tcp_conn *conn)
 	struct rdmaxd *d = conn->tt->daemon;
 
 	conn->rx_err = 0;
-	if (h->instance != d->instance_id) {
+	if (h->instance != d->instance_id &&
+	    h->instance != 0) { /* 0: a lookup, checked at the end */
 		conn->rx_err = RDMAX_E_NOT_FOUND;
 		snprintf(conn->rx_msg, sizeof(conn->rx_msg),
 			 "node '%s' restarted since the descriptor was made (stale descriptor)",
@@ -1044,6 +1060,40 @@ static void on_message_request(struct tcp_conn *conn)
 	rx_expect(conn, RX_DATA, conn->rx_msgbuf, h->length);
 }
 
+/* A lookup of a named region: answered with the descriptor, or refused with a reason. */
+static void serve_lookup(struct tcp_conn *conn, const uint8_t *name, size_t len)
+{
+	struct rdmaxd *d = conn->tt->daemon;
+	uint8_t *desc = malloc(WIRE_LOOKUP_REPLY_MAX);
+	int n = desc ? names_serve(d->names, d->node_name, name, len, desc, WIRE_LOOKUP_REPLY_MAX,
+				   conn->rx_msg, sizeof(conn->rx_msg))
+		     : -ENOMEM;
+
+	if (n < 0) {
+		free(desc);
+		if (n == -ENOMEM) {
+			snprintf(conn->rx_msg, sizeof(conn->rx_msg), "node '%s' is out of memory",
+				 d->node_name);
+		}
+		log_ratelimited(&conn->tt->rl, LOG_DEBUG, "refused lookup from %s: %s", conn->name,
+				conn->rx_msg);
+		queue_small(conn, WIRE_ACK, n, conn->rx_msg, strlen(conn->rx_msg));
+		return;
+	}
+	struct wire_header h = {
+		.type = WIRE_ACK, .request_id = conn->rx_h.request_id, .length = (uint64_t)n};
+	struct frame *frame = frame_new(conn->tt, &h, NULL, 0);
+	if (!frame) {
+		free(desc);
+		conn_lost(conn, LOG_ERR, "out of memory");
+		return;
+	}
+	frame->owned = desc;
+	frame->payload = desc;
+	frame->payload_len = (uint64_t)n;
+	queue_frame(conn, frame);
+}
+
 static void on_message_done(struct tcp_conn *conn, bool received)
 {
 	struct rdmaxd *d = conn->tt->daemon;
@@ -1055,7 +1105,16 @@ static void on_message_done(struct tcp_conn *conn, bool received)
 		uint8_t *body = conn->rx_msgbuf;
 		conn->rx_msgbuf = NULL;
 		wire_text_copy(name, sizeof(name), body, name_len);
-		if (memchr(body, '\0', name_len) || mailbox_name_check(name, name_len) < 0) {
+		if (strcmp(name, TRANSPORT_LOOKUP_MAILBOX) == 0 && !memchr(body, '\0', name_len)) {
+			serve_lookup(conn, body + name_len, conn->rx_h.length - name_len);
+			free(body);
+			return;
+		}
+		if (conn->rx_h.instance == 0) {
+			err = RDMAX_E_NOT_FOUND;
+			snprintf(conn->rx_msg, sizeof(conn->rx_msg),
+				 "a message must name the instance of node '%s'", d->node_name);
+		} else if (memchr(body, '\0', name_len) || mailbox_name_check(name, name_len) < 0) {
 			err = RDMAX_E_INVALID_ARGUMENT;
 			snprintf(conn->rx_msg, sizeof(conn->rx_msg),
 				 "mailbox name '%s' is not valid", name);

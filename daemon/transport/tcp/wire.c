@@ -119,7 +119,9 @@ static int check_header(const struct wire_header *h)
 	case WIRE_READ_RESP:
 		return h->status == 0 || h->length <= WIRE_MESSAGE_MAX ? 0 : RDMAX_E_PROTOCOL_ERROR;
 	case WIRE_ACK:
-		return h->length <= WIRE_MESSAGE_MAX ? 0 : RDMAX_E_PROTOCOL_ERROR;
+		return h->length <= (h->status == 0 ? WIRE_LOOKUP_REPLY_MAX : WIRE_MESSAGE_MAX)
+			       ? 0
+			       : RDMAX_E_PROTOCOL_ERROR;
 	case WIRE_ERROR:
 		return h->status != 0 && h->length <= WIRE_MESSAGE_MAX ? 0 : RDMAX_E_PROTOCOL_ERROR;
 	default:

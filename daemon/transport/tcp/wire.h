@@ -25,6 +25,7 @@
 #define WIRE_SEGS_MAX            256          /* WRITE_SEGS: segments in one frame */
 #define WIRE_SEG_BYTES           16           /* one entry of a segment table */
 #define WIRE_SEGS_DATA_MAX       (1ull << 40) /* WRITE_SEGS: data bytes of one frame */
+#define WIRE_LOOKUP_REPLY_MAX    1024         /* ACK of status 0 to a lookup: descriptor bytes */
 
 /* Frame types; 0 and values from WIRE_TYPE_MAX up are invalid. */
 enum wire_type {
@@ -33,8 +34,9 @@ enum wire_type {
 	WIRE_WRITE = 3,     /* request: `length` payload bytes for (region, offset) */
 	WIRE_READ_REQ = 4,  /* request: send `length` bytes of (region, offset); no body */
 	WIRE_READ_RESP = 5, /* answer: status 0 + `length` data bytes, or status + message */
-	WIRE_ACK = 6,   /* answer to WRITE or MESSAGE: status + message (length = message bytes) */
-	WIRE_ERROR = 7, /* fatal: status + message, then the sender closes */
+	WIRE_ACK = 6, /* answer to WRITE or MESSAGE: status + message (length = message bytes); to a
+		       * lookup MESSAGE status 0 + the descriptor */
+	WIRE_ERROR = 7,   /* fatal: status + message, then the sender closes */
 	WIRE_MESSAGE = 8, /* request: mailbox name (`offset` bytes) then payload; for SEND jobs */
 	/*
 	 * request: a segment table of `offset` entries (1..WIRE_SEGS_MAX) for

@@ -630,7 +630,8 @@ static void established(struct conn *conn, uint64_t now)
 		list_for_each_safe(pos, tmp, queue)
 		{
 			struct xfer *xfer = container_of(pos, struct xfer, link);
-			if (xfer->remote_instance == conn->peer_instance) {
+			if (xfer->remote_instance == conn->peer_instance ||
+			    (xfer->remote_instance == 0 && transport_is_lookup(xfer))) {
 				continue;
 			}
 			list_del(pos);
@@ -747,7 +748,8 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 	}
 	xfer->bytes_done = 0;
 	xfer->started_ms = now;
-	if (conn->state == CONN_ESTABLISHED && xfer->remote_instance != conn->peer_instance) {
+	if (conn->state == CONN_ESTABLISHED && xfer->remote_instance != conn->peer_instance &&
+	    !(xfer->remote_instance == 0 && transport_is_lookup(xfer))) {
 		finish(t, xfer, RDMAX_E_NOT_FOUND,
 		       "stale descriptor: it names daemon instance %016" PRIx64
 		       ", the peer at %s is instance %016" PRIx64,
@@ -1514,21 +1516,32 @@ void conn_link_answer(struct conn_link *link, const struct conn_frame *a, uint64
 	}
 	conn->last_progress_ms = now;
 	conn->last_active_ms = now;
+	int status = a->status;
+	if (status == 0 && msg->xfer.reply) {
+		/* A lookup's descriptor; the asker checks it before use. */
+		if (a->data_len == 0 || a->data_len > msg->xfer.reply_size) {
+			status = RDMAX_E_PROTOCOL_ERROR;
+		} else {
+			memcpy(msg->xfer.reply, a->data, a->data_len);
+			msg->xfer.reply_len = a->data_len;
+		}
+		n = 0;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t c = a->data[i];
 		text[i] = c >= 0x20 && c <= 0x7e ? (char)c : '?';
 	}
 	text[n] = '\0';
-	if (a->status != 0 && n == 0) {
+	if (status != 0 && n == 0) {
 		snprintf(text, sizeof(text), "%s refused the message: %s", conn->name,
-			 rdmax_strerror(a->status));
+			 rdmax_strerror(status));
 	}
 	if (msg->sent) {
-		finish(t, &msg->xfer, a->status, "%s", text);
+		finish(t, &msg->xfer, status, "%s", text);
 		return;
 	}
 	/* Before our completion: the last frame's retirement finishes it. */
 	msg->answered = true;
-	msg->status = a->status;
+	msg->status = status;
 	memcpy(msg->text, text, sizeof(msg->text));
 }

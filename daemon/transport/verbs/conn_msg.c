@@ -100,6 +100,16 @@ int conn_answer_encode(uint8_t *buf, size_t size, uint64_t id, int status, const
 	return (int)(CONN_FRAME_HDR + n);
 }
 
+int conn_answer_encode_data(uint8_t *buf, size_t size, uint64_t id, const uint8_t *data, size_t len)
+{
+	if (len > CONN_ANSWER_DATA_MAX || size < CONN_FRAME_HDR + len) {
+		return -ENOSPC;
+	}
+	frame_header(buf, CONN_FRAME_ANSWER, 0, 0, id, 0, (uint32_t)len);
+	memcpy(buf + CONN_FRAME_HDR, data, len);
+	return (int)(CONN_FRAME_HDR + len);
+}
+
 int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_frame)
 {
 	struct conn_frame f;
@@ -143,7 +153,7 @@ int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_fra
 		f.type = CONN_FRAME_ANSWER;
 		f.status = (int)(int32_t)get_le32(buf + 16);
 		if (buf[6] || buf[7] || get_le32(buf + 20) != f.data_len ||
-		    f.data_len > CONN_ANSWER_TEXT_MAX ||
+		    f.data_len > (f.status == 0 ? CONN_ANSWER_DATA_MAX : CONN_ANSWER_TEXT_MAX) ||
 		    (f.status != 0 && (f.status < STATUS_LOWEST || f.status > STATUS_HIGHEST))) {
 			return RDMAX_E_PROTOCOL_ERROR;
 		}

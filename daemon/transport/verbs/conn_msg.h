@@ -41,8 +41,11 @@
 /* Staging of one message: frame i at i * CONN_FRAME_MAX. */
 #define CONN_MSG_STAGING     (CONN_MSG_FRAMES_MAX * CONN_FRAME_MAX)
 #define CONN_ANSWER_TEXT_MAX (CONN_MSG_MAX - 1)
-#define CONN_ANSWER_MAX      (CONN_FRAME_HDR + CONN_ANSWER_TEXT_MAX)
-#define CONN_FRAME_MAGIC     0x314d5852u /* "RXM1" little-endian */
+/* An answer of status 0 to a lookup carries the descriptor instead of text. */
+#define CONN_ANSWER_DATA_MAX       TRANSPORT_REPLY_MAX
+#define CONN_ANSWER_MAX            (CONN_FRAME_HDR + CONN_ANSWER_TEXT_MAX)
+#define CONN_ANSWER_DATA_FRAME_MAX (CONN_FRAME_HDR + CONN_ANSWER_DATA_MAX)
+#define CONN_FRAME_MAGIC           0x314d5852u /* "RXM1" little-endian */
 
 enum conn_frame_type {
 	CONN_FRAME_MESSAGE = 1, /* part of a message, requester -> owner of the mailbox */
@@ -78,6 +81,10 @@ int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name
 
 /* An answer frame (text cut to CONN_ANSWER_TEXT_MAX); returns its length or -ENOSPC. */
 int conn_answer_encode(uint8_t *buf, size_t size, uint64_t id, int status, const char *text);
+
+/* An answer of status 0 carrying len (<= CONN_ANSWER_DATA_MAX) bytes; length or -ENOSPC. */
+int conn_answer_encode_data(uint8_t *buf, size_t size, uint64_t id, const uint8_t *data,
+			    size_t len);
 
 /*
  * Check one received frame of len bytes without trusting any of it: sizes

@@ -36,6 +36,7 @@
 #include "imm.h"
 #include "log.h"
 #include "mailbox.h"
+#include "names.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "region.h"
@@ -56,11 +57,11 @@
 #define IOVA_KEY_SHIFT 41
 #define MSG_SLOTS      16   /* messages staged at once; more wait for a slot */
 #define PASSIVE_SQ     16   /* answers in flight on one accepted QP */
-#define ANSWER_SLOT    256  /* staging of one answer */
+#define ANSWER_SLOT    2048 /* staging of one answer (a lookup's carries a descriptor) */
 #define ANSWERS_MAX    1024 /* answers one accepted QP may have waiting for its send queue */
 
 _Static_assert(CONN_FRAME_MAX <= HCA_RECV_BYTES, "a frame must fit one receive buffer");
-_Static_assert(CONN_ANSWER_MAX <= ANSWER_SLOT, "an answer must fit its staging slot");
+_Static_assert(CONN_ANSWER_DATA_FRAME_MAX <= ANSWER_SLOT, "an answer must fit its staging slot");
 _Static_assert(CONN_MSG_FRAMES_MAX + 1 < SQ_DEPTH, "a message must fit a send queue");
 
 /* What an rdma_cm id's context points to. */
@@ -112,7 +113,8 @@ struct answer {
 	struct list_node link;
 	uint64_t id;
 	int status;
-	char text[CONN_MSG_MAX];
+	uint32_t len;                           /* bytes of data */
+	uint8_t data[CONN_ANSWER_DATA_MAX + 1]; /* text (a NUL after it), or a descriptor */
 };
 
 /* State of an accepted QP. */
@@ -1078,12 +1080,16 @@ static void on_passive_event(struct passive *p, const struct cm_copy *ev)
 
 /* ------------------------------------------------------- messages, owner's side */
 
-static int answer_post(struct passive *p, uint64_t id, int status, const char *text)
+/* data: text for the answer (NUL-terminated), or len descriptor bytes when status is 0. */
+static int answer_post(struct passive *p, uint64_t id, int status, const uint8_t *data,
+		       uint32_t data_len)
 {
 	uint8_t *buf = p->ans_buf + (p->ans_posted % PASSIVE_SQ) * ANSWER_SLOT;
 	struct ibv_send_wr wr;
 	struct ibv_sge sge;
-	int len = conn_answer_encode(buf, ANSWER_SLOT, id, status, text);
+	int len = status == 0 && data_len
+			  ? conn_answer_encode_data(buf, ANSWER_SLOT, id, data, data_len)
+			  : conn_answer_encode(buf, ANSWER_SLOT, id, status, (const char *)data);
 
 	if (len < 0) {
 		return len;
@@ -1115,7 +1121,7 @@ static bool answers_flush(struct passive *p)
 {
 	while (!list_empty(&p->ans_queue) && answer_room(p)) {
 		struct answer *a = container_of(p->ans_queue.next, struct answer, link);
-		int ret = answer_post(p, a->id, a->status, a->text);
+		int ret = answer_post(p, a->id, a->status, a->data, a->len);
 		if (ret < 0) {
 			log_ratelimited(&p->vt->rl, LOG_WARNING,
 					"connection from %s closed: ibv_post_send() of an answer "
@@ -1131,12 +1137,13 @@ static bool answers_flush(struct passive *p)
 	return true;
 }
 
-static void answer(struct passive *p, uint64_t id, int status, const char *text)
+static void answer(struct passive *p, uint64_t id, int status, const uint8_t *data,
+		   uint32_t data_len)
 {
 	struct answer *a;
 
 	if (list_empty(&p->ans_queue) && answer_room(p)) {
-		int ret = answer_post(p, id, status, text);
+		int ret = answer_post(p, id, status, data, data_len);
 		if (ret < 0) {
 			log_ratelimited(&p->vt->rl, LOG_WARNING,
 					"connection from %s closed: ibv_post_send() of an answer "
@@ -1156,7 +1163,8 @@ static void answer(struct passive *p, uint64_t id, int status, const char *text)
 	}
 	a->id = id;
 	a->status = status;
-	copy_string(a->text, sizeof(a->text), text);
+	a->len = MIN(data_len, (uint32_t)CONN_ANSWER_DATA_MAX);
+	memcpy(a->data, data, a->len);
 	list_add_tail(&p->ans_queue, &a->link);
 	p->n_queued++;
 }
@@ -1250,6 +1258,20 @@ static void passive_recv(struct passive *p, const uint8_t *buf, uint32_t len)
 	from[rx->from_len] = '\0';
 	if (rx->name_len == sizeof(IMM_MAILBOX) - 1 && strcmp(name, IMM_MAILBOX) == 0) {
 		status = imm_record_land(d, payload, rx->payload_len, text, sizeof(text));
+	} else if (rx->name_len == sizeof(TRANSPORT_LOOKUP_MAILBOX) - 1 &&
+		   strcmp(name, TRANSPORT_LOOKUP_MAILBOX) == 0) {
+		uint8_t desc[CONN_ANSWER_DATA_MAX];
+		uint64_t id = rx->id;
+		int n = names_serve(d->names, d->node_name, payload, rx->payload_len, desc,
+				    sizeof(desc), text, sizeof(text));
+		conn_msg_rx_reset(&p->rx);
+		if (n > 0) {
+			answer(p, id, 0, desc, (uint32_t)n);
+		} else {
+			answer(p, id, wire_status(n), (const uint8_t *)text,
+			       (uint32_t)strlen(text));
+		}
+		return;
 	} else if (memchr(rx->body, '\0', rx->name_len) ||
 		   mailbox_name_check(name, rx->name_len) < 0) {
 		status = RDMAX_E_INVALID_ARGUMENT;
@@ -1272,7 +1294,7 @@ static void passive_recv(struct passive *p, const uint8_t *buf, uint32_t len)
 	}
 	uint64_t id = rx->id;
 	conn_msg_rx_reset(&p->rx);
-	answer(p, id, status, text);
+	answer(p, id, status, (const uint8_t *)text, (uint32_t)strlen(text));
 }
 
 /* An answer's send completed (or failed: then the connection is gone). */
@@ -2117,6 +2139,8 @@ static int msg_start(struct verbs_transport *vt, struct xfer *user)
 	wire->length = (uint64_t)body;
 	wire->mailbox = user->mailbox;
 	wire->payload = s->staging;
+	wire->reply = user->reply; /* a lookup's answer lands in the asker's buffer */
+	wire->reply_size = user->reply_size;
 	wire->wire_id = id;
 	wire->done = msg_done;
 	wire->ctx = s;
@@ -2156,6 +2180,7 @@ static void msg_done(struct xfer *wire, int err, const char *message)
 	struct verbs_transport *vt = s->vt;
 	struct xfer *user = s->user;
 
+	user->reply_len = err ? 0 : wire->reply_len;
 	slot_free(vt, s);
 	user->bytes_done = err ? 0 : user->length;
 	msg_pump(vt);
