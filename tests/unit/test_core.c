@@ -4,7 +4,6 @@
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +12,6 @@
 #include "imm.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
-#include "util.h"
 #include "status.h"
 
 Suite *hmap_suite(void);
@@ -112,33 +110,6 @@ START_TEST(status_from_errno)
 }
 END_TEST
 
-/* Messages quote client bytes: what reaches a protobuf string must be UTF-8. */
-START_TEST(utf8_sanitize_replaces_bad_bytes)
-{
-	const struct {
-		const char *in, *out;
-		size_t replaced;
-	} cases[] = {
-		{"plain ascii", "plain ascii", 0},
-		{"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
-		 "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 0},
-		{"bad\xff\xfe", "bad??", 2},
-		{"cut \xc3", "cut ?", 1},              /* truncated sequence at the end */
-		{"over\xc0\xaf", "over??", 2},         /* overlong '/' */
-		{"sur\xed\xa0\x80", "sur???", 3},      /* UTF-16 surrogate */
-		{"big\xf4\x90\x80\x80", "big????", 4}, /* past U+10FFFF */
-		{"\xe2\x82x", "??x", 2},               /* a lead byte without its continuation */
-	};
-
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char buf[64];
-		snprintf(buf, sizeof(buf), "%s", cases[i].in);
-		ck_assert_uint_eq(utf8_sanitize(buf), cases[i].replaced);
-		ck_assert_str_eq(buf, cases[i].out);
-	}
-}
-END_TEST
-
 Suite *status_suite(void)
 {
 	Suite *s = suite_create("status");
@@ -146,7 +117,6 @@ Suite *status_suite(void)
 	tcase_set_timeout(tc, 5);
 	tcase_add_test(tc, status_round_trip);
 	tcase_add_test(tc, status_from_errno);
-	tcase_add_test(tc, utf8_sanitize_replaces_bad_bytes);
 	suite_add_tcase(s, tc);
 	return s;
 }
