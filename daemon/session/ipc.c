@@ -15,6 +15,13 @@
  * has room and nothing waits on the socket before them (otherwise to the
  * socket, in order). Datagrams are counted both ways so that ring entries and
  * socket messages are taken in the order they were sent.
+ *
+ * Hardening: a session is never closed from inside another operation (a
+ * failed send dooms it; the loop's next turn closes it), a client with 4 MiB
+ * of replies unread is not read from until it drains (back-pressure), and
+ * what the clients of one uid hold together is bounded by [limits] per_uid_*
+ * (docs/security.md). Connections without Hello are closed after
+ * hello_timeout_ms.
  */
 #include <errno.h>
 #include <fcntl.h>

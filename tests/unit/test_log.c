@@ -360,6 +360,33 @@ START_TEST(concurrent_writers_keep_lines_whole)
 }
 END_TEST
 
+/* Messages quote client bytes: what reaches a protobuf string must be UTF-8. */
+START_TEST(utf8_sanitize_replaces_bad_bytes)
+{
+	const struct {
+		const char *in, *out;
+		size_t replaced;
+	} cases[] = {
+		{"plain ascii", "plain ascii", 0},
+		{"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+		 "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 0},
+		{"bad\xff\xfe", "bad??", 2},
+		{"cut \xc3", "cut ?", 1},              /* truncated sequence at the end */
+		{"over\xc0\xaf", "over??", 2},         /* overlong '/' */
+		{"sur\xed\xa0\x80", "sur???", 3},      /* UTF-16 surrogate */
+		{"big\xf4\x90\x80\x80", "big????", 4}, /* past U+10FFFF */
+		{"\xe2\x82x", "??x", 2},               /* a lead byte without its continuation */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char buf[64];
+		snprintf(buf, sizeof(buf), "%s", cases[i].in);
+		ck_assert_uint_eq(utf8_sanitize(buf), cases[i].replaced);
+		ck_assert_str_eq(buf, cases[i].out);
+	}
+}
+END_TEST
+
 Suite *log_suite(void)
 {
 	Suite *s = suite_create("log");
@@ -372,6 +399,7 @@ Suite *log_suite(void)
 	tcase_add_test(tc, target_from_environment);
 	tcase_add_test(tc, control_characters_and_truncation);
 	tcase_add_test(tc, errno_is_preserved);
+	tcase_add_test(tc, utf8_sanitize_replaces_bad_bytes);
 	tcase_add_test(tc, rate_limit_counts);
 	tcase_add_test(tc, concurrent_writers_keep_lines_whole);
 	suite_add_tcase(s, tc);
