@@ -266,13 +266,19 @@ class Client(_rdmax.Client):
                 job._finish(ev)
         return ev
 
-    def poll(self, timeout=0, max=None):
+    def poll(self, timeout=0, max=None, kinds=None):
         """Events that arrived, waiting up to ``timeout`` seconds (None: forever)
-        for the first. Completions of jobs a thread waits for in Job.wait() go
-        to that thread, not here."""
+        for the first. ``kinds``: the Event types to take (default all; the
+        others stay queued for a later poll() or recv()). Completions of jobs a
+        thread waits for in Job.wait() go to that thread, not here."""
         kw = {} if max is None else {"max": max}
+        if kinds is not None:
+            kw["kinds"] = sum(1 << k for k in kinds)
         if timeout != 0:
-            _rdmax.Client.poll(self, timeout, max=0)  # waits, takes nothing
+            # Waits, takes nothing.
+            _rdmax.Client.poll(self, timeout, max=0, kinds=kw.get("kinds", 0xFFFFFFFF))
+        if max == 0:
+            return []
         with self._route_lock:
             return [self._route(t) for t in _rdmax.Client.poll(self, 0, **kw)]
 
