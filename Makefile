@@ -71,7 +71,7 @@ CLIENT_SRCS := $(wildcard client-lib/*.c)
 CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS)
 
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
-BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream
+BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 EXAMPLES := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(wildcard docs/examples/*.c))
@@ -161,6 +161,12 @@ $(GPU_CHECK): tests/gpu/check-gpu.c proto/common/cuda_table.c proto/common/cuda_
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/check-gpu.c proto/common/cuda_table.c \
 		$(LDFLAGS_ALL) $(shell pkg-config --libs libibverbs) -ldl
+
+# The C side of tests/bench/python_vs_c.py: the public header and library only.
+$(BUILD)/tests/bench/kv-batch: tests/bench/kv-batch.c client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -Iclient-lib/include -o $@ $< \
+		-L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS_ALL)
 
 # Raw reference programs for `make bench`: plain C, no project code.
 $(BUILD)/tests/bench/%: tests/bench/%.c
