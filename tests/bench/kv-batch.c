@@ -5,10 +5,14 @@
  *   kv-batch push SOCKET DESC_FILE LAYERS BLOCKS BLOCK_BYTES ITERS
  *     one batch of LAYERS PAGED_WRITE jobs (BLOCKS scattered blocks each),
  *     submitted and waited for ITERS times: microseconds per batch;
+ *   kv-batch push1 SOCKET DESC_FILE LAYERS BLOCKS BLOCK_BYTES ITERS
+ *     the same pages as ONE PAGED_WRITE job of LAYERS x BLOCKS pages (what
+ *     one job over every layer's region pair would carry);
  *   kv-batch small SOCKET DESC_FILE JOBS WINDOW
  *     JOBS 64-byte WRITEs with WINDOW in flight: jobs per second.
  * Prints one JSON object.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,17 +77,30 @@ int main(int argc, char **argv)
 	if ((r = rdmax_client_open(argv[2], "kv-batch", &c)) < 0) {
 		die("rdmax_client_open", r);
 	}
-	if (strcmp(argv[1], "push") == 0 && argc == 8) {
+	bool one = strcmp(argv[1], "push1") == 0;
+	if ((one || strcmp(argv[1], "push") == 0) && argc == 8) {
 		size_t layers = strtoul(argv[4], NULL, 0), blocks = strtoul(argv[5], NULL, 0);
 		uint64_t bb = strtoull(argv[6], NULL, 0);
 		unsigned iters = (unsigned)strtoul(argv[7], NULL, 0);
 		uint32_t *idx = malloc(blocks * sizeof(*idx));
+		uint32_t *lall = malloc(layers * blocks * sizeof(*lall));
+		uint32_t *rall = malloc(layers * blocks * sizeof(*rall));
 		struct rdmax_job *jobs = calloc(layers, sizeof(*jobs));
 		if ((r = rdmax_region_alloc_host(c, 2 * blocks * bb, 0, &src)) < 0) {
 			die("rdmax_region_alloc_host", r);
 		}
 		for (size_t i = 0; i < blocks; i++) {
 			idx[i] = (uint32_t)(2 * i); /* every other block: no two merge */
+		}
+		/*
+		 * One job: layer l's blocks go to page l * 2 * blocks + idx[i] of the target,
+		 * from the same source blocks every layer (as the per-layer jobs do).
+		 */
+		for (size_t l = 0; l < layers; l++) {
+			for (size_t i = 0; i < blocks; i++) {
+				lall[l * blocks + i] = idx[i];
+				rall[l * blocks + i] = (uint32_t)(l * 2 * blocks) + idx[i];
+			}
 		}
 		double best = 1e9;
 		for (unsigned it = 0; it < iters; it++) {
@@ -100,15 +117,23 @@ int main(int argc, char **argv)
 							     .indices = idx,
 							     .count = blocks};
 			}
+			size_t n_jobs = layers;
+			if (one) {
+				jobs[0].u.paged.local_pages = (struct rdmax_pages){
+					.indices = lall, .count = layers * blocks};
+				jobs[0].u.paged.remote_pages = (struct rdmax_pages){
+					.indices = rall, .count = layers * blocks};
+				n_jobs = 1;
+			}
 			double t0 = now_s();
-			if ((r = rdmax_submit(c, jobs, layers)) < 0) {
+			if ((r = rdmax_submit(c, jobs, n_jobs)) < 0) {
 				die("rdmax_submit", r);
 			}
-			wait_all(c, layers);
+			wait_all(c, n_jobs);
 			double dt = now_s() - t0;
 			best = dt < best ? dt : best;
 		}
-		printf("{\"mode\": \"push\", \"best_us\": %.1f}\n", best * 1e6);
+		printf("{\"mode\": \"%s\", \"best_us\": %.1f}\n", argv[1], best * 1e6);
 	} else if (strcmp(argv[1], "small") == 0 && argc == 6) {
 		unsigned long n = strtoul(argv[4], NULL, 0), window = strtoul(argv[5], NULL, 0);
 		if ((r = rdmax_region_alloc_host(c, 1 << 16, 0, &src)) < 0) {
