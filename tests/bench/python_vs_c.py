@@ -13,7 +13,6 @@ Prints a table (and JSON with --json). RDMAX_BUILD names the build folder.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,23 +20,14 @@ import time
 
 BUILD = os.environ.get("RDMAX_BUILD", "build")
 sys.path.insert(0, os.path.join(BUILD, "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client-lib", "python", "tests"))
+from conftest import accepts  # noqa: E402  (the tests' readiness probe)
 import numpy as np  # noqa: E402
 
 import rdmax  # noqa: E402
 
 LAYERS, BLOCKS, BB = 32, 64, 16384
-
-
-def accepts(path):
-    """Whether a daemon listens at path (the socket file exists before listen())."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 def daemon(d, name):
