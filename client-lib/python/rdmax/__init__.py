@@ -106,7 +106,7 @@ class Job:
                  "remote", "remote_offset", "page_len", "local_pages", "local_pages_offset",
                  "local_pages_stride", "remote_pages", "remote_pages_offset",
                  "remote_pages_stride", "mailbox", "payload", "status", "bytes", "reason",
-                 "_client", "_done", "__weakref__")
+                 "_client", "__weakref__")
 
     def __init__(self, op, local=None, remote=None, *, local_offset=0, length=0,
                  remote_offset=0, page_len=0, local_pages=None, local_pages_offset=0,
@@ -136,7 +136,6 @@ class Job:
         self.bytes = 0
         self.reason = ""
         self._client = None
-        self._done = None
 
     def _tuple(self):
         return (self.id, self.op, self.flags, self.imm, self.deadline_ms, self.local,
@@ -147,7 +146,6 @@ class Job:
 
     def _finish(self, ev):
         self.status, self.bytes, self.reason = ev.status, ev.bytes, ev.reason
-        self._done.set()
 
     @property
     def done(self):
@@ -223,7 +221,6 @@ class Client(_rdmax.Client):
                 if j.id is None:
                     j.id = next(self._ids)
         for j in batch:
-            j._done = threading.Event()
             j._client = self
             self._jobs[j.id] = j
         try:
