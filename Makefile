@@ -72,7 +72,7 @@ CLIENT_SRCS := $(wildcard client-lib/*.c)
 CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS)
 
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
-BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream
+BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 DEVICE_CHECK := $(BUILD)/tests/gpu/device-check-helper
 UNIT_SRCS := $(wildcard tests/unit/*.c)
@@ -186,6 +186,12 @@ device-check-bundle: $(DEVICE_CHECK)
 		p=$$(ldconfig -p | awk -v l=$$l '$$1 == l && /x86-64|AArch64/ {print $$NF; exit}'); \
 		[ -z "$$p" ] || cp -L $$p $(BUILD)/tests/gpu/lib/; \
 	done
+
+# The C side of tests/bench/python_vs_c.py: the public header and library only.
+$(BUILD)/tests/bench/kv-batch: tests/bench/kv-batch.c client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -Iclient-lib/include -o $@ $< \
+		-L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS_ALL)
 
 # Raw reference programs for `make bench`: plain C, no project code.
 $(BUILD)/tests/bench/%: tests/bench/%.c

@@ -237,8 +237,9 @@ static int set_waiting(ClientObject *self, uint64_t id, bool add)
 static bool match_job(const struct rdmax_event *e, uint64_t key, const char *name);
 
 /*
- * Wait (GIL released, m not held) until an event match() accepts (any event
- * no wait_job() waits for, when match is NULL) is queued, and take it (take
+ * Wait (GIL released, m not held) until an event match() accepts (when match
+ * is NULL: any event of a type in the bit mask key that no wait_job() waits
+ * for) is queued, and take it (take
  * false: leave it queued; ret unused); timeout_ms < 0: forever. Returns 0,
  * RDMAX_E_TIMEOUT or the connection's error.
  */
@@ -262,8 +263,9 @@ static int wait_event_ex(ClientObject *self, match_fn match, uint64_t key, const
 		pump(self);
 		for (size_t i = 0; i < self->q_len; i++) {
 			/* poll() (match NULL) leaves the completions wait_job() waits for. */
-			if (any ? !waited(self, &self->q[i].ev)
-				: match(&self->q[i].ev, key, name)) {
+			const struct rdmax_event *e = &self->q[i].ev;
+			if (any ? !waited(self, e) && (key & (1u << e->type))
+				: match(e, key, name)) {
 				if (take) {
 					*ret = q_take(self, i);
 				}
@@ -895,16 +897,19 @@ static int timeout_ms_of(PyObject *o, int *ret)
 	return 0;
 }
 
-/* poll(timeout=0, max=None): a list of event tuples, waiting up to timeout for the first. */
+/*
+ * poll(timeout=0, max=None, kinds=all): a list of event tuples, waiting up to
+ * timeout for the first; kinds: bit mask of (1 << event type) to take.
+ */
 static PyObject *Client_poll(ClientObject *self, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"timeout", "max", NULL};
+	static char *kwlist[] = {"timeout", "max", "kinds", NULL};
 	PyObject *timeout = NULL;
 	Py_ssize_t max = PY_SSIZE_T_MAX;
+	unsigned int kinds = 0xffffffffu;
 	int ms = 0, r = 0;
-	struct qevent first;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|On", kwlist, &timeout, &max) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OnI", kwlist, &timeout, &max, &kinds) ||
 	    !open_client(self)) {
 		return NULL;
 	}
@@ -915,11 +920,9 @@ static PyObject *Client_poll(ClientObject *self, PyObject *args, PyObject *kwds)
 	if (!list) {
 		return NULL;
 	}
-	bool have_first = false;
-	(void)first;
 	if (ms != 0) {
 		/* Wait without taking: claims (wait_job) made meanwhile still hold. */
-		Py_BEGIN_ALLOW_THREADS r = wait_event_ex(self, NULL, 0, NULL, ms, false, NULL);
+		Py_BEGIN_ALLOW_THREADS r = wait_event_ex(self, NULL, kinds, NULL, ms, false, NULL);
 		Py_END_ALLOW_THREADS if (r < 0 && r != RDMAX_E_TIMEOUT)
 		{
 			Py_DECREF(list);
@@ -934,15 +937,16 @@ static PyObject *Client_poll(ClientObject *self, PyObject *args, PyObject *kwds)
 		pump(self);
 	}
 	size_t want = self->q_len;
-	if ((Py_ssize_t)want > max - have_first) {
-		want = (size_t)(max - have_first);
+	if ((Py_ssize_t)want > max) {
+		want = (size_t)max;
 	}
 	taken = malloc((self->q_len ? self->q_len : 1) * sizeof(*taken));
 	if (taken) {
 		/* Every event but the completions a wait_job() waits for, in order. */
 		size_t kept = 0;
 		for (size_t i = 0; i < self->q_len; i++) {
-			if (n_taken < want && !waited(self, &self->q[i].ev)) {
+			if (n_taken < want && !waited(self, &self->q[i].ev) &&
+			    (kinds & (1u << self->q[i].ev.type))) {
 				taken[n_taken++] = self->q[i];
 			} else {
 				self->q[kept++] = self->q[i];
@@ -950,14 +954,14 @@ static PyObject *Client_poll(ClientObject *self, PyObject *args, PyObject *kwds)
 		}
 		self->q_len = kept;
 	}
-	if (n_taken == 0 && !have_first && self->sticky) {
+	if (n_taken == 0 && self->sticky) {
 		r = self->sticky;
 		self->sticky = 0;
 	}
 	pthread_mutex_unlock(&self->m);
 	Py_END_ALLOW_THREADS;
-	for (size_t i = 0; i < n_taken + have_first; i++) {
-		struct qevent *e = i == 0 && have_first ? &first : &taken[i - have_first];
+	for (size_t i = 0; i < n_taken; i++) {
+		struct qevent *e = &taken[i];
 		PyObject *t = list ? event_tuple(e) : NULL;
 		if (list && (!t || PyList_Append(list, t) < 0)) {
 			Py_CLEAR(list);

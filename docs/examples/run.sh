@@ -83,6 +83,25 @@ for r in 0 1 2; do
 done
 for p in "${ranks[@]}"; do wait "$p"; done
 
+if [ -e "$build/python/rdmax/__init__.py" ]; then
+	echo "== kv_prefill_decode.py: rdmax.kv, prefill on n0 <-> decode on n1 (push and pull)"
+	mkdir -p "$dir/kv"
+	PYTHONPATH="$build/python" /usr/bin/python3 docs/examples/kv_prefill_decode.py decode \
+		--socket "$dir/n1.sock" --dir "$dir/kv" >"$dir/kv-decode.out" &
+	kvd=$!
+	PYTHONPATH="$build/python" /usr/bin/python3 docs/examples/kv_prefill_decode.py prefill \
+		--socket "$dir/n0.sock" --dir "$dir/kv" | tee "$dir/kv-prefill.out"
+	wait "$kvd"
+	cat "$dir/kv-decode.out"
+	[ "$(checksum_of "$dir/kv-prefill.out")" = "$(checksum_of "$dir/kv-decode.out")" ] || {
+		echo "examples: kv_prefill_decode.py: checksums differ" >&2
+		exit 1
+	}
+else
+	echo "examples: the rdmax Python package is not built (python3-dev missing)" >&2
+	exit 1
+fi
+
 echo "== stopping the daemons"
 for p in "${pids[@]}"; do kill -TERM "$p"; done
 for p in "${pids[@]}"; do wait "$p"; done

@@ -106,7 +106,7 @@ class Job:
                  "remote", "remote_offset", "page_len", "local_pages", "local_pages_offset",
                  "local_pages_stride", "remote_pages", "remote_pages_offset",
                  "remote_pages_stride", "mailbox", "payload", "status", "bytes", "reason",
-                 "_client", "_done", "__weakref__")
+                 "_client", "__weakref__")
 
     def __init__(self, op, local=None, remote=None, *, local_offset=0, length=0,
                  remote_offset=0, page_len=0, local_pages=None, local_pages_offset=0,
@@ -136,7 +136,6 @@ class Job:
         self.bytes = 0
         self.reason = ""
         self._client = None
-        self._done = None
 
     def _tuple(self):
         return (self.id, self.op, self.flags, self.imm, self.deadline_ms, self.local,
@@ -147,7 +146,6 @@ class Job:
 
     def _finish(self, ev):
         self.status, self.bytes, self.reason = ev.status, ev.bytes, ev.reason
-        self._done.set()
 
     @property
     def done(self):
@@ -223,7 +221,6 @@ class Client(_rdmax.Client):
                 if j.id is None:
                     j.id = next(self._ids)
         for j in batch:
-            j._done = threading.Event()
             j._client = self
             self._jobs[j.id] = j
         try:
@@ -266,13 +263,19 @@ class Client(_rdmax.Client):
                 job._finish(ev)
         return ev
 
-    def poll(self, timeout=0, max=None):
+    def poll(self, timeout=0, max=None, kinds=None):
         """Events that arrived, waiting up to ``timeout`` seconds (None: forever)
-        for the first. Completions of jobs a thread waits for in Job.wait() go
-        to that thread, not here."""
+        for the first. ``kinds``: the Event types to take (default all; the
+        others stay queued for a later poll() or recv()). Completions of jobs a
+        thread waits for in Job.wait() go to that thread, not here."""
         kw = {} if max is None else {"max": max}
+        if kinds is not None:
+            kw["kinds"] = sum(1 << k for k in kinds)
         if timeout != 0:
-            _rdmax.Client.poll(self, timeout, max=0)  # waits, takes nothing
+            # Waits, takes nothing.
+            _rdmax.Client.poll(self, timeout, max=0, kinds=kw.get("kinds", 0xFFFFFFFF))
+        if max == 0:
+            return []
         with self._route_lock:
             return [self._route(t) for t in _rdmax.Client.poll(self, 0, **kw)]
 

@@ -3,6 +3,7 @@
 each in its own temporary directory, stopped with SIGTERM after the test."""
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -10,6 +11,18 @@ import time
 import pytest
 
 BUILD = os.environ.get("RDMAX_BUILD", "build")
+
+
+def accepts(path):
+    """Whether a daemon listens at path (the socket file exists before listen())."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 class Daemon:
@@ -26,7 +39,7 @@ class Daemon:
             cmd += ["--set", kv]
         self.proc = subprocess.Popen(cmd, stderr=open(self.log, "w"))
         deadline = time.monotonic() + 10
-        while not os.path.exists(self.socket):
+        while not accepts(self.socket):
             if self.proc.poll() is not None:
                 raise RuntimeError("rdmaxd %s exited: %s" % (name, open(self.log).read()))
             if time.monotonic() > deadline:

@@ -3,11 +3,13 @@
 import array
 import asyncio
 import os
+import subprocess
 import threading
 
 import numpy as np
 import pytest
 
+import conftest
 import rdmax
 
 
@@ -119,6 +121,13 @@ def test_write_read_paged_between_daemons(daemons):
         assert job.bytes == 2048
         assert np.array_equal(rr[4096:5120], s[2048 + 3 * 8192:2048 + 3 * 8192 + 1024])
         assert np.array_equal(rr[2048:3072], s[2048 + 8192:2048 + 8192 + 1024])
+
+        # The daemon counts PAGED_READ under its own kind (rdmaxctl stats).
+        stats = subprocess.run([os.path.join(conftest.BUILD, "rdmaxctl"), "--socket",
+                                os.path.join(b.dir, "admin.sock"), "stats", "--prometheus"],
+                               stdout=subprocess.PIPE, text=True, check=True).stdout
+        assert 'rdmaxd_jobs_total{op="paged_read",status="ok"} 1' in stats
+        assert 'rdmaxd_job_bytes_total{op="paged_read",status="ok"} 2048' in stats
 
         with pytest.raises(rdmax.OutOfRange) as ei:
             cb.paged_read(r, src.desc(), 4096, [0], [1000]).wait(10)
