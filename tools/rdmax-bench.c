@@ -31,6 +31,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1695,7 +1696,7 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 			}
 			outstanding++;
 		}
-		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 1);
+		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 0);
 		if (n < 0) {
 			return fail("kv prefill: rdmax_poll_events", n);
 		}
@@ -1707,6 +1708,7 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 			}
 		}
 		uint32_t w;
+		int tokens = 0;
 		if (outstanding > 0 && now_ns() - last_token > (uint64_t)WAIT_MS * 1000000) {
 			return fail("kv prefill: no request verified for 30 s", RDMAX_E_TIMEOUT);
 		}
@@ -1727,6 +1729,13 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 			free_slots[n_free++] = w;
 			outstanding--;
 			res.requests++;
+			tokens++;
+		}
+		if (n == 0 && tokens == 0 && outstanding > 0) {
+			/* Nothing to do: sleep until a completion or a slot comes back. */
+			struct pollfd pfd[2] = {{.fd = token_fd, .events = POLLIN},
+						{.fd = rdmax_client_fd(c), .events = POLLIN}};
+			poll(pfd, 2, 100);
 		}
 	}
 	res.seconds_ns = now_ns() - t0;
