@@ -150,7 +150,9 @@ ref() { # TOOL TEST SIZE REP
 		wait_listen "$port" "$spid" || rc=1
 		# Paged and KV rows move the same bytes as iperf3 in 1 MiB writes.
 		local len=$size
-		if [ "$test" = tcp_kv ] || [ "$test" = tcp_paged ]; then len=1048576; fi
+		if [ "$test" = tcp_kv ] || [ "$test" = tcp_paged ] || ((size > 1048576)); then
+			len=1048576 # also the most iperf3 takes per write
+		fi
 		((rc)) || timeout 60 iperf3 -c 127.0.0.1 -p "$port" -l "$len" -t "$iperf_secs" \
 			--json >"$file.json.tmp" 2>"$run/ref.err" || rc=$?
 		((rc)) && kill "$spid" 2>/dev/null
