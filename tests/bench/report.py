@@ -127,7 +127,7 @@ def load(out_dir):
             val = parse_json(path)
         if val is None:
             continue
-        if test == "write_rtt" and side == "ref" and val.get("jobs_per_s"):
+        if test == "write_rtt" and side == "ref" and not tool and val.get("jobs_per_s"):
             # ib_write_bw -t 1: one write at a time, so its rate is one round trip.
             val["p50_us"] = 1e6 / val["jobs_per_s"]
         val["rep"] = int(rep)

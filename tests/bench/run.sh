@@ -151,7 +151,7 @@ ref() { # TOOL TEST SIZE REP
 		# Paged and KV rows (and 8 MiB) move the same bytes as iperf3 in 1 MiB writes.
 		local len=$size
 		if [ "$test" = tcp_kv ] || [ "$test" = tcp_paged ] || ((size > 1048576)); then
-			len=1048576 # iperf3 takes at most 1 MiB per write
+			len=1048576 # also the most iperf3 takes per write
 		fi
 		((rc)) || timeout 60 iperf3 -c 127.0.0.1 -p "$port" -l "$len" -t "$iperf_secs" \
 			--json >"$file.json.tmp" 2>"$run/ref.err" || rc=$?
