@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fuzz target: the TCP transport's frame handling (transport_tcp.c), before
+ * and after the handshake, through a real socket into a daemon in this
+ * process. The first byte chooses the mode: bit 0 sends a well-formed HELLO
+ * first, so the rest reaches the post-handshake states; bit 1 rewrites the
+ * instance, region and key of each WRITE / READ_REQ header that decodes to
+ * those of a 64 KiB region registered here, so that accesses can succeed.
+ * The remaining bytes go to the daemon as they are. Whatever arrives, the
+ * daemon must answer or close that one connection, stay within the region,
+ * and be left with no connection once the socket is closed.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fuzz.h"
+#include "rdmax.h"
+#include "transport.h"
+#include "wire.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define REGION_BYTES (64u << 10)
+#define STREAM_MAX   (1u << 20)
+
+static struct rdmaxd *g_d;
+static struct region *g_region;
+static int g_owner;
+static uint8_t g_stream[STREAM_MAX];
+
+static void setup(void)
+{
+	g_d = fuzz_daemon_start(true);
+	int fd = memfd_create("fuzz-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, REGION_BYTES) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0 ||
+	    region_register_host_fd(&g_d->regions, &g_owner, fd, 0, REGION_BYTES,
+				    RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE,
+				    &g_region) < 0) {
+		abort();
+	}
+	close(fd);
+}
+
+static size_t put_hello(uint8_t *out)
+{
+	struct wire_header h = {.type = WIRE_HELLO, .length = WIRE_HELLO_BYTES};
+	struct wire_hello hello = {.version = WIRE_VERSION, .instance_id = 0x4242};
+
+	memcpy(hello.node_name, "fuzzpeer", 9);
+	wire_header_encode(&h, out);
+	wire_hello_encode(&hello, out + WIRE_HEADER_BYTES, WIRE_HELLO_BYTES);
+	return WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+}
+
+/* Copy the frames, pointing decodable requests at the region. */
+static size_t patch_frames(const uint8_t *in, size_t n, uint8_t *out, size_t len)
+{
+	while (n >= WIRE_HEADER_BYTES) {
+		struct wire_header h;
+		if (wire_header_decode(in, n, &h) < 0) {
+			break;
+		}
+		if (h.type == WIRE_WRITE || h.type == WIRE_READ_REQ) {
+			h.instance = g_d->instance_id;
+			h.region_id = g_region->id;
+			h.region_key = g_region->key;
+		}
+		wire_header_encode(&h, out + len);
+		len += WIRE_HEADER_BYTES;
+		in += WIRE_HEADER_BYTES;
+		n -= WIRE_HEADER_BYTES;
+		uint64_t body = wire_payload_bytes(&h);
+		size_t take = body < n ? (size_t)body : n;
+		memcpy(out + len, in, take);
+		len += take;
+		in += take;
+		n -= take;
+	}
+	memcpy(out + len, in, n);
+	return len + n;
+}
+
+static void count_one(void *arg, const struct transport_conn_info *info)
+{
+	(*(size_t *)arg)++;
+}
+
+static size_t count_conns(void)
+{
+	struct transport *t = g_d->transports[ENDPOINT_TCP];
+	size_t n = 0;
+
+	t->ops->list_conns(t, count_one, &n);
+	return n;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	uint8_t sink[65536];
+
+	if (!g_d) {
+		setup();
+	}
+	if (size == 0 || size > STREAM_MAX / 2) {
+		return -1;
+	}
+	uint8_t mode = data[0];
+	size_t len = 0;
+	if (mode & 1) {
+		len = put_hello(g_stream);
+	}
+	if (mode & 2) {
+		len = patch_frames(data + 1, size - 1, g_stream, len);
+	} else {
+		memcpy(g_stream + len, data + 1, size - 1);
+		len += size - 1;
+	}
+
+	sin.sin_port = htons(fuzz_daemon_tcp_port(g_d));
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 ||
+	    (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 && errno != EINPROGRESS)) {
+		abort();
+	}
+	size_t sent = 0;
+	int quiet = 0;
+	bool eof = false;
+	uint64_t deadline = fuzz_now_ms() + 5000;
+	while (!eof && quiet < 20 && fuzz_now_ms() < deadline) {
+		bool moved = false;
+		if (sent < len) {
+			ssize_t n = send(fd, g_stream + sent, len - sent, MSG_NOSIGNAL);
+			if (n > 0) {
+				sent += (size_t)n;
+				moved = true;
+			} else if (n < 0 && errno != EAGAIN && errno != ENOTCONN) {
+				break; /* the daemon closed the connection */
+			}
+		}
+		fuzz_daemon_turns(g_d, 1);
+		for (;;) {
+			ssize_t n = recv(fd, sink, sizeof(sink), 0);
+			if (n > 0) {
+				moved = true;
+				continue;
+			}
+			eof = n == 0 || (errno != EAGAIN && errno != ENOTCONN);
+			break;
+		}
+		quiet = moved || sent < len ? 0 : quiet + 1;
+	}
+	close(fd);
+	/* The connection must go away with the socket. */
+	deadline = fuzz_now_ms() + 5000;
+	while (count_conns() > 0) {
+		if (fuzz_now_ms() > deadline) {
+			fprintf(stderr, "fuzz_tcp: the daemon kept the connection after close\n");
+			abort();
+		}
+		fuzz_daemon_turns(g_d, 1);
+	}
+	if (!fuzz_daemon_settle(g_d, 5000)) {
+		abort();
+	}
+	return 0;
+}
