@@ -233,9 +233,18 @@ $(BUILD)/fuzz/seeds: tests/fuzz/seeds.c $(DAEMON_LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $< $(DAEMON_LIB_OBJS) $(LDFLAGS_ALL) $(LIBS_DAEMON)
 
+# Soak (tests/soak/README.md): three daemons, many clients, c restarted; DURATION seconds.
+DURATION ?= 60
+$(BUILD)/tests/soak: tests/soak/soak.c $(BUILD)/$(LIB_SONAME)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+
+soak: $(BUILD)/rdmaxd $(BUILD)/tests/soak
+	RDMAX_BUILD=$(BUILD) tests/soak/run $(DURATION)
+
 format:
 	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c \
-		tests/unit/*.[ch] tests/integration/*.[ch] tests/fuzz/*.[ch] tests/bench/*.c docs/examples/*.c
+		tests/unit/*.[ch] tests/integration/*.[ch] tests/fuzz/*.[ch] tests/soak/*.c tests/bench/*.c docs/examples/*.c
 
 install: all $(BUILD)/librdmax.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
@@ -263,6 +272,6 @@ clean:
 	rm -rf build build-san build-fuzz
 
 .PHONY: all check check-unit check-tcp check-ops check-verbs check-gpu demo demo-verbs examples run-examples \
-	bench format install clean fuzz fuzz-build fuzz-seeds
+	bench format install clean fuzz fuzz-build fuzz-seeds soak
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
