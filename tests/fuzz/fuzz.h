@@ -52,12 +52,19 @@ static inline size_t fuzz_bytes(struct fuzz_in *in, size_t want, const uint8_t *
 	return n;
 }
 
+/* Instance ids of the fuzzing daemons, and the shared key of the keyed one. */
+#define FUZZ_INSTANCE       0x0123456789abcdefull
+#define FUZZ_KEYED_INSTANCE 0x0123456789abcdeeull
+#define FUZZ_AUTH_KEY       "fuzzing-key-0123456789abcdef"
+
 /*
- * Start a daemon in this process: TCP transport on 127.0.0.1 (port chosen by
- * the kernel), short peer timeouts, and with with_ipc the client socket in a
- * fresh temporary folder. Aborts on failure (a harness bug, not a finding).
+ * Start (once) a daemon in this process: TCP transport on 127.0.0.1 (port
+ * chosen by the kernel), short peer timeouts, the client socket in a
+ * temporary folder; with keyed, a second daemon on the same loop that
+ * requires peers to prove FUZZ_AUTH_KEY. Aborts on failure (a harness bug,
+ * not a finding).
  */
-struct rdmaxd *fuzz_daemon_start(bool with_ipc);
+struct rdmaxd *fuzz_daemon_start(bool keyed);
 /* Run the loop turns times without blocking. */
 void fuzz_daemon_turns(struct rdmaxd *daemon, int turns);
 /* The TCP port the daemon listens on. */

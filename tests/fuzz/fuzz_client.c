@@ -266,7 +266,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 
 	if (!g_d) {
-		g_d = fuzz_daemon_start(true);
+		g_d = fuzz_daemon_start(false);
 	}
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", g_d->cfg.socket_path);

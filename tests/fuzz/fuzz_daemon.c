@@ -20,17 +20,14 @@
 #include "log.h"
 #include "transport.h"
 
-static struct rdmaxd g_fuzz_daemon;
+static struct rdmaxd g_fuzz_daemon, g_keyed_daemon;
 static char g_dir[32];
 
 /* libFuzzer leaves through exit(): take the socket folder with us. */
 static void remove_dir(void)
 {
-	char path[160];
-
 	unlink(g_fuzz_daemon.cfg.socket_path);
-	snprintf(path, sizeof(path), "%s/admin.sock", g_dir);
-	unlink(path);
+	unlink(g_keyed_daemon.cfg.socket_path);
 	rmdir(g_dir);
 }
 
@@ -58,26 +55,25 @@ uint64_t fuzz_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-struct rdmaxd *fuzz_daemon_start(bool with_ipc)
+/* One daemon: `name` is its node name and the stem of its socket files. */
+static void start(struct rdmaxd *d, const char *name, bool keyed)
 {
-	struct rdmaxd *d = &g_fuzz_daemon;
-	char dir[] = "/tmp/rdmaxd-fuzz-XXXXXX";
 	char path[108];
 
-	if (d->loop) {
-		return d;
+	if (!g_dir[0]) {
+		char dir[] = "/tmp/rdmaxd-fuzz-XXXXXX";
+		if (!mkdtemp(dir)) {
+			abort();
+		}
+		memcpy(g_dir, dir, sizeof(dir));
+		atexit(remove_dir);
 	}
 	config_defaults(&d->cfg);
-	if (!mkdtemp(dir)) {
-		abort();
-	}
-	memcpy(g_dir, dir, sizeof(dir));
-	atexit(remove_dir);
-	snprintf(path, sizeof(path), "%s/rdmaxd.sock", dir);
+	snprintf(path, sizeof(path), "%s/%s.sock", g_dir, name);
 	set(&d->cfg, "daemon", "socket", path);
-	snprintf(path, sizeof(path), "%s/admin.sock", dir);
+	snprintf(path, sizeof(path), "%s/%s-admin.sock", g_dir, name);
 	set(&d->cfg, "daemon", "admin_socket", path);
-	set(&d->cfg, "daemon", "node_name", "fuzz");
+	set(&d->cfg, "daemon", "node_name", name);
 	set(&d->cfg, "transport", "type", "tcp");
 	set(&d->cfg, "transport", "listen", "127.0.0.1");
 	set(&d->cfg, "transport", "port", "0");
@@ -93,8 +89,12 @@ struct rdmaxd *fuzz_daemon_start(bool with_ipc)
 	const char *level = getenv("RDMAXD_FUZZ_LOG");
 	set(&d->cfg, "daemon", "log_level", level ? level : "err");
 	log_init(d->cfg.log_level, false);
+	if (keyed) {
+		memcpy(d->auth_key, FUZZ_AUTH_KEY, strlen(FUZZ_AUTH_KEY));
+		d->auth_key_len = strlen(FUZZ_AUTH_KEY);
+	}
 	copy_string(d->node_name, sizeof(d->node_name), d->cfg.node_name);
-	d->instance_id = 0x0123456789abcdefull;
+	d->instance_id = keyed ? FUZZ_KEYED_INSTANCE : FUZZ_INSTANCE;
 	d->loop = uv_default_loop();
 	d->started_ms = now_ms();
 	must(region_table_init(&d->regions, d->instance_id), "region_table_init");
@@ -103,8 +103,15 @@ struct rdmaxd *fuzz_daemon_start(bool with_ipc)
 	must(engine_create(d, ipc_job_completed, &d->engine), "engine_create");
 	must(transport_tcp_create(d, &d->transports[ENDPOINT_TCP]), "transport_tcp_create");
 	must(gpu_start(d, &d->gpu), "gpu_start");
-	if (with_ipc) {
-		must(ipc_create(d, &d->ipc), "ipc_create");
+	must(ipc_create(d, &d->ipc), "ipc_create");
+}
+
+struct rdmaxd *fuzz_daemon_start(bool keyed)
+{
+	struct rdmaxd *d = keyed ? &g_keyed_daemon : &g_fuzz_daemon;
+
+	if (!d->loop) {
+		start(d, keyed ? "fuzz-keyed" : "fuzz", keyed);
 	}
 	return d;
 }

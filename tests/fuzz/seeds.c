@@ -324,6 +324,16 @@ static void wire_seeds(void)
 	buf[0] = 3; /* a write past the end of the region */
 	n = 1 + frame(buf + 1, WIRE_WRITE, 0, 0, 65500, 100, payload, 100);
 	put("tcp", "write-past-end", buf, n);
+	buf[0] = 7; /* the keyed daemon: handshake with the key, then requests */
+	n = 1 + frame(buf + 1, WIRE_WRITE, WIRE_F_HAS_IMM, 0, 8, 64, payload, 64);
+	n += frame(buf + n, WIRE_READ_REQ, 0, 0, 0, 128, NULL, 0);
+	put("tcp", "keyed-requests", buf, n);
+	buf[0] = 4; /* the keyed daemon: a HELLO without the key, then a made-up proof */
+	wh.flags = WIRE_HELLO_F_AUTH;
+	wire_hello_encode(&wh, hello, sizeof(hello));
+	n = 1 + frame(buf + 1, WIRE_HELLO, 0, 0, 0, sizeof(hello), hello, sizeof(hello));
+	n += frame(buf + n, WIRE_AUTH, 0, 0, 0, 32, payload, 32);
+	put("tcp", "keyed-bad-proof", buf, n);
 	buf[0] = 1; /* answers the responder never asked for */
 	n = 1 + frame(buf + 1, WIRE_ACK, 0, 0, 0, 0, NULL, 0);
 	n += frame(buf + n, WIRE_ERROR, 0, 13, 0, 4, "bye!", 4);
