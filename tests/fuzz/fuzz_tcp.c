@@ -97,16 +97,28 @@ static bool handshake_keyed(int fd)
 	struct wire_header h;
 	struct wire_hello theirs;
 
-	if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
+	ssize_t n = -1;
+	for (int tries = 0; tries < 1000 && n < 0; tries++) {
+		n = send(fd, buf, len, MSG_NOSIGNAL);
+		if (n < 0 && errno != EAGAIN && errno != ENOTCONN) {
+			fprintf(stderr, "fuzz_tcp: send(HELLO): %s\n", strerror(errno));
+			return false;
+		}
+		fuzz_daemon_turns(g_d, 1);
+	}
+	if (n != (ssize_t)len) {
+		fprintf(stderr, "fuzz_tcp: sent %zd of %zu HELLO bytes\n", n, len);
 		return false;
 	}
 	uint64_t deadline = fuzz_now_ms() + 5000;
 	while (got < WIRE_HEADER_BYTES + WIRE_HELLO_BYTES && fuzz_now_ms() < deadline) {
 		fuzz_daemon_turns(g_d, 1);
-		ssize_t n = recv(fd, buf + got, WIRE_HEADER_BYTES + WIRE_HELLO_BYTES - got, 0);
+		n = recv(fd, buf + got, WIRE_HEADER_BYTES + WIRE_HELLO_BYTES - got, 0);
 		if (n > 0) {
 			got += (size_t)n;
 		} else if (n == 0 || errno != EAGAIN) {
+			fprintf(stderr, "fuzz_tcp: recv after %zu bytes: %s\n", got,
+				n == 0 ? "closed" : strerror(errno));
 			return false;
 		}
 	}
@@ -114,6 +126,7 @@ static bool handshake_keyed(int fd)
 	    h.type != WIRE_HELLO ||
 	    wire_hello_decode(buf + WIRE_HEADER_BYTES, h.length, &theirs) < 0 ||
 	    !(theirs.flags & WIRE_HELLO_F_AUTH)) {
+		fprintf(stderr, "fuzz_tcp: %zu bytes received, not a HELLO with the key flag\n", got);
 		return false;
 	}
 	struct auth_transcript tr = {.client_instance = PEER_INSTANCE,
