@@ -77,7 +77,14 @@ static void start(struct rdmaxd *d, const char *name, bool keyed)
 	set(&d->cfg, "transport", "type", "tcp");
 	set(&d->cfg, "transport", "listen", "127.0.0.1");
 	set(&d->cfg, "transport", "port", "0");
-	set(&d->cfg, "peers", "connect_timeout_ms", "100");
+	/*
+	 * Outgoing attempts of the plain daemon give up fast, so that an input's jobs
+	 * to unreachable addresses end quickly. The same value is the handshake
+	 * deadline of incoming connections: the keyed daemon, whose handshake the
+	 * TCP target must complete, gets 5 s, or a loaded machine that deschedules
+	 * the fuzzer for 100 ms would see its connection dropped mid-handshake.
+	 */
+	set(&d->cfg, "peers", "connect_timeout_ms", keyed ? "5000" : "100");
 	set(&d->cfg, "peers", "connect_retries", "0");
 	set(&d->cfg, "peers", "peer_timeout_ms", "500");
 	set(&d->cfg, "engine", "busy_poll_us", "0");
