@@ -126,7 +126,8 @@ static bool handshake_keyed(int fd)
 	    h.type != WIRE_HELLO ||
 	    wire_hello_decode(buf + WIRE_HEADER_BYTES, h.length, &theirs) < 0 ||
 	    !(theirs.flags & WIRE_HELLO_F_AUTH)) {
-		fprintf(stderr, "fuzz_tcp: %zu bytes received, not a HELLO with the key flag\n", got);
+		fprintf(stderr, "fuzz_tcp: %zu bytes received, not a HELLO with the key flag\n",
+			got);
 		return false;
 	}
 	struct auth_transcript tr = {.client_instance = PEER_INSTANCE,
