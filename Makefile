@@ -14,7 +14,16 @@ TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 DESTDIR ?=
 
 SAN ?= 0
-ifeq ($(SAN),1)
+FUZZ ?= 0
+ifeq ($(FUZZ),1)
+# libFuzzer targets (tests/fuzz): every object built by clang with coverage, ASan and UBSan.
+BUILD ?= build-fuzz
+CC := clang
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+	-fno-sanitize-recover=undefined
+# clang also checks the format of vprintf-style pass-throughs that gcc leaves alone.
+WARN_EXTRA := -Wno-format-nonliteral
+else ifeq ($(SAN),1)
 BUILD ?= build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 else
@@ -39,7 +48,7 @@ CUDA_INC := $(firstword $(wildcard /usr/local/cuda/include))
 CUDA_CFLAGS := $(if $(CUDA_INC),-I$(CUDA_INC) -DRDMAX_HAVE_CUDA_H=1,)
 
 CFLAGS ?= -O2 -g
-WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wmissing-prototypes
+WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wmissing-prototypes $(WARN_EXTRA)
 # Every daemon folder is on the include path: a header is named by its file name alone, and
 # tests/check-layout keeps includes pointing down the layers of docs/architecture.md.
 DAEMON_DIRS := $(sort $(dir $(shell find daemon -name '*.[ch]')))
@@ -287,9 +296,44 @@ demo-verbs: all
 bench: $(BUILD)/rdmaxd $(BUILD)/rdmax-bench $(BENCH_TOOLS)
 	RDMAX_BUILD=$(BUILD) tests/bench/run.sh
 
+# libFuzzer targets (tests/fuzz/README.md), built by clang into build-fuzz/ with ASan and UBSan.
+FUZZ_SECONDS ?= 20
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(filter-out tests/fuzz/fuzz_daemon.c,$(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_daemon.c tests/fuzz/fuzz.h $(DAEMON_LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< tests/fuzz/fuzz_daemon.c \
+		$(DAEMON_LIB_OBJS) $(LDFLAGS_ALL) $(LIBS_DAEMON)
+
+fuzz-build:
+	$(MAKE) FUZZ=1 $(patsubst %,build-fuzz/fuzz/fuzz_%,$(FUZZ_TARGETS))
+
+# Run every target for FUZZ_SECONDS from its committed corpus; any report fails.
+fuzz: fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run build-fuzz $(FUZZ_TARGETS)
+
+# The seed corpora under tests/fuzz/corpus/, written again from tests/fuzz/seeds.c.
+fuzz-seeds: $(BUILD)/fuzz/seeds
+	$(BUILD)/fuzz/seeds tests/fuzz/corpus
+
+$(BUILD)/fuzz/seeds: tests/fuzz/seeds.c $(DAEMON_LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $< $(DAEMON_LIB_OBJS) $(LDFLAGS_ALL) $(LIBS_DAEMON)
+
+# Soak (tests/soak/README.md): three daemons, many clients, c restarted; DURATION seconds.
+DURATION ?= 60
+$(BUILD)/tests/soak: tests/soak/soak.c $(BUILD)/$(LIB_SONAME)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+
+soak: $(BUILD)/rdmaxd $(BUILD)/tests/soak
+	RDMAX_BUILD=$(BUILD) tests/soak/run $(DURATION)
+
 format:
 	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c \
-		tests/unit/*.[ch] tests/integration/*.[ch] tests/bench/*.c tests/abi/*.c docs/examples/*.c
+		tests/unit/*.[ch] tests/integration/*.[ch] tests/fuzz/*.[ch] tests/soak/*.c tests/bench/*.c tests/abi/*.c \
+		docs/examples/*.c
 
 install: all $(BUILD)/librdmax.pc
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
@@ -321,10 +365,10 @@ install: all $(BUILD)/librdmax.pc
 	install -m 0644 systemd/rdmaxd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/rdmaxd.conf
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 .PHONY: all check check-layout check-unit check-abi check-python check-tcp check-discovery check-ops \
 	check-verbs check-gpu device-check device-check-bundle demo demo-verbs examples run-examples \
-	bench format install clean
+	bench format install clean fuzz fuzz-build fuzz-seeds soak
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
