@@ -27,6 +27,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -642,6 +643,63 @@ bool itest_daemon_maps(const struct itest_daemon *d, const char *needle)
 	}
 	fclose(f);
 	return found;
+}
+
+/* One field of the daemon's admin "status" reply, or UINT64_MAX when it cannot be read. */
+static uint64_t status_field(const struct itest_daemon *d, const char *field)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	char reply[65536], key[64];
+	uint64_t value = UINT64_MAX;
+
+	int len = snprintf(NULL, 0, "%s/admin.sock", d->dir);
+	if (len < 0 || (size_t)len >= sizeof(sa.sun_path)) {
+		return value;
+	}
+	memcpy(sa.sun_path, d->dir, strlen(d->dir));
+	memcpy(sa.sun_path + strlen(d->dir), "/admin.sock", sizeof("/admin.sock"));
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		return value;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    send(fd, "status", 6, MSG_NOSIGNAL) == 6) {
+		ssize_t n = recv(fd, reply, sizeof(reply) - 1, 0);
+		if (n > 0) {
+			reply[n] = '\0';
+			snprintf(key, sizeof(key), "\"%s\":", field);
+			const char *p = strstr(reply, key);
+			if (p) {
+				value = strtoull(p + strlen(key), NULL, 10);
+			}
+		}
+	}
+	close(fd);
+	return value;
+}
+
+void itest_wait_status(const struct itest_daemon *d, const char *field, uint64_t want)
+{
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS, got;
+
+	while ((got = status_field(d, field)) != want && itest_now_ms() < deadline) {
+		itest_sleep_ms(10);
+	}
+	ck_assert_msg(got == want,
+		      "daemon %s: status field '%s' is %" PRIu64 ", waited for %" PRIu64, d->name,
+		      field, got, want);
+}
+
+void itest_wait_maps(const struct itest_daemon *d, const char *needle, bool want)
+{
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
+	bool got;
+
+	while ((got = itest_daemon_maps(d, needle)) != want && itest_now_ms() < deadline) {
+		itest_sleep_ms(10);
+	}
+	ck_assert_msg(got == want, "daemon %s %s '%s' after %d ms", d->name,
+		      want ? "does not map" : "still maps", needle, ITEST_WAIT_MS);
 }
 
 uint16_t itest_free_port(const char *addr)

@@ -102,6 +102,13 @@ void itest_daemon_print_log(const struct itest_daemon *d, int lines);
 int itest_daemon_fd_count(const struct itest_daemon *d);
 /* Whether the daemon's address space maps a file whose name contains needle. */
 bool itest_daemon_maps(const struct itest_daemon *d, const char *needle);
+/*
+ * Wait (up to ITEST_WAIT_MS, failing the case after) until the daemon's admin
+ * "status" reports `field` (e.g. "jobs_in_flight", "clients") equal to want.
+ */
+void itest_wait_status(const struct itest_daemon *d, const char *field, uint64_t want);
+/* Wait (up to ITEST_WAIT_MS) until itest_daemon_maps(d, needle) is want. */
+void itest_wait_maps(const struct itest_daemon *d, const char *needle, bool want);
 /* A TCP port on addr that nobody listens on right now. */
 uint16_t itest_free_port(const char *addr);
 

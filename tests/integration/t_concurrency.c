@@ -362,7 +362,8 @@ START_TEST(slow_reader)
 		ck_assert_msg(ret == 0, "rdmax_submit() of jobs %zu.. failed: %s%s", i,
 			      rdmax_err_name(ret), itest_daemon_deaths());
 	}
-	itest_sleep_ms(300);
+	/* Every job done while nobody reads: the completions wait in the socket. */
+	itest_wait_status(a, "jobs_in_flight", 0);
 	size_t got = itest_collect(c, evs, total, 30000, NULL);
 	ck_assert_msg(got == total, "%zu of %zu completions%s", got, total, itest_daemon_deaths());
 	for (size_t e = 0; e < total; e++) {

@@ -139,8 +139,7 @@ START_TEST(client_killed_mid_transfer)
 			     status);
 	}
 	close(p[0]);
-	itest_sleep_ms(50);
-	ck_assert_msg(itest_daemon_maps(a, name), "the daemon does not map the victim's region");
+	itest_wait_maps(a, name, true);
 	ck_assert_int_eq(kill(child, SIGKILL), 0);
 	int status;
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
@@ -207,9 +206,9 @@ START_TEST(client_closes_with_jobs_outstanding)
 				    &desc, i * MiB, MiB);
 	}
 	ck_assert_int_eq(rdmax_submit(ca, jobs, k), 0);
-	itest_sleep_ms(100);
+	itest_wait_status(a, "jobs_in_flight", k);
 	rdmax_client_close(ca);
-	itest_sleep_ms(100);
+	itest_wait_status(a, "clients", 0);
 	itest_daemon_resume(b);
 
 	/* The same daemons and connection keep working for the next client. */
@@ -293,7 +292,7 @@ START_TEST(peer_killed_mid_transfer)
 	}
 	ck_assert_int_eq(rdmax_submit(ca, jobs, k), 0);
 	if (stalled) {
-		itest_sleep_ms(200);
+		itest_wait_status(a, "jobs_in_flight", k);
 	}
 	uint64_t t0 = itest_now_ms();
 	itest_daemon_kill(b);
@@ -370,7 +369,7 @@ START_TEST(sigterm_cancels_outstanding)
 				    &desc, i * MiB, MiB);
 	}
 	ck_assert_int_eq(rdmax_submit(ca, jobs, k), 0);
-	itest_sleep_ms(200);
+	itest_wait_status(a, "jobs_in_flight", k);
 
 	/* Exit status 0 and the socket removed, with jobs stuck on a stopped peer. */
 	itest_daemon_stop(a);

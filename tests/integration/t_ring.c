@@ -173,7 +173,7 @@ START_TEST(ring_full_falls_back)
 		ck_assert_int_eq(rdmax_submit(t.c, jobs, k), 0);
 		s += k;
 	}
-	itest_sleep_ms(500);
+	itest_wait_status(t.a, "jobs_in_flight", 0); /* all done before anyone reads */
 	expect_each_once(t.c, 5000, n, len);
 	expect_slots(&t, n, len);
 	two_stop(&t);
