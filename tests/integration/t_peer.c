@@ -681,8 +681,7 @@ START_TEST(peer_trickle_dereg)
 	header(frame, T_WRITE, 1, ot.instance, ot.region_id, ot.region_key, 0, 4096);
 	send_all(fd, frame, HEADER_BYTES + 8);
 	child = fork_trickle(fd, frame + HEADER_BYTES + 8, 4096 - 8, 100);
-	itest_sleep_ms(300);
-	ck_assert_msg(itest_daemon_maps(v, name), "the daemon does not map the client's region");
+	itest_wait_maps(v, name, true);
 	kill(owner, SIGKILL);
 	waitpid(owner, NULL, 0);
 	t0 = itest_now_ms();
