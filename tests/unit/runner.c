@@ -27,7 +27,8 @@
 	X(planner_jobs)                                                                            \
 	X(ops)                                                                                     \
 	X(gpu)                                                                                     \
-	X(ring)
+	X(ring)                                                                                    \
+	X(ipc)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)
