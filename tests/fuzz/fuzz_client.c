@@ -15,7 +15,7 @@
  * the real descriptor of such a region, so that jobs move bytes. The
  * daemon's answers are read and dropped. After the last datagram the client
  * closes; the daemon must then settle (no session, no job) within a bounded
- * time, and leak nothing.
+ * time, leak no memory (ASan) and keep no fd the input brought.
  */
 #include <dirent.h>
 #include <errno.h>
