@@ -1444,6 +1444,21 @@ static void close_fds(const int *fds, size_t n)
 	}
 }
 
+/* Close every fd a received message's control data passed in. */
+static void close_cmsg_fds(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k; i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				close(fd);
+			}
+		}
+	}
+}
+
 /* Read one datagram; returns 1 when one was handled, 0 on EAGAIN, <0 to close. */
 static int read_one(struct session *s)
 {
@@ -1466,6 +1481,8 @@ static int read_one(struct session *s)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
 	}
 	if (n == 0) {
+		/* An empty datagram may still carry fds: they are ours now, so close them. */
+		close_cmsg_fds(&mh);
 		/*
 		 * recvmsg() says 0 both for the end of the stream and for an empty
 		 * datagram: only a hang-up tells them apart.

@@ -15,8 +15,9 @@
  * the real descriptor of such a region, so that jobs move bytes. The
  * daemon's answers are read and dropped. After the last datagram the client
  * closes; the daemon must then settle (no session, no job) within a bounded
- * time, and leak nothing.
+ * time, leak no memory (ASan) and keep no fd the input brought.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -35,6 +36,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define SETTLE_MS 10000
+/* Open fds may vary by this much between inputs (peer connections coming and going). */
+#define FD_SLACK 32
 
 #define REGS_MAX 4
 
@@ -260,8 +263,25 @@ static void send_hello(int fd)
 	send_datagram(fd, buf, len, 0);
 }
 
+/* Open fds of this process: the daemon's and the harness's. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d))) {
+		n += e->d_name[0] != '.';
+	}
+	if (d) {
+		closedir(d);
+	}
+	return n;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	static int base_fds = -1;
 	struct fuzz_in in = {data, size};
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 
@@ -303,6 +323,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			"fuzz_client: the daemon did not settle within %d ms of the "
 			"client closing\n",
 			SETTLE_MS);
+		abort();
+	}
+	/* Every fd an input brought (sockets, memfds) must be gone with its session. */
+	int fds = count_fds();
+	if (base_fds < 0) {
+		base_fds = fds;
+	} else if (fds > base_fds + FD_SLACK) {
+		fprintf(stderr, "fuzz_client: %d fds open, %d after the first input\n", fds,
+			base_fds);
 		abort();
 	}
 	return 0;

@@ -27,8 +27,9 @@
 	X(planner_jobs)                                                                            \
 	X(ops)                                                                                     \
 	X(gpu)                                                                                     \
-	X(ring)                                                                                     \
-	X(names)
+	X(ring)                                                                                    \
+	X(names)                                                                                   \
+	X(ipc)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)
