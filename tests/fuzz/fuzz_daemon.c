@@ -104,12 +104,13 @@ static void start(struct rdmaxd *d, const char *name, bool keyed)
 	d->instance_id = keyed ? FUZZ_KEYED_INSTANCE : FUZZ_INSTANCE;
 	d->loop = uv_default_loop();
 	d->started_ms = now_ms();
+	counters_init(&d->counters);
 	must(region_table_init(&d->regions, d->instance_id), "region_table_init");
 	must(imm_table_init(&d->imm, d->cfg.max_imm_counters, ipc_imm_fired, NULL),
 	     "imm_table_init");
 	must(engine_create(d, ipc_job_completed, &d->engine), "engine_create");
 	must(transport_tcp_create(d, &d->transports[ENDPOINT_TCP]), "transport_tcp_create");
-	must(gpu_start(d, &d->gpu), "gpu_start");
+	must(gpu_start(d, false, false, &d->gpu), "gpu_start");
 	must(ipc_create(d, &d->ipc), "ipc_create");
 }
 

@@ -37,7 +37,7 @@ enum step {
 
 static void run_steps(struct ring *ring, struct fuzz_in *in)
 {
-	uint8_t *buf = malloc(ring->sqe_bytes);
+	uint8_t *buf = malloc(ring->v.sqe_bytes);
 	uint64_t received = 0, sent = 0;
 	uint32_t taken = 0;
 
@@ -47,21 +47,21 @@ static void run_steps(struct ring *ring, struct fuzz_in *in)
 	for (int steps = 0; in->n && steps < 256; steps++) {
 		switch (fuzz_u8(in) % STEP_MAX) {
 		case STEP_WRITE: {
-			uint32_t off = fuzz_u32(in) % ring->map_len;
+			uint32_t off = fuzz_u32(in) % ring->v.map_len;
 			const uint8_t *bytes;
 			size_t n = fuzz_bytes(in, fuzz_u8(in), &bytes);
-			if (n > ring->map_len - off) {
-				n = ring->map_len - off;
+			if (n > ring->v.map_len - off) {
+				n = ring->v.map_len - off;
 			}
-			memcpy(ring->base + off, bytes, n);
+			memcpy(ring->v.base + off, bytes, n);
 			break;
 		}
 		case STEP_TAIL:
-			atomic_store(&ring->ctl->sq_tail, ring->sq_head + fuzz_u8(in) % 4);
+			atomic_store(&ring->v.ctl->sq_tail, ring->sq_head + fuzz_u8(in) % 4);
 			break;
 		case STEP_TAKE: {
 			received += fuzz_u8(in) % 4;
-			int len = ring_sq_peek(ring, received, buf, ring->sqe_bytes);
+			int len = ring_sq_peek(ring, received, buf, ring->v.sqe_bytes);
 			if (len == -EAGAIN) {
 				break;
 			}
@@ -71,7 +71,7 @@ static void run_steps(struct ring *ring, struct fuzz_in *in)
 				}
 				break;
 			}
-			if ((uint32_t)len > ring->sqe_bytes - RDMAX_RING_SQE_HDR) {
+			if ((uint32_t)len > ring->v.sqe_bytes - RDMAX_RING_SQE_HDR) {
 				abort();
 			}
 			Rdmax__V1__ClientMsg *m =
@@ -101,7 +101,7 @@ static void run_steps(struct ring *ring, struct fuzz_in *in)
 			break;
 		}
 		case STEP_CQ_HEAD:
-			atomic_store(&ring->ctl->cq_head, ring->cq_tail - fuzz_u8(in) % 4);
+			atomic_store(&ring->v.ctl->cq_head, ring->cq_tail - fuzz_u8(in) % 4);
 			break;
 		case STEP_WAKE_REQ:
 			ring_take_wake_request(ring);
@@ -113,7 +113,7 @@ static void run_steps(struct ring *ring, struct fuzz_in *in)
 			ring_wake(ring);
 			break;
 		}
-		if (ring_sq_pending(ring) > ring->sq_entries) {
+		if (ring_sq_pending(ring) > ring->v.sq_entries) {
 			abort();
 		}
 	}
