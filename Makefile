@@ -80,7 +80,9 @@ DAEMON_LIB_OBJS := $(filter-out $(BUILD)/daemon/main.o,$(DAEMON_OBJS))
 CLIENT_SRCS := $(wildcard client-lib/*.c)
 CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS)
 
-TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c))
+# One-file programs are tools/NAME.c; a program of several files is the folder tools/NAME/.
+BENCH_SRCS := $(wildcard tools/rdmax-bench/*.c)
+TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c)) $(BUILD)/rdmax-bench
 BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 DEVICE_CHECK := $(BUILD)/tests/gpu/device-check-helper
@@ -143,6 +145,10 @@ $(BUILD)/librdmax.pc: client-lib/librdmax.pc.in $(PC_STAMP)
 # Programs over the public library only.
 $(BUILD)/%: tools/%.c $(BUILD)/$(LIB_SONAME)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm $(TOOL_LIBS)
+
+# rdmax-bench is several files, over the public library only like the one-file tools.
+$(BUILD)/rdmax-bench: $(BENCH_SRCS) tools/rdmax-bench/bench.h client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $(BENCH_SRCS) -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm
 
 # rdmaxctl reads the admin socket's JSON replies with libjansson.
 $(BUILD)/rdmaxctl: TOOL_LIBS = $(LIBS_JSON)
@@ -331,7 +337,7 @@ soak: $(BUILD)/rdmaxd $(BUILD)/tests/soak
 	RDMAX_BUILD=$(BUILD) tests/soak/run $(DURATION)
 
 format:
-	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c \
+	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c tools/*/*.[ch] \
 		tests/unit/*.[ch] tests/integration/*.[ch] tests/fuzz/*.[ch] tests/soak/*.c tests/bench/*.c tests/abi/*.c \
 		docs/examples/*.c
 

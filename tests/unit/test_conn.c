@@ -4,12 +4,11 @@
  *  - suite "conn": the connection state machine driven by synthetic rdma_cm
  *    events, work completions and timer firings through fake conn_ops, the
  *    private data of connection set-up, and the work-completion error map;
- *  - suite "sq_plan": the send-queue planner (credits, selective signaling,
- *    inline decision, multi-WR xfers, retirement after errors and drains);
  *  - in suite "conn", SEND messages: frames planned as SENDs on one link, the
  *    answer completing them in either order with the send completion, answers
  *    from the wrong link or for unknown ids ignored, and messages waiting for
  *    an answer failed exactly once by a disconnect or the peer watchdog.
+ * The send-queue planner has its own suite in test_sq_plan.c.
  * Every xfer's done callback is counted: each must run exactly once, and
  * never from inside conn_submit().
  */
@@ -22,45 +21,10 @@
 #include "conn.h"
 #include "log.h"
 #include "rdmax.h"
+#include "txfer.h"
 #include "verbs.h"
 
 Suite *conn_suite(void);
-Suite *sq_plan_suite(void);
-
-/* ------------------------------------------------------------- test xfers */
-
-struct txfer {
-	struct xfer x;
-	int calls;
-	int err;
-	int order; /* position among all done calls */
-	char msg[RDMAX_MESSAGE_MAX];
-};
-
-static int g_done_seq;
-
-static void tdone(struct xfer *x, int err, const char *msg)
-{
-	struct txfer *t = container_of(x, struct txfer, x);
-
-	t->calls++;
-	t->order = ++g_done_seq;
-	t->err = err;
-	snprintf(t->msg, sizeof(t->msg), "%s", msg ? msg : "");
-}
-
-static void txfer_init(struct txfer *t, enum xfer_op op, uint64_t length, uint64_t instance)
-{
-	memset(t, 0, sizeof(*t));
-	t->x.op = op;
-	t->x.peer.transport = ENDPOINT_VERBS;
-	snprintf(t->x.peer.addr, sizeof(t->x.peer.addr), "192.0.2.2");
-	t->x.peer.port = 7471;
-	t->x.remote_instance = instance;
-	t->x.length = length;
-	t->x.done = tdone;
-	t->err = 12345;
-}
 
 /* ------------------------------------------------------------- fake ops */
 
@@ -326,8 +290,8 @@ START_TEST(conn_connect_success)
 	struct txfer a, b;
 
 	table_setup(&t, &p, NULL);
-	txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
-	txfer_init(&b, XFER_READ, 100, PEER_INSTANCE);
+	unit_txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&b, XFER_READ, 100, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 	/* Nothing happens inside submit: the attempt starts from the timer. */
@@ -377,7 +341,7 @@ START_TEST(conn_reject_app_reason)
 	uint8_t pd[64];
 
 	table_setup(&t, &p, "key-one-0123456789abcdef");
-	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 	struct conn *conn = the_conn(&t);
 	conn_timer_fired(conn, 0);
@@ -411,8 +375,8 @@ START_TEST(conn_unreachable_retries)
 	p.connect_retries = 2;
 	p.retry_backoff_ms = 100;
 	table_setup(&t, &p, NULL);
-	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
-	txfer_init(&b, XFER_READ, 64, PEER_INSTANCE);
+	unit_txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&b, XFER_READ, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 	struct conn *conn = the_conn(&t);
@@ -460,7 +424,7 @@ START_TEST(conn_disconnect_mid_flight)
 	p.sq_depth = 6; /* 5 credits per link: 10 post, 2 wait */
 	table_setup(&t, &p, NULL);
 	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
-		txfer_init(&x[i], i % 3 ? XFER_WRITE : XFER_READ, 1000 + i, PEER_INSTANCE);
+		unit_txfer_init(&x[i], i % 3 ? XFER_WRITE : XFER_READ, 1000 + i, PEER_INSTANCE);
 		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
 	}
 	struct conn *conn = the_conn(&t);
@@ -500,7 +464,7 @@ START_TEST(conn_disconnect_mid_flight)
 	ck_assert(m0.signaled && m1.signaled);
 	/* A new submit goes to a new connection, not to the draining one. */
 	struct txfer late;
-	txfer_init(&late, XFER_WRITE, 8, PEER_INSTANCE);
+	unit_txfer_init(&late, XFER_WRITE, 8, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &late.x, 4), 0);
 	ck_assert_uint_eq(t.n_conns, 2);
 
@@ -549,7 +513,7 @@ START_TEST(conn_wc_error_fails_cause_and_flushes_rest)
 	p.signal_interval = 16;
 	table_setup(&t, &p, NULL);
 	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
-		txfer_init(&x[i], XFER_WRITE, 512, PEER_INSTANCE);
+		unit_txfer_init(&x[i], XFER_WRITE, 512, PEER_INSTANCE);
 		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
 	}
 	struct conn *conn = the_conn(&t);
@@ -611,11 +575,11 @@ START_TEST(conn_probe_verdicts)
 		uint8_t addr[16], pd[16];
 
 		table_setup(&t, &p, NULL);
-		txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
+		unit_txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
 		a.x.remote_region = 42;
 		a.x.remote_key = 0x1234;
 		a.x.remote_offset = 100;
-		txfer_init(&b, XFER_WRITE, 4096, PEER_INSTANCE);
+		unit_txfer_init(&b, XFER_WRITE, 4096, PEER_INSTANCE);
 		ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 		ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 		struct conn *conn = the_conn(&t);
@@ -664,7 +628,7 @@ START_TEST(conn_idle_eviction)
 
 	p.idle_timeout_s = 10;
 	table_setup(&t, &p, NULL);
-	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 	struct conn *conn = the_conn(&t);
 	connect_all(conn, NULL, PEER_INSTANCE, 1000);
@@ -687,7 +651,7 @@ START_TEST(conn_idle_eviction)
 	ck_assert_int_eq(a.calls, 1);
 
 	/* The next xfer connects again. */
-	txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &b.x, active + 10001), 0);
 	ck_assert_uint_eq(t.n_conns, 1);
 	ck_assert_int_eq(the_conn(&t)->state, CONN_BACKOFF);
@@ -707,7 +671,7 @@ START_TEST(conn_peer_timeout)
 
 	p.peer_timeout_ms = 500;
 	table_setup(&t, &p, NULL);
-	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 	struct conn *conn = the_conn(&t);
 	connect_all(conn, NULL, PEER_INSTANCE, 0);
@@ -734,12 +698,12 @@ START_TEST(conn_stale_descriptor)
 	struct txfer early, late, good;
 
 	table_setup(&t, &p, NULL);
-	txfer_init(&early, XFER_WRITE, 64, PEER_INSTANCE + 1);
+	unit_txfer_init(&early, XFER_WRITE, 64, PEER_INSTANCE + 1);
 	ck_assert_int_eq(conn_submit(&t, &early.x, 0), 0);
 	struct conn *conn = the_conn(&t);
 	connect_all(conn, NULL, PEER_INSTANCE, 1);
-	txfer_init(&late, XFER_READ, 64, PEER_INSTANCE - 1);
-	txfer_init(&good, XFER_READ, 64, PEER_INSTANCE);
+	unit_txfer_init(&late, XFER_READ, 64, PEER_INSTANCE - 1);
+	unit_txfer_init(&good, XFER_READ, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &late.x, 2), 0);
 	ck_assert_int_eq(conn_submit(&t, &good.x, 2), 0);
 	ck_assert_int_eq(late.calls, 0); /* never from inside submit */
@@ -773,7 +737,7 @@ START_TEST(conn_mutual_auth)
 
 	/* Right key on both sides: the accept's proof is checked and accepted. */
 	table_setup(&t, &p, key);
-	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 	connect_all(the_conn(&t), key, PEER_INSTANCE, 1);
 	ck_assert_int_eq(the_conn(&t)->state, CONN_ESTABLISHED);
@@ -784,7 +748,7 @@ START_TEST(conn_mutual_auth)
 
 	/* An accepting daemon that cannot prove the key is refused, without retries. */
 	table_setup(&t, &p, key);
-	txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 	struct conn *conn = the_conn(&t);
 	connect_all(conn, "some-other-key-0123456789", PEER_INSTANCE, 1);
@@ -879,18 +843,18 @@ START_TEST(conn_limit)
 
 	p.max_connections = 2;
 	table_setup(&t, &p, NULL);
-	txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 	/* An incoming group takes the second slot (its links count once). */
 	ck_assert_int_eq(conn_table_group_add(&t, 5, 9), 0);
 	ck_assert_int_eq(conn_table_group_add(&t, 5, 9), 0);
 	ck_assert_uint_eq(t.n_groups, 1);
 	ck_assert_int_eq(conn_table_group_add(&t, 6, 9), RDMAX_E_RESOURCE_EXHAUSTED);
-	txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
 	snprintf(b.x.peer.addr, sizeof(b.x.peer.addr), "192.0.2.9");
 	ck_assert_int_eq(conn_submit(&t, &b.x, 0), RDMAX_E_RESOURCE_EXHAUSTED);
 	/* The same peer reuses its connection. */
-	txfer_init(&c, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&c, XFER_WRITE, 64, PEER_INSTANCE);
 	ck_assert_int_eq(conn_submit(&t, &c.x, 0), 0);
 	ck_assert_uint_eq(t.n_conns, 1);
 	conn_table_group_del(&t, 5, 9);
@@ -916,7 +880,7 @@ START_TEST(conn_post_failure_and_lists)
 	p.batch = 4;
 	table_setup(&t, &p, NULL);
 	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
-		txfer_init(&x[i], XFER_WRITE, 128, PEER_INSTANCE);
+		unit_txfer_init(&x[i], XFER_WRITE, 128, PEER_INSTANCE);
 		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
 	}
 	struct conn *conn = the_conn(&t);
@@ -934,7 +898,7 @@ START_TEST(conn_post_failure_and_lists)
 	}
 	/* A later post fails: the conn goes down, everything fails once. */
 	struct txfer y;
-	txfer_init(&y, XFER_WRITE, 128, PEER_INSTANCE);
+	unit_txfer_init(&y, XFER_WRITE, 128, PEER_INSTANCE);
 	g_fake.fail_post = -ENOMEM;
 	ck_assert_int_eq(conn_submit(&t, &y.x, 3), 0);
 	conn_table_work(&t, 3);
@@ -1055,7 +1019,7 @@ START_TEST(conn_message_frames_and_answer)
 	table_setup(&t, &p, NULL);
 	ck_assert_int_eq(conn_submit_message(&t, &big->m, 0), 0);
 	for (int i = 0; i < 3; i++) {
-		txfer_init(&d[i], XFER_WRITE, 100, PEER_INSTANCE);
+		unit_txfer_init(&d[i], XFER_WRITE, 100, PEER_INSTANCE);
 		ck_assert_int_eq(conn_submit(&t, &d[i].x, 0), 0);
 	}
 	ck_assert_int_eq(conn_submit_message(&t, &small->m, 0), 0);
@@ -1289,231 +1253,6 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_message_frames_and_answer);
 	tcase_add_test(tc, conn_message_fails_once);
 	tcase_add_test(tc, conn_message_stale_and_checks);
-	suite_add_tcase(s, tc);
-	return s;
-}
-
-/* ============================================================== planner */
-
-struct outcome_log {
-	struct xfer *xfer[64];
-	enum sq_outcome outcome[64];
-	size_t n;
-};
-
-static void log_outcome(void *arg, struct xfer *xfer, enum sq_outcome outcome)
-{
-	struct outcome_log *log = arg;
-
-	ck_assert_uint_lt(log->n, 64);
-	log->xfer[log->n] = xfer;
-	log->outcome[log->n] = outcome;
-	log->n++;
-}
-
-static void queue_xfers(struct list_node *q, uint32_t *n, struct txfer *x, size_t count,
-			enum xfer_op op, uint64_t length)
-{
-	for (size_t i = 0; i < count; i++) {
-		txfer_init(&x[i], op, length, 1);
-		list_add_tail(q, &x[i].x.link);
-		(*n)++;
-	}
-}
-
-START_TEST(planner_credits)
-{
-	struct sq_plan plan;
-	struct list_node q;
-	uint32_t queued = 0;
-	struct txfer x[12];
-	struct wr_desc out[16];
-	struct outcome_log log = {0};
-
-	list_init(&q);
-	ck_assert_int_eq(sq_plan_init(&plan, 8, 4, 0, 1 << 20), 0);
-	ck_assert_uint_eq(sq_plan_credits(&plan), 7); /* one slot for the marker */
-	queue_xfers(&q, &queued, x, 12, XFER_WRITE, 100);
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 7);
-	ck_assert_uint_eq(queued, 5);
-	ck_assert_uint_eq(sq_plan_credits(&plan), 0);
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 0);
-	/* Signaled: the 4th (interval) and the last. */
-	ck_assert(out[3].signaled && out[6].signaled);
-	ck_assert(!out[0].signaled && !out[4].signaled);
-	/* Unsignaled WRs give no completion: the 4th completing frees 4 slots at once. */
-	ck_assert_uint_eq(sq_plan_complete(&plan, out[3].seq, true, false, log_outcome, &log), 4);
-	ck_assert_uint_eq(log.n, 4);
-	for (size_t i = 0; i < 4; i++) {
-		ck_assert_ptr_eq(log.xfer[i], &x[i].x);
-		ck_assert_int_eq(log.outcome[i], SQ_OK);
-	}
-	ck_assert_uint_eq(sq_plan_credits(&plan), 4);
-	ck_assert_uint_eq(sq_plan_outstanding(&plan), 3);
-	/* Stale and unknown seqs are ignored. */
-	ck_assert_uint_eq(sq_plan_complete(&plan, out[1].seq, true, false, log_outcome, &log), 0);
-	ck_assert_uint_eq(sq_plan_complete(&plan, 1000, true, false, log_outcome, &log), 0);
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 4);
-	ck_assert_uint_eq(queued, 1);
-	sq_plan_fini(&plan);
-}
-END_TEST
-
-START_TEST(planner_signal_interval)
-{
-	struct sq_plan plan;
-	struct list_node q;
-	uint32_t queued = 0;
-	struct txfer x[12];
-	struct wr_desc out[16];
-
-	list_init(&q);
-	ck_assert_int_eq(sq_plan_init(&plan, 64, 5, 0, 1 << 20), 0);
-	queue_xfers(&q, &queued, x, 12, XFER_READ, 4096);
-	/* Two post lists of 3: each ends signaled, so neither can stall. */
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 3, out), 3);
-	ck_assert(!out[0].signaled && !out[1].signaled && out[2].signaled);
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 3, out), 3);
-	ck_assert(!out[0].signaled && !out[1].signaled && out[2].signaled);
-	/* A longer list: every 5th, then the tail. */
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 6, out), 6);
-	for (size_t i = 0; i < 6; i++) {
-		ck_assert_msg(out[i].signaled == (i == 4 || i == 5), "WR %zu", i);
-		ck_assert_int_eq(out[i].kind, WR_READ);
-		ck_assert(!out[i].inline_data);
-	}
-	sq_plan_fini(&plan);
-}
-END_TEST
-
-START_TEST(planner_inline_and_split)
-{
-	struct sq_plan plan;
-	struct list_node q;
-	uint32_t queued = 0;
-	struct txfer a, b, c, d, e;
-	struct wr_desc out[16];
-
-	list_init(&q);
-	ck_assert_int_eq(sq_plan_init(&plan, 8, 16, 64, 1000), 0);
-	txfer_init(&a, XFER_WRITE, 64, 1);
-	txfer_init(&b, XFER_WRITE, 65, 1);
-	txfer_init(&c, XFER_WRITE, 0, 1);
-	c.x.has_imm = true;
-	c.x.imm = 7;
-	txfer_init(&d, XFER_WRITE, 2500, 1);
-	d.x.has_imm = true;
-	txfer_init(&e, XFER_WRITE, 3000, 1);
-	list_add_tail(&q, &a.x.link);
-	list_add_tail(&q, &b.x.link);
-	list_add_tail(&q, &c.x.link);
-	list_add_tail(&q, &d.x.link);
-	list_add_tail(&q, &e.x.link);
-	queued = 5;
-	/* 1 + 1 + 1 + 3 WRs fit the 7 credits; e needs 3 more and waits whole. */
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 6);
-	ck_assert_uint_eq(queued, 1);
-	ck_assert(out[0].inline_data);  /* 64 bytes: at the threshold */
-	ck_assert(!out[1].inline_data); /* 65: above it */
-	ck_assert(!out[2].inline_data); /* empty imm-only write */
-	ck_assert_int_eq(out[2].kind, WR_WRITE_IMM);
-	ck_assert_uint_eq(out[2].length, 0);
-	/* d is split at max_wr_bytes; only its last WR carries the imm. */
-	ck_assert_int_eq(out[3].kind, WR_WRITE);
-	ck_assert_int_eq(out[4].kind, WR_WRITE);
-	ck_assert_int_eq(out[5].kind, WR_WRITE_IMM);
-	ck_assert_uint_eq(out[3].offset, 0);
-	ck_assert_uint_eq(out[4].offset, 1000);
-	ck_assert_uint_eq(out[5].offset, 2000);
-	ck_assert_uint_eq(out[5].length, 500);
-	ck_assert_uint_eq(sq_plan_wrs_for(&plan, &e.x), 3);
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 0);
-	sq_plan_fini(&plan);
-}
-END_TEST
-
-START_TEST(planner_error_and_drain)
-{
-	struct sq_plan plan;
-	struct list_node q;
-	uint32_t queued = 0;
-	struct txfer x[6];
-	struct wr_desc out[16], marker;
-	struct outcome_log log = {0};
-
-	list_init(&q);
-	ck_assert_int_eq(sq_plan_init(&plan, 16, 16, 0, 1000), 0);
-	queue_xfers(&q, &queued, x, 2, XFER_WRITE, 100);
-	txfer_init(&x[2], XFER_WRITE, 2500, 1); /* 3 WRs */
-	list_add_tail(&q, &x[2].x.link);
-	queued++;
-	queue_xfers(&q, &queued, x + 3, 3, XFER_WRITE, 100);
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 16, out), 8);
-	/* The middle WR of x[2] fails: x0, x1 completed; x2 is the cause; the rest flush. */
-	ck_assert_uint_eq(sq_plan_complete(&plan, out[3].seq, false, false, log_outcome, &log), 4);
-	ck_assert_uint_eq(log.n, 2);
-	ck_assert_int_eq(log.outcome[0], SQ_OK);
-	ck_assert_int_eq(log.outcome[1], SQ_OK);
-	ck_assert_uint_eq(sq_plan_credits(&plan), 0); /* failed: nothing more is posted */
-	/* x3 flushes with a completion; the others flush silently: the marker ends it. */
-	ck_assert_uint_eq(sq_plan_complete(&plan, out[5].seq, false, true, log_outcome, &log), 2);
-	ck_assert_uint_eq(log.n, 4);
-	ck_assert_ptr_eq(log.xfer[2], &x[2].x);
-	ck_assert_int_eq(log.outcome[2], SQ_FAILED_CAUSE);
-	ck_assert_ptr_eq(log.xfer[3], &x[3].x);
-	ck_assert_int_eq(log.outcome[3], SQ_FAILED_FLUSH);
-	sq_plan_marker(&plan, &marker);
-	ck_assert_int_eq(marker.kind, WR_MARKER);
-	ck_assert(marker.signaled);
-	ck_assert_uint_eq(marker.seq, out[7].seq + 1);
-	ck_assert_uint_eq(sq_plan_complete(&plan, marker.seq, false, true, log_outcome, &log), 3);
-	ck_assert_uint_eq(log.n, 6);
-	ck_assert_int_eq(log.outcome[4], SQ_FAILED_FLUSH);
-	ck_assert_int_eq(log.outcome[5], SQ_FAILED_FLUSH);
-	ck_assert_uint_eq(sq_plan_outstanding(&plan), 0);
-	ck_assert_uint_eq(sq_plan_fail_all(&plan, log_outcome, &log), 0);
-	ck_assert_uint_eq(log.n, 6);
-	sq_plan_fini(&plan);
-}
-END_TEST
-
-START_TEST(planner_drain_keeps_confirmed_successes)
-{
-	struct sq_plan plan;
-	struct list_node q;
-	uint32_t queued = 0;
-	struct txfer x[4];
-	struct wr_desc out[8];
-	struct outcome_log log = {0};
-
-	list_init(&q);
-	ck_assert_int_eq(sq_plan_init(&plan, 16, 2, 0, 1000), 0);
-	queue_xfers(&q, &queued, x, 4, XFER_WRITE, 100);
-	ck_assert_uint_eq(sq_plan_build(&plan, &q, &queued, 8, out), 4);
-	/* Draining starts (peer disconnected); a success still arriving confirms x0, x1. */
-	sq_plan_begin_drain(&plan);
-	ck_assert_uint_eq(sq_plan_complete(&plan, out[1].seq, true, false, log_outcome, &log), 2);
-	ck_assert_int_eq(log.outcome[0], SQ_OK);
-	ck_assert_int_eq(log.outcome[1], SQ_OK);
-	/* What no completion confirmed fails. */
-	ck_assert_uint_eq(sq_plan_fail_all(&plan, log_outcome, &log), 2);
-	ck_assert_int_eq(log.outcome[2], SQ_FAILED_FLUSH);
-	ck_assert_int_eq(log.outcome[3], SQ_FAILED_FLUSH);
-	sq_plan_fini(&plan);
-}
-END_TEST
-
-Suite *sq_plan_suite(void)
-{
-	Suite *s = suite_create("sq_plan");
-	TCase *tc = tcase_create("send queue");
-
-	tcase_set_timeout(tc, 10);
-	tcase_add_test(tc, planner_credits);
-	tcase_add_test(tc, planner_signal_interval);
-	tcase_add_test(tc, planner_inline_and_split);
-	tcase_add_test(tc, planner_error_and_drain);
-	tcase_add_test(tc, planner_drain_keeps_confirmed_successes);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -12,8 +12,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fixtures.h"
 #include "engine.h"
+#include "fake_transport.h"
+#include "fixtures.h"
 #include "planner.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
@@ -23,15 +24,6 @@
 Suite *validate_suite(void);
 
 /* ------------------------------------------------------- engine / validate */
-
-#define MAX_XFERS 64
-
-struct fake_transport {
-	struct transport base;
-	struct xfer *xfers[MAX_XFERS];
-	int n;
-	int fail_submit; /* submit returns this when non-zero */
-};
 
 struct done_rec {
 	uint64_t job_id;
@@ -53,33 +45,9 @@ static void on_complete(void *owner, uint64_t job_id, int err, const char *messa
 	g_n_done++;
 }
 
-static int fake_submit(struct transport *transport, struct xfer *xfer)
-{
-	struct fake_transport *ft = (struct fake_transport *)transport;
-	if (ft->fail_submit) {
-		return ft->fail_submit;
-	}
-	ck_assert_int_lt(ft->n, MAX_XFERS);
-	ft->xfers[ft->n++] = xfer;
-	return 0;
-}
-
-static int fake_endpoints(struct transport *transport, const struct region *region,
-			  struct endpoint *ret, uint32_t max)
-{
-	return 0;
-}
-
-static void fake_noop(struct transport *transport)
-{
-}
-
 static const struct transport_ops fake_ops = {
 	.name = "fake",
-	.submit = fake_submit,
-	.endpoints = fake_endpoints,
-	.shutdown = fake_noop,
-	.destroy = fake_noop,
+	FAKE_TRANSPORT_OPS,
 };
 
 struct fixture {
@@ -169,8 +137,7 @@ static void submit_write(uint64_t id, uint64_t local_off, uint64_t len, uint64_t
 
 static void finish(int i, int err)
 {
-	struct xfer *x = F.ft.xfers[i];
-	x->done(x, err, err ? "fake failure" : NULL);
+	fake_transport_finish(&F.ft, i, err);
 }
 
 START_TEST(engine_chunks_and_completes_once)
@@ -642,10 +609,7 @@ static int fake_route(struct transport *transport, const struct endpoint *peer, 
 
 static const struct transport_ops fake_rail_ops = {
 	.name = "fake",
-	.submit = fake_submit,
-	.endpoints = fake_endpoints,
-	.shutdown = fake_noop,
-	.destroy = fake_noop,
+	FAKE_TRANSPORT_OPS,
 	.route = fake_route,
 };
 

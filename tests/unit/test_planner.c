@@ -14,8 +14,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fixtures.h"
 #include "engine.h"
+#include "fake_transport.h"
+#include "fixtures.h"
 #include "mailbox.h"
 #include "peer_group.h"
 #include "planner.h"
@@ -478,61 +479,16 @@ END_TEST
 
 /* ----------------------------------------------------------- fake transport */
 
-#define MAX_XFERS 1100
-
-struct fake_transport {
-	struct transport base;
-	struct xfer *xfers[MAX_XFERS];
-	struct xfer snap[MAX_XFERS]; /* as submitted: window slots are reused */
-	int n;
-};
-
-static int fake_submit(struct transport *transport, struct xfer *xfer)
-{
-	struct fake_transport *ft = (struct fake_transport *)transport;
-	ck_assert_int_lt(ft->n, MAX_XFERS);
-	ck_assert_ptr_null(xfer->mailbox);
-	ft->snap[ft->n] = *xfer;
-	ft->xfers[ft->n++] = xfer;
-	return 0;
-}
-
-static int fake_send_message(struct transport *transport, struct xfer *xfer)
-{
-	struct fake_transport *ft = (struct fake_transport *)transport;
-	ck_assert_int_lt(ft->n, MAX_XFERS);
-	ck_assert_ptr_nonnull(xfer->mailbox);
-	ft->snap[ft->n] = *xfer;
-	ft->xfers[ft->n++] = xfer;
-	return 0;
-}
-
-static int fake_endpoints(struct transport *transport, const struct region *region,
-			  struct endpoint *ret, uint32_t max)
-{
-	return 0;
-}
-
-static void fake_noop(struct transport *transport)
-{
-}
-
 static const struct transport_ops fake_tcp_ops = {
 	.name = "tcp",
-	.submit = fake_submit,
-	.endpoints = fake_endpoints,
-	.shutdown = fake_noop,
-	.destroy = fake_noop,
-	.send_message = fake_send_message,
+	FAKE_TRANSPORT_OPS,
+	.send_message = fake_transport_send_message,
 };
 
 /* Like the verbs transport today: no send_message. */
 static const struct transport_ops fake_verbs_ops = {
 	.name = "verbs",
-	.submit = fake_submit,
-	.endpoints = fake_endpoints,
-	.shutdown = fake_noop,
-	.destroy = fake_noop,
+	FAKE_TRANSPORT_OPS,
 };
 
 struct done_rec {
@@ -660,19 +616,6 @@ static ProtobufCBinaryData desc_of(int i)
 	return (ProtobufCBinaryData){.len = F.desc_len[i], .data = F.desc[i]};
 }
 
-static void finish_x(struct fake_transport *ft, int i, int err)
-{
-	struct xfer *x = ft->xfers[i];
-	x->done(x, err, err ? "fake failure" : NULL);
-}
-
-static void finish_all(struct fake_transport *ft, int from)
-{
-	for (int i = from; i < ft->n; i++) {
-		finish_x(ft, i, 0);
-	}
-}
-
 static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, const uint32_t *di,
 			 size_t n, int desc, int imm)
 {
@@ -736,7 +679,7 @@ START_TEST(paged_read_xfers_are_reads)
 	ck_assert_uint_eq(F.tcp.xfers[1]->local_offset, 7 * PAGE);
 	ck_assert_uint_eq(F.tcp.xfers[1]->remote_offset, 4 * PAGE);
 	ck_assert_int_eq(F.tcp.xfers[1]->has_imm, 0);
-	finish_all(&F.tcp, 0);
+	fake_transport_finish_all(&F.tcp, 0);
 	ck_assert_int_eq(g_n_done, 1);
 	ck_assert_int_eq(g_done[0].err, 0);
 	ck_assert_uint_eq(g_done[0].bytes, 3 * PAGE);
@@ -773,11 +716,11 @@ START_TEST(paged_xfers_and_imm_on_last)
 		ck_assert_uint_eq(F.tcp.xfers[i]->remote_region, 5);
 		ck_assert_int_eq(F.tcp.xfers[i]->has_imm, i == 3);
 	}
-	finish_x(&F.tcp, 3, 0);
-	finish_x(&F.tcp, 0, 0);
-	finish_x(&F.tcp, 1, 0);
+	fake_transport_finish(&F.tcp, 3, 0);
+	fake_transport_finish(&F.tcp, 0, 0);
+	fake_transport_finish(&F.tcp, 1, 0);
 	ck_assert_int_eq(g_n_done, 0);
-	finish_x(&F.tcp, 2, 0);
+	fake_transport_finish(&F.tcp, 2, 0);
 	ck_assert_int_eq(g_n_done, 1);
 	ck_assert_int_eq(g_done[0].err, 0);
 	ck_assert_uint_eq(g_done[0].bytes, 6 * PAGE);
@@ -804,7 +747,7 @@ START_TEST(paged_window_and_many_pages)
 	int done_upto = 0;
 	while (done_upto < F.tcp.n) {
 		ck_assert_int_le(F.tcp.n - done_upto, 64);
-		finish_x(&F.tcp, done_upto++, 0);
+		fake_transport_finish(&F.tcp, done_upto++, 0);
 	}
 	ck_assert_int_eq(F.tcp.n, N);
 	for (int i = 0; i < N; i++) {
@@ -839,7 +782,7 @@ START_TEST(paged_errors_name_the_page)
 	submit_paged(5, PAGE, si, di, 1, 0, -1); /* one page each: fine */
 	ck_assert_int_eq(g_n_done, 4);
 	ck_assert_int_eq(F.tcp.n, 1);
-	finish_x(&F.tcp, 0, 0);
+	fake_transport_finish(&F.tcp, 0, 0);
 	ck_assert_int_eq(g_done[4].err, 0);
 	ck_assert_uint_eq(F.local->refs, 1);
 	ck_assert_uint_eq(F.owner.outstanding, 0);
@@ -853,7 +796,7 @@ START_TEST(paged_zero_pages_and_unordered_hold)
 	ck_assert_int_eq(F.tcp.n, 1);
 	ck_assert_uint_eq(F.tcp.xfers[0]->length, 0);
 	ck_assert(F.tcp.xfers[0]->has_imm);
-	finish_x(&F.tcp, 0, 0);
+	fake_transport_finish(&F.tcp, 0, 0);
 	submit_paged(2, PAGE, NULL, NULL, 0, 0, -1);
 	ck_assert_int_eq(F.tcp.n, 1);
 	ck_assert_int_eq(g_n_done, 2);
@@ -865,14 +808,14 @@ START_TEST(paged_zero_pages_and_unordered_hold)
 	submit_paged(3, PAGE, si, si, 3, 0, 11);
 	ck_assert_int_eq(F.tcp.n, 3);
 	ck_assert(!F.tcp.xfers[1]->has_imm && !F.tcp.xfers[2]->has_imm);
-	finish_x(&F.tcp, 2, 0);
+	fake_transport_finish(&F.tcp, 2, 0);
 	ck_assert_int_eq(F.tcp.n, 3);
-	finish_x(&F.tcp, 1, 0);
+	fake_transport_finish(&F.tcp, 1, 0);
 	ck_assert_int_eq(F.tcp.n, 4);
 	ck_assert(F.tcp.xfers[3]->has_imm);
 	ck_assert_uint_eq(F.tcp.xfers[3]->local_offset, 4 * PAGE);
 	ck_assert_int_eq(g_n_done, 2);
-	finish_x(&F.tcp, 3, 0);
+	fake_transport_finish(&F.tcp, 3, 0);
 	ck_assert_int_eq(g_n_done, 3);
 	ck_assert_int_eq(g_done[2].err, 0);
 }
@@ -960,7 +903,7 @@ START_TEST(scatter_imm_once_per_node)
 	ck_assert_uint_eq(F.tcp.xfers[4]->remote_region, 6);
 	ck_assert(F.tcp.xfers[3]->has_imm && F.tcp.xfers[3]->remote_instance == 3);
 	ck_assert_uint_eq(F.tcp.xfers[3]->remote_offset, 100);
-	finish_all(&F.tcp, 0);
+	fake_transport_finish_all(&F.tcp, 0);
 	ck_assert_int_eq(g_n_done, 1);
 	ck_assert_int_eq(g_done[0].err, 0);
 	ck_assert_uint_eq(g_done[0].bytes, 3 * PAGE + 10 + PAGE + 1000);
@@ -1078,7 +1021,7 @@ START_TEST(scatter_by_peer_index_outlives_destroy)
 	ck_assert(F.tcp.xfers[0]->has_imm && F.tcp.xfers[1]->has_imm);
 	/* The job holds the group: destroying the handle does not free it under the job. */
 	ck_assert_int_eq(peer_group_destroy(&F.owner.groups, h), 0);
-	finish_all(&F.tcp, 0);
+	fake_transport_finish_all(&F.tcp, 0);
 	ck_assert_int_eq(g_done[0].err, 0);
 	d[0].peer_index = 2;
 	submit_scatter(2, ptrs, 2, make_group(members, 2), -1);
@@ -1122,9 +1065,9 @@ START_TEST(barrier_once_per_node)
 		ck_assert_uint_eq(F.tcp.xfers[i]->imm, 0xBA);
 	}
 	ck_assert_uint_ne(F.tcp.xfers[0]->remote_instance, F.tcp.xfers[1]->remote_instance);
-	finish_x(&F.tcp, 0, 0);
+	fake_transport_finish(&F.tcp, 0, 0);
 	ck_assert_int_eq(g_n_done, 0);
-	finish_x(&F.tcp, 1, 0);
+	fake_transport_finish(&F.tcp, 1, 0);
 	ck_assert_int_eq(g_n_done, 1);
 	ck_assert_int_eq(g_done[0].err, 0);
 
@@ -1132,8 +1075,8 @@ START_TEST(barrier_once_per_node)
 	const int two[] = {2, 1};
 	submit_barrier(2, 0, two, 2, 0xBB);
 	ck_assert_int_eq(F.tcp.n, 4);
-	finish_x(&F.tcp, 2, RDMAX_E_REMOTE_ACCESS);
-	finish_x(&F.tcp, 3, 0);
+	fake_transport_finish(&F.tcp, 2, RDMAX_E_REMOTE_ACCESS);
+	fake_transport_finish(&F.tcp, 3, 0);
 	ck_assert_int_eq(g_n_done, 2);
 	ck_assert_int_eq(g_done[1].err, RDMAX_E_REMOTE_ACCESS);
 
@@ -1204,7 +1147,7 @@ START_TEST(send_remote_local_and_unimplemented)
 	const uint32_t one[] = {0};
 	submit_paged(6, 64, one, one, 1, 0, -1);
 	ck_assert_int_eq(F.verbs.n, 1);
-	finish_x(&F.verbs, 0, 0);
+	fake_transport_finish(&F.verbs, 0, 0);
 	ck_assert_int_eq(g_done[5].err, 0);
 	ck_assert_int_eq(F.tcp.n, 1);
 }
@@ -1227,7 +1170,7 @@ START_TEST(send_is_never_chunked)
 	engine_submit(F.engine, &F.owner, &job);
 	ck_assert_int_eq(F.tcp.n, 1);
 	ck_assert_uint_eq(F.tcp.snap[0].length, MAILBOX_PAYLOAD_MAX);
-	finish_x(&F.tcp, 0, 0);
+	fake_transport_finish(&F.tcp, 0, 0);
 	ck_assert_int_eq(g_done[0].err, 0);
 	ck_assert_uint_eq(g_done[0].bytes, MAILBOX_PAYLOAD_MAX);
 	/* One byte more is refused. */
@@ -1252,14 +1195,14 @@ START_TEST(cancel_paged_in_flight)
 	ck_assert_uint_eq(total, N * PAGE);
 	/* Pages of a whole chunk each: the byte budget (8 chunks) bounds the window. */
 	ck_assert_int_eq(F.tcp.n, 8);
-	finish_x(&F.tcp, 0, 0);
+	fake_transport_finish(&F.tcp, 0, 0);
 	ck_assert_int_eq(engine_job_progress(F.engine, &F.owner, 9, &done, &total), 0);
 	ck_assert_uint_eq(done, PAGE);
 	ck_assert_int_eq(engine_cancel(F.engine, &F.owner, 9), 0);
 	ck_assert_int_eq(g_done[0].err, RDMAX_E_CANCELLED);
 	ck_assert_uint_eq(F.owner.runs, 0);
 	/* Returning xfers issue nothing more. */
-	finish_all(&F.tcp, 1);
+	fake_transport_finish_all(&F.tcp, 1);
 	ck_assert_int_eq(F.tcp.n, 9);
 	ck_assert_int_eq(g_n_done, 1);
 	ck_assert_uint_eq(F.local->refs, 1);

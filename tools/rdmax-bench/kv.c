@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdmax-bench kv: the KV-cache serving pattern, prefill clients pushing paged
+ * writes with per-request imm into one decode client that checks every byte.
+ * Shares only the helpers of bench.h with the other modes; never uses their
+ * options or rows.
+ */
+#include "bench.h"
+
+/*
+ * ---- kv: the serving pattern ----
+ *
+ * Several prefill clients (processes, on the --socket daemon) push requests
+ * into one decode client (on the --decode-socket daemon). A request is
+ * `layers` PAGED_WRITE jobs of `blocks` blocks of block_len bytes, every
+ * job carrying the request's imm; the decode client claims each imm for
+ * `layers` landings, then checks every byte of the request's blocks (the
+ * block's pattern and the request's sequence number at both ends), clears
+ * them and hands the slot back to its prefill client over a pipe. The
+ * decode side's block table is a permutation into a pool of twice as many
+ * blocks, so no two blocks of a job are contiguous there. Each prefill
+ * client keeps `window` requests in flight.
+ */
+#define KV_IMM(client, slot) (0x4b560000u | (uint32_t)(client) << 8 | (uint32_t)(slot))
+#define KV_CLIENTS_MAX       64
+#define KV_WINDOW_MAX        64
+
+struct kv_opts {
+	const char *socket_path;
+	const char *decode_socket;
+	const char *label;
+	const char *json_path;
+	uint32_t clients;
+	uint32_t layers;
+	uint32_t blocks;
+	uint32_t window;
+	uint64_t block_len;
+	double duration_s;
+	int daemon_pid;
+	int peer_pid;
+	bool verify; /* the decode client checks and clears every block */
+};
+
+/* What a prefill client tells the parent at the end. */
+struct kv_result {
+	uint64_t requests;
+	uint64_t seconds_ns;
+	uint64_t lat_ns_p50;
+	uint64_t lat_ns_p99;
+	int status;
+};
+
+static uint64_t kv_request_bytes(const struct kv_opts *k)
+{
+	return (uint64_t)k->layers * k->blocks * k->block_len;
+}
+
+static uint32_t kv_gcd(uint32_t a, uint32_t b)
+{
+	while (b) {
+		uint32_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* Pool block of the decode side for block i of (client, slot, layer): a permutation. */
+static uint32_t kv_dst_block(const struct kv_opts *k, uint32_t client, uint32_t slot,
+			     uint32_t layer, uint32_t i)
+{
+	uint32_t pool = 2 * k->blocks; /* blocks of one (client, slot, layer) */
+	uint32_t step = k->blocks + 1;
+
+	while (kv_gcd(step, pool) != 1) {
+		step++; /* coprime with the pool: i -> i * step % pool never repeats */
+	}
+	uint64_t area = (((uint64_t)client * k->window + slot) * k->layers + layer) * pool;
+	return (uint32_t)(area + (uint64_t)i * step % pool);
+}
+
+/* Block content: the pattern of (client, layer, block), the sequence number at both ends. */
+static void kv_fill_block(uint8_t *p, const struct kv_opts *k, uint32_t client, uint32_t layer,
+			  uint32_t i, uint64_t seq)
+{
+	bench_fill_pattern(p, k->block_len, ((uint64_t)client << 40) ^ ((uint64_t)layer << 20) ^ i);
+	memcpy(p, &seq, sizeof(seq));
+	memcpy(p + k->block_len - sizeof(seq), &seq, sizeof(seq));
+}
+
+static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int result_fd)
+{
+	uint64_t pool_blocks = (uint64_t)k->clients * k->window * k->layers * 2 * k->blocks;
+	uint64_t verified = 0;
+	uint64_t next_seq[KV_CLIENTS_MAX][KV_WINDOW_MAX];
+	struct rdmax_event ev[EVENTS_MAX];
+	struct rdmax_client *c;
+	struct rdmax_region *pool;
+	struct rdmax_desc desc;
+	/* Every block's pattern, computed once: checking must not cost more than moving. */
+	uint64_t n_patterns = (uint64_t)k->clients * k->layers * k->blocks;
+	uint8_t *expect = malloc(n_patterns * k->block_len);
+	int ret;
+
+	if (!expect) {
+		return bench_fail("kv decode: malloc", -ENOMEM);
+	}
+	for (uint32_t cl = 0; cl < k->clients; cl++) {
+		for (uint32_t l = 0; l < k->layers; l++) {
+			for (uint32_t i = 0; i < k->blocks; i++) {
+				uint64_t at = ((uint64_t)cl * k->layers + l) * k->blocks + i;
+				kv_fill_block(expect + at * k->block_len, k, cl, l, i, 0);
+			}
+		}
+	}
+	ret = rdmax_client_open(k->decode_socket, "rdmax-bench-kv-decode", &c);
+	if (ret < 0) {
+		return bench_fail("kv decode: rdmax_client_open", ret);
+	}
+	ret = rdmax_region_alloc_host(c, pool_blocks * k->block_len, RDMAX_ACCESS_REMOTE_WRITE,
+				      &pool);
+	if (ret < 0) {
+		return bench_fail("kv decode: rdmax_region_alloc_host", ret);
+	}
+	for (uint32_t cl = 0; cl < k->clients; cl++) {
+		for (uint32_t w = 0; w < k->window; w++) {
+			next_seq[cl][w] = w;
+			ret = rdmax_expect_imm(c, KV_IMM(cl, w), k->layers);
+			if (ret < 0) {
+				return bench_fail("kv decode: rdmax_expect_imm", ret);
+			}
+		}
+	}
+	rdmax_region_desc(pool, &desc);
+	if (write(desc_fd, &desc, sizeof(desc)) != (ssize_t)sizeof(desc)) {
+		return bench_fail("kv decode: handing over the descriptor", -errno);
+	}
+	close(desc_fd);
+	uint8_t *base = rdmax_region_addr(pool);
+	while (!bench_stop) {
+		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 100);
+		if (n == -EINTR) {
+			continue;
+		}
+		if (n < 0) {
+			return bench_fail("kv decode: rdmax_poll_events", n);
+		}
+		for (int e = 0; e < n; e++) {
+			if (ev[e].type != RDMAX_EVENT_IMM_REACHED) {
+				continue;
+			}
+			uint32_t cl = (ev[e].imm >> 8) & 0xff, w = ev[e].imm & 0xff;
+			uint64_t seq = next_seq[cl][w];
+			/* Every layer landed: every byte of every block must be this request's. */
+			for (uint32_t l = 0; k->verify && l < k->layers; l++) {
+				for (uint32_t i = 0; i < k->blocks; i++) {
+					uint8_t *got =
+						base + (uint64_t)kv_dst_block(k, cl, w, l, i) *
+							       k->block_len;
+					const uint8_t *want =
+						expect +
+						((((uint64_t)cl * k->layers + l) * k->blocks) + i) *
+							k->block_len;
+					uint64_t head, tail;
+					memcpy(&head, got, sizeof(head));
+					memcpy(&tail, got + k->block_len - sizeof(tail),
+					       sizeof(tail));
+					if (head != seq || tail != seq ||
+					    memcmp(got + sizeof(head), want + sizeof(head),
+						   k->block_len - 2 * sizeof(head)) != 0) {
+						fprintf(stderr,
+							"rdmax-bench kv: client %u request %" PRIu64
+							" layer %u block %u: bytes differ\n",
+							cl, seq, l, i);
+						return 1;
+					}
+					/* Cleared, so a block that did not land again never passes.
+					 */
+					memset(got, 0, k->block_len);
+				}
+			}
+			verified++;
+			next_seq[cl][w] = seq + k->window;
+			ret = rdmax_expect_imm(c, ev[e].imm, k->layers);
+			if (ret < 0) {
+				return bench_fail("kv decode: rdmax_expect_imm", ret);
+			}
+			if (write(token_fds[cl], &w, sizeof(w)) != (ssize_t)sizeof(w)) {
+				return bench_fail("kv decode: handing back a slot", -errno);
+			}
+		}
+	}
+	if (write(result_fd, &verified, sizeof(verified)) != (ssize_t)sizeof(verified)) {
+		return 1;
+	}
+	free(expect);
+	rdmax_client_close(c);
+	return 0;
+}
+
+static int kv_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdmax_desc *peer,
+		      int token_fd, int result_fd)
+{
+	uint64_t slot_bytes = (uint64_t)k->layers * k->blocks * k->block_len;
+	struct kv_result res = {0};
+	struct rdmax_event ev[EVENTS_MAX];
+	struct rdmax_job *jobs = calloc(k->layers, sizeof(*jobs));
+	uint32_t *src_idx = calloc((size_t)k->window * k->layers * k->blocks, sizeof(uint32_t));
+	uint32_t *dst_idx = calloc((size_t)k->window * k->layers * k->blocks, sizeof(uint32_t));
+	uint64_t *t_sent = calloc(k->window, sizeof(uint64_t));
+	uint64_t lat_cap = 1 << 16, n_lat = 0;
+	uint64_t *lat = malloc(lat_cap * sizeof(*lat));
+	uint32_t free_slots[KV_WINDOW_MAX], n_free = k->window, outstanding = 0;
+	struct rdmax_client *c;
+	struct rdmax_region *src;
+	uint64_t seq_of[KV_WINDOW_MAX], job_id = 1, last_token;
+	int ret;
+
+	if (!jobs || !src_idx || !dst_idx || !t_sent || !lat) {
+		return bench_fail("kv prefill: calloc", -ENOMEM);
+	}
+	ret = rdmax_client_open(k->socket_path, "rdmax-bench-kv-prefill", &c);
+	if (ret < 0) {
+		return bench_fail("kv prefill: rdmax_client_open", ret);
+	}
+	ret = rdmax_region_alloc_host(c, k->window * slot_bytes, RDMAX_ACCESS_LOCAL, &src);
+	if (ret < 0) {
+		return bench_fail("kv prefill: rdmax_region_alloc_host", ret);
+	}
+	uint8_t *base = rdmax_region_addr(src);
+	for (uint32_t w = 0; w < k->window; w++) {
+		free_slots[w] = k->window - 1 - w;
+		seq_of[w] = w;
+		for (uint32_t l = 0; l < k->layers; l++) {
+			for (uint32_t i = 0; i < k->blocks; i++) {
+				size_t at = ((size_t)w * k->layers + l) * k->blocks + i;
+				src_idx[at] = (uint32_t)at;
+				dst_idx[at] = kv_dst_block(k, client, w, l, i);
+				kv_fill_block(base + at * k->block_len, k, client, l, i, 0);
+			}
+		}
+	}
+	uint64_t t0 = bench_now_ns(), until = t0 + (uint64_t)(k->duration_s * 1e9);
+	last_token = t0;
+	while (!bench_stop && (outstanding > 0 || bench_now_ns() < until)) {
+		while (n_free > 0 && bench_now_ns() < until) {
+			uint32_t w = free_slots[--n_free];
+			/* Slot w carries requests w, w + window, ...: the decode side expects that.
+			 */
+			uint64_t seq = seq_of[w];
+			seq_of[w] += k->window;
+			for (uint32_t l = 0; l < k->layers; l++) {
+				for (uint32_t i = 0; i < k->blocks; i++) {
+					uint8_t *p =
+						base + (((uint64_t)w * k->layers + l) * k->blocks +
+							i) * k->block_len;
+					memcpy(p, &seq, sizeof(seq));
+					memcpy(p + k->block_len - sizeof(seq), &seq, sizeof(seq));
+				}
+				size_t at = ((size_t)w * k->layers + l) * k->blocks;
+				jobs[l] = (struct rdmax_job){
+					.id = job_id++,
+					.op = RDMAX_OP_PAGED_WRITE,
+					.flags = RDMAX_JOB_IMM,
+					.imm = KV_IMM(client, w),
+					.local = src,
+					.remote = peer,
+					.u.paged = {.page_len = k->block_len,
+						    .local_pages = {.indices = src_idx + at,
+								    .count = k->blocks},
+						    .remote_pages = {.indices = dst_idx + at,
+								     .count = k->blocks}},
+				};
+			}
+			t_sent[w] = bench_now_ns();
+			ret = rdmax_submit(c, jobs, k->layers);
+			if (ret < 0) {
+				return bench_fail("kv prefill: rdmax_submit", ret);
+			}
+			outstanding++;
+		}
+		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 0);
+		if (n < 0) {
+			return bench_fail("kv prefill: rdmax_poll_events", n);
+		}
+		for (int e = 0; e < n; e++) {
+			if (ev[e].type == RDMAX_EVENT_COMPLETION && ev[e].status != 0) {
+				fprintf(stderr, "rdmax-bench kv: paged write failed: %s: %s\n",
+					rdmax_strerror(ev[e].status), ev[e].reason);
+				return 1;
+			}
+		}
+		uint32_t w;
+		int tokens = 0;
+		if (outstanding > 0 && bench_now_ns() - last_token > (uint64_t)WAIT_MS * 1000000) {
+			return bench_fail("kv prefill: no request verified for 30 s",
+					  RDMAX_E_TIMEOUT);
+		}
+		while (read(token_fd, &w, sizeof(w)) == (ssize_t)sizeof(w)) {
+			last_token = bench_now_ns();
+			if (w >= k->window || outstanding == 0) {
+				return bench_fail("kv prefill: slot token", -EPROTO);
+			}
+			if (n_lat == lat_cap) {
+				lat_cap *= 2;
+				uint64_t *nl = realloc(lat, lat_cap * sizeof(*lat));
+				if (!nl) {
+					return bench_fail("kv prefill: realloc", -ENOMEM);
+				}
+				lat = nl;
+			}
+			lat[n_lat++] = bench_now_ns() - t_sent[w];
+			free_slots[n_free++] = w;
+			outstanding--;
+			res.requests++;
+			tokens++;
+		}
+		if (n == 0 && tokens == 0 && outstanding > 0) {
+			/* Nothing to do: sleep until a completion or a slot comes back. */
+			struct pollfd pfd[2] = {{.fd = token_fd, .events = POLLIN},
+						{.fd = rdmax_client_fd(c), .events = POLLIN}};
+			poll(pfd, 2, 100);
+		}
+	}
+	res.seconds_ns = bench_now_ns() - t0;
+	if (n_lat > 0) {
+		qsort(lat, n_lat, sizeof(*lat), kv_cmp_u64);
+		res.lat_ns_p50 = lat[(n_lat - 1) / 2];
+		res.lat_ns_p99 = lat[(uint64_t)((double)(n_lat - 1) * 0.99)];
+	}
+	if (write(result_fd, &res, sizeof(res)) != (ssize_t)sizeof(res)) {
+		return 1;
+	}
+	rdmax_client_close(c);
+	return 0;
+}
+
+static int kv_usage(FILE *out, int ret)
+{
+	fprintf(out,
+		"Usage: rdmax-bench kv --socket PREFILL.sock --decode-socket DECODE.sock\n"
+		"                      [--clients N] [--layers N] [--blocks N] [--block-len "
+		"BYTES]\n"
+		"                      [--window N] [-D SECS] [--label TEXT] [--json=FILE]\n"
+		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--no-verify]\n"
+		"N prefill clients (processes) on the first daemon push requests of LAYERS\n"
+		"paged writes of BLOCKS blocks each, with one imm per request, into one decode\n"
+		"client on the second daemon, which checks every byte. Defaults: 2 clients, 8\n"
+		"layers, 16 blocks of 16 KiB, 4 requests in flight per client, 2 s.\n"
+		"--no-verify: the decode client hands slots back without checking (transport\n"
+		"only; the checks cost the decode client two passes over every byte).\n");
+	return ret;
+}
+
+int bench_kv_main(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"socket", required_argument, NULL, 'S'},
+		{"decode-socket", required_argument, NULL, 'T'},
+		{"clients", required_argument, NULL, 'c'},
+		{"layers", required_argument, NULL, 'L'},
+		{"blocks", required_argument, NULL, 'B'},
+		{"block-len", required_argument, NULL, 'l'},
+		{"window", required_argument, NULL, 'w'},
+		{"duration", required_argument, NULL, 'D'},
+		{"label", required_argument, NULL, 'a'},
+		{"json", optional_argument, NULL, 'j'},
+		{"daemon-pid", required_argument, NULL, 'p'},
+		{"peer-daemon-pid", required_argument, NULL, 'P'},
+		{"no-verify", no_argument, NULL, 'V'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct kv_opts k = {.clients = 2,
+			    .layers = 8,
+			    .blocks = 16,
+			    .window = 4,
+			    .block_len = 16 << 10,
+			    .duration_s = 2,
+			    .verify = true};
+	uint64_t v;
+	int opt;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "D:h", options, NULL)) != -1) {
+		switch (opt) {
+		case 'S':
+			k.socket_path = optarg;
+			break;
+		case 'T':
+			k.decode_socket = optarg;
+			break;
+		case 'c':
+		case 'L':
+		case 'B':
+		case 'w':
+			if (bench_parse_u64(optarg, &v) < 0 || v == 0 || v > 1u << 20 ||
+			    ((opt == 'c') && v > KV_CLIENTS_MAX) ||
+			    ((opt == 'w') && v > KV_WINDOW_MAX)) {
+				fprintf(stderr, "rdmax-bench kv: bad value '%s'\n", optarg);
+				return 2;
+			}
+			*(opt == 'c'   ? &k.clients
+			  : opt == 'L' ? &k.layers
+			  : opt == 'B' ? &k.blocks
+				       : &k.window) = (uint32_t)v;
+			break;
+		case 'l':
+			if (bench_parse_size(optarg, &k.block_len) < 0 || k.block_len < 16) {
+				fprintf(stderr, "rdmax-bench kv: bad --block-len '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'D':
+			k.duration_s = strtod(optarg, NULL);
+			break;
+		case 'a':
+			k.label = optarg;
+			break;
+		case 'j':
+			k.json_path = optarg ? optarg : "-";
+			break;
+		case 'p':
+			k.daemon_pid = atoi(optarg);
+			break;
+		case 'P':
+			k.peer_pid = atoi(optarg);
+			break;
+		case 'V':
+			k.verify = false;
+			break;
+		case 'h':
+			return kv_usage(stdout, 0);
+		default:
+			return kv_usage(stderr, 2);
+		}
+	}
+	if (!k.socket_path || !k.decode_socket || k.duration_s <= 0) {
+		return kv_usage(stderr, 2);
+	}
+
+	int desc_pipe[2], result_pipe[2], tokens[KV_CLIENTS_MAX][2];
+	if (pipe(desc_pipe) < 0 || pipe(result_pipe) < 0) {
+		return bench_fail("kv: pipe", -errno);
+	}
+	for (uint32_t i = 0; i < k.clients; i++) {
+		if (pipe2(tokens[i], O_NONBLOCK) < 0) {
+			return bench_fail("kv: pipe", -errno);
+		}
+	}
+	double cpu0 = bench_proc_cpu_s(k.daemon_pid), peer0 = bench_proc_cpu_s(k.peer_pid);
+	pid_t decode = fork();
+	if (decode < 0) {
+		return bench_fail("kv: fork", -errno);
+	}
+	if (decode == 0) {
+		int w[KV_CLIENTS_MAX];
+		close(desc_pipe[0]);
+		for (uint32_t i = 0; i < k.clients; i++) {
+			w[i] = tokens[i][1];
+			close(tokens[i][0]);
+		}
+		_exit(kv_decode(&k, desc_pipe[1], w, result_pipe[1]));
+	}
+	close(desc_pipe[1]);
+	struct rdmax_desc peer;
+	if (read(desc_pipe[0], &peer, sizeof(peer)) != (ssize_t)sizeof(peer)) {
+		kill(decode, SIGKILL);
+		waitpid(decode, NULL, 0);
+		fprintf(stderr, "rdmax-bench kv: the decode client did not start\n");
+		return 1;
+	}
+	pid_t prefill[KV_CLIENTS_MAX];
+	for (uint32_t i = 0; i < k.clients; i++) {
+		prefill[i] = fork();
+		if (prefill[i] < 0) {
+			return bench_fail("kv: fork", -errno);
+		}
+		if (prefill[i] == 0) {
+			_exit(kv_prefill(&k, i, &peer, tokens[i][0], result_pipe[1]));
+		}
+	}
+	int failed = 0, status;
+	struct kv_result sum = {0};
+	uint64_t p50 = 0, p99 = 0;
+	for (uint32_t i = 0; i < k.clients; i++) {
+		if (waitpid(prefill[i], &status, 0) < 0 || !WIFEXITED(status) ||
+		    WEXITSTATUS(status) != 0) {
+			failed = 1;
+			continue;
+		}
+		struct kv_result r;
+		if (read(result_pipe[0], &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+			failed = 1;
+			continue;
+		}
+		sum.requests += r.requests;
+		sum.seconds_ns = MAX_U64(sum.seconds_ns, r.seconds_ns);
+		p50 = MAX_U64(p50, r.lat_ns_p50);
+		p99 = MAX_U64(p99, r.lat_ns_p99);
+	}
+	double cpu = bench_proc_cpu_s(k.daemon_pid) - cpu0,
+	       peer_cpu = bench_proc_cpu_s(k.peer_pid) - peer0;
+	kill(decode, SIGTERM);
+	uint64_t verified = 0;
+	if (waitpid(decode, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+	    read(result_pipe[0], &verified, sizeof(verified)) != (ssize_t)sizeof(verified)) {
+		failed = 1;
+	}
+	if (!failed && verified != sum.requests) {
+		fprintf(stderr,
+			"rdmax-bench kv: %" PRIu64 " requests completed but %" PRIu64
+			" were verified\n",
+			sum.requests, verified);
+		failed = 1;
+	}
+	uint64_t req = kv_request_bytes(&k);
+	double secs = (double)sum.seconds_ns / 1e9;
+	double gb = (double)(req * sum.requests) / 1e9;
+	double gbps = secs > 0 ? gb * 8 / secs : 0;
+	FILE *f = stdout;
+	if (k.json_path && strcmp(k.json_path, "-") != 0 && !(f = fopen(k.json_path, "w"))) {
+		return bench_fail("kv: --json file", -errno);
+	}
+	if (k.json_path) {
+		fprintf(f, "{\"tool\": \"rdmax-bench\", \"mode\": \"kv\", \"label\": ");
+		bench_json_string(f, k.label);
+		fprintf(f,
+			", \"op\": \"paged\", \"status\": \"%s\", \"params\": {\"clients\": %u, "
+			"\"layers\": %u, \"blocks\": %u, \"block_len\": %" PRIu64
+			", \"window\": %u, \"duration_s\": %g}, \"results\": [\n",
+			failed ? "failed" : "ok", k.clients, k.layers, k.blocks, k.block_len,
+			k.window, k.duration_s);
+		fprintf(f,
+			"  {\"bytes\": %" PRIu64 ", \"jobs\": %" PRIu64
+			", \"seconds\": %.6f, \"GBps\": %.6f, \"Gbps\": %.6f, \"jobs_per_s\": "
+			"%.1f, "
+			"\"lat_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": 0, \"max\": 0, "
+			"\"mean\": 0}, \"daemon_cpu_s_per_GB\": ",
+			req, sum.requests, secs, gbps / 8, gbps, secs > 0 ? sum.requests / secs : 0,
+			(double)p50 / 1e3, (double)p99 / 1e3);
+		bench_print_num(f, cpu >= 0 && gb > 0 ? cpu / gb : -1, 4);
+		fprintf(f, ", \"peer_cpu_s_per_GB\": ");
+		bench_print_num(f, k.peer_pid > 0 && peer_cpu >= 0 && gb > 0 ? peer_cpu / gb : -1,
+				4);
+		fprintf(f, ", \"verify\": \"%s\"}\n]}\n",
+			failed     ? "FAILED"
+			: k.verify ? "ok"
+				   : "skipped");
+	} else {
+		printf("kv: %u prefill clients -> 1 decode client, requests of %u layers x %u "
+		       "blocks x %" PRIu64 " B (%" PRIu64 " B)\n"
+		       "%9s %8s %8s %9s %11s %11s %9s\n%9" PRIu64 " %8.3f %8.2f %9.1f %11.1f "
+		       "%11.1f %9s\n",
+		       k.clients, k.layers, k.blocks, k.block_len, req, "requests", "seconds",
+		       "Gb/s", "req/s", "p50_us", "p99_us", "verify", sum.requests, secs, gbps,
+		       secs > 0 ? sum.requests / secs : 0, (double)p50 / 1e3, (double)p99 / 1e3,
+		       failed     ? "FAILED"
+		       : k.verify ? "ok"
+				  : "skipped");
+	}
+	if (f != stdout) {
+		fclose(f);
+	}
+	return failed;
+}
