@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the client message path (daemon/session/ipc.c and what it
+ * Fuzz target: the client message path (daemon/session/ipc*.c and what they
  * calls: decoding, validation, dispatch into the real engine, region table,
  * imm table, mailboxes, rings and the TCP transport on loopback) through a
  * real client socket of a daemon in this process.

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the daemon sends to a client: replies and errors (always valid
+ * UTF-8), events (ImmReached, RingNotify) and the per-client batches of
+ * completions, flushed once per loop iteration from the uv_check handle.
+ * Completions go to the client's shared-memory ring while it has room and
+ * nothing waits on the socket before them (otherwise to the socket, in
+ * order); datagrams are counted so that ring entries and socket messages
+ * are read in the order they were sent. A reply that cannot be sent or
+ * queued (over SESSION_MAX_QUEUED_BYTES) dooms the session; this file never
+ * closes one, nor reads from the socket.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "counters.h"
+#include "gpu.h"
+#include "ipc.h"
+#include "log.h"
+#include "rdmax.h"
+#include "session_internal.h"
+#include "status.h"
+
+/* A datagram was sent or queued: ring completions posted later come after it. */
+static void count_sent(struct session *s)
+{
+	s->msgs_sent++;
+	if (s->ring.v.base) {
+		ring_report_sent(&s->ring, s->msgs_sent);
+	}
+}
+
+static void mark_dirty(struct session *s)
+{
+	if (!s->dirty) {
+		s->dirty = true;
+		list_add_tail(&s->ipc->dirty, &s->dirty_link);
+	}
+}
+
+/*
+ * Completions were posted and the client asked to be woken: one RingNotify.
+ * Not counted and never queued: a socket that is full is readable already.
+ */
+static void send_ring_notify(struct session *s)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__RingNotify notify = RDMAX__V1__RING_NOTIFY__INIT;
+	uint8_t buf[16];
+
+	if (s->closing || !list_empty(&s->out_queue)) {
+		return;
+	}
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY;
+	msg.ring_notify = &notify;
+	size_t len = rdmax__v1__daemon_msg__pack(&msg, buf);
+	(void)send(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
+{
+	if (!session_live(s)) {
+		return -EPIPE;
+	}
+	if (list_empty(&s->out_queue)) {
+		ssize_t n = send(s->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n >= 0) {
+			count_sent(s);
+			return 0;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			return -errno;
+		}
+	}
+	if (s->queued_bytes + len > SESSION_MAX_QUEUED_BYTES) {
+		return -ENOBUFS;
+	}
+	struct out_msg *m = malloc(sizeof(*m) + len);
+	if (!m) {
+		return -ENOMEM;
+	}
+	m->len = len;
+	memcpy(m->data, data, len);
+	list_add_tail(&s->out_queue, &m->link);
+	s->queued_bytes += len;
+	count_sent(s);
+	session_poll_update(s);
+	return 0;
+}
+
+int ipc_send_msg(struct session *s, const Rdmax__V1__DaemonMsg *msg)
+{
+	struct ipc *ipc = s->ipc;
+	size_t len = rdmax__v1__daemon_msg__get_packed_size(msg);
+	int ret;
+
+	if (len > ipc->tx_size) {
+		log_err("reply of %zu bytes to client %" PRIu64 " exceeds the message limit", len,
+			s->id);
+		return -EMSGSIZE;
+	}
+	rdmax__v1__daemon_msg__pack(msg, ipc->tx_buf);
+	ret = send_or_queue(s, ipc->tx_buf, len);
+	if (ret < 0 && ret != -EPIPE) {
+		session_doom(s, ret == -ENOBUFS  ? "client does not read its events"
+				: ret == -ENOMEM ? "out of memory while queueing a reply"
+						 : "cannot send to the client");
+	}
+	return ret;
+}
+
+void ipc_reply_status(struct session *s, uint64_t seq, int err, const char *fmt, ...)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__Error error = RDMAX__V1__ERROR__INIT;
+	char text[256];
+
+	msg.has_seq = seq != 0;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_ERROR;
+	msg.error = &error;
+	error.status = (Rdmax__V1__Status)status_from_err(err);
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(text, sizeof(text), fmt, ap);
+		va_end(ap);
+		/* Messages quote client bytes (names, ids): a string field must stay UTF-8. */
+		utf8_sanitize(text);
+		error.message = text;
+	}
+	ipc_send_msg(s, &msg);
+}
+
+void ipc_flush_completions(struct session *s)
+{
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__Completions batch = RDMAX__V1__COMPLETIONS__INIT;
+	size_t n = s->n_completions;
+
+	if (n == 0 || !session_live(s)) {
+		goto out_clear;
+	}
+	Rdmax__V1__Completion *items = calloc(n, sizeof(*items));
+	Rdmax__V1__Completion **ptrs = calloc(n, sizeof(*ptrs));
+	if (!items || !ptrs) {
+		free(items);
+		free(ptrs);
+		session_doom(s, "out of memory while reporting completions");
+		goto out_clear;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct pending_completion *pc = &s->completions[i];
+		Rdmax__V1__Completion init = RDMAX__V1__COMPLETION__INIT;
+		items[i] = init;
+		items[i].job_id = pc->job_id;
+		items[i].status = (Rdmax__V1__Status)pc->status;
+		items[i].message = pc->message;
+		items[i].has_bytes = 1;
+		items[i].bytes = pc->bytes;
+		ptrs[i] = &items[i];
+	}
+	batch.n_completions = n;
+	batch.completions = ptrs;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_COMPLETIONS;
+	msg.completions = &batch;
+	ipc_send_msg(s, &msg);
+	free(items);
+	free(ptrs);
+out_clear:
+	for (size_t i = 0; i < s->n_completions; i++) {
+		free(s->completions[i].message);
+	}
+	s->n_completions = 0;
+	s->completions_bytes = 0;
+}
+
+void ipc_flush_dirty(uv_check_t *check)
+{
+	struct ipc *ipc = check->data;
+	struct list_node *pos, *tmp;
+
+	ipc_poll_rings(ipc);
+
+	list_for_each_safe(pos, tmp, &ipc->dirty)
+	{
+		struct session *s = container_of(pos, struct session, dirty_link);
+		list_del(&s->dirty_link);
+		s->dirty = false;
+		ipc_flush_completions(s);
+		if (s->ring_posted && s->ring.v.base) {
+			s->ring_posted = false;
+			if (ring_take_wake_request(&s->ring)) {
+				send_ring_notify(s);
+			}
+		}
+	}
+}
+
+void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes)
+{
+	struct session *s = session_of(owner);
+	struct ipc *ipc = s->ipc;
+
+	if (!session_live(s)) {
+		return;
+	}
+	if (err) {
+		s->jobs_failed++;
+	} else {
+		s->jobs_ok++;
+	}
+	s->bytes_moved += bytes;
+	/*
+	 * The ring, unless completions already wait for the socket: those were
+	 * decided first and must be read first.
+	 */
+	if (s->ring.v.base && s->n_completions == 0 && !s->ring_bad) {
+		int ret = ring_cq_post(&s->ring, job_id, status_from_err(err), bytes,
+				       err ? message : NULL, s->msgs_sent);
+		if (ret == 0) {
+			s->ring_posted = true;
+			/* A completion is what a waiting client answers with its next jobs. */
+			s->ring_active_ns = now_ns();
+			mark_dirty(s);
+			return;
+		}
+		if (ret != -ENOSPC) {
+			s->ring_bad =
+				true; /* its head is garbage; this completion takes the socket */
+		}
+	}
+	if (s->n_completions == s->cap_completions) {
+		size_t cap = s->cap_completions ? s->cap_completions * 2 : 64;
+		struct pending_completion *p = realloc(s->completions, cap * sizeof(*p));
+		if (!p) {
+			session_doom(s, "out of memory while queueing completions");
+			return;
+		}
+		s->completions = p;
+		s->cap_completions = cap;
+	}
+	struct pending_completion *pc = &s->completions[s->n_completions++];
+	pc->job_id = job_id;
+	pc->status = status_from_err(err);
+	pc->bytes = bytes;
+	pc->message = err && message ? strdup(message) : NULL;
+	if (pc->message) {
+		utf8_sanitize(pc->message);
+	}
+	/* 24 bytes of framing per completion is generous for varints. */
+	s->completions_bytes += 24 + (pc->message ? strlen(pc->message) + 2 : 0);
+	if (s->n_completions >= COMPLETION_BATCH_MAX ||
+	    s->completions_bytes + RDMAX_MESSAGE_MAX + 32 > ipc->tx_size / 2) {
+		ipc_flush_completions(s);
+		return;
+	}
+	mark_dirty(s);
+}
+
+void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg)
+{
+	struct session *s = session_of(owner);
+	Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+	Rdmax__V1__ImmReached ev = RDMAX__V1__IMM_REACHED__INIT;
+
+	if (!session_live(s)) {
+		return;
+	}
+	counters_imm_fired(&s->ipc->daemon->counters);
+	/* GPU kernels must see the writes that led here before the client hears of them. */
+	gpu_flush_writes(s->ipc->daemon->gpu);
+	/* Completions of the writes that led here go first. */
+	ipc_flush_completions(s);
+	ev.imm = imm;
+	ev.count = count;
+	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_IMM_REACHED;
+	msg.imm_reached = &ev;
+	ipc_send_msg(s, &msg);
+}
