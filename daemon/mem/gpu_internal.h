@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
 /* CUDA state of one GPU the daemon uses (peermem mappings, pools). */
 struct gpu_cuda_dev {
 	char bus_id[RDMAX_CUDA_BUS_ID_MAX];
