@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GPU memory in the daemon. Owns the validation of GPU regions before any
- * device sees them (a real dma-buf, ranges inside it, the GPU's BAR1 budget,
- * the configured registration path), the CUDA driver table of the peermem
- * path and of the pools (libcuda through dlopen, loaded only when one of
- * them needs it, so nodes without GPUs run the same binary), the CUDA IPC
- * mappings it opened, the GPU pools and their slices, and the node's
- * GPU-to-NIC topology read from sysfs.
+ * GPU memory in the daemon: the module object, the validation of GPU regions
+ * before any device sees them (a real dma-buf, ranges inside it, the GPU's
+ * BAR1 budget, the configured registration path), the sharing of one
+ * dma-buf per client allocation, the CUDA driver table of the peermem path
+ * and of the pools (libcuda through dlopen, loaded only when one of them
+ * needs it, so nodes without GPUs run the same binary), the CUDA IPC mappings
+ * it opened, the flush of GPUDirect RDMA writes, and the MR plans handed to
+ * the verbs transport. Pools and their slices are in gpu_pool.c, the
+ * GPU-to-NIC topology read from sysfs in gpu_topo.c.
  *
  * Never calls verbs: it tells the verbs transport what to register on each
  * device (gpu_mr_plan) and gpu_verbs.c executes that. Never touches GPU
@@ -17,11 +19,9 @@
  * named error and a hint, never left to fail at the first transfer.
  */
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "gpu.h"
+#include "gpu_internal.h"
 #include "log.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
@@ -39,113 +40,7 @@
 /* <linux/magic.h>: the dma-buf pseudo file system (Linux 5.3 and later). */
 #define DMA_BUF_FS_MAGIC 0x444d4142
 
-/* CUDA state of one GPU the daemon uses (peermem mappings, pools). */
-struct gpu_cuda_dev {
-	char bus_id[RDMAX_CUDA_BUS_ID_MAX];
-	CUdevice dev;
-	CUcontext ctx; /* primary context, retained */
-};
-
-/* A free extent of a pool. */
-struct extent {
-	struct extent *next;
-	uint64_t offset;
-	uint64_t length;
-};
-
-struct gpu_pool {
-	uint64_t id; /* 1, 2, ...; 0 is "by bus id" on the wire */
-	char bus_id[RDMAX_CUDA_BUS_ID_MAX];
-	struct gpu_cuda_dev *cdev;
-	CUdeviceptr base;
-	uint64_t bytes;
-	uint8_t ipc_handle[RDMAX_CUDA_IPC_HANDLE_SIZE];
-	bool peermem;          /* registered through nvidia_peermem, else dma-buf */
-	struct region *region; /* the daemon's own registration of the whole pool */
-	struct extent *free;   /* sorted by offset, coalesced */
-	uint64_t leased;
-	uint32_t slices;
-};
-
-/*
- * A client's dma-buf of one allocation, kept while any of its regions is
- * registered: later regions of the allocation (named by buffer id) get their
- * own MRs over it without a new export, and its BAR1 space is charged once.
- * NVIDIA's exporter maps a dma-buf once for all its attachments; N exports
- * of one allocation would take N times its size of BAR1.
- */
-struct gpu_dmabuf {
-	struct gpu_dmabuf *next;
-	void *owner; /* buffer ids are per process: never shared between clients */
-	uint64_t buffer_id;
-	char bus_id[RDMAX_CUDA_BUS_ID_MAX];
-	int fd;
-	uint64_t size;
-	uint32_t users; /* regions using it */
-	int topo_index;
-	uint64_t bar1_charge;
-};
-
-/* What a region of a GPU kind holds besides struct region (region->gpu). */
-struct gpu_region {
-	struct gpu *gpu;
-	struct gpu_region *prev, *next; /* gpu->regions */
-	struct region *region;
-	int fd;                    /* pools: the dma-buf, only while the hooks register it */
-	struct gpu_dmabuf *dmabuf; /* client dma-buf regions: the allocation's dma-buf */
-	uint64_t dmabuf_offset;    /* of the region in the dma-buf */
-	CUdeviceptr mapped;        /* peermem: our mapping of the client's allocation (to close) */
-	CUdeviceptr ptr;           /* peermem and peermem pools: the region's device address */
-	struct gpu_cuda_dev *cdev;
-	int topo_index; /* GPU in the topology, -1 when unknown */
-	uint64_t bar1_charge;
-	struct gpu_pool *pool; /* the pool (its own region and its slices) */
-	bool slice;
-	uint64_t slice_offset;
-	uint64_t slice_length; /* reserved, rounded to GPU_POOL_ALIGN */
-	char bus_id[RDMAX_CUDA_BUS_ID_MAX];
-	uint64_t buffer_id;
-};
-
-struct gpu {
-	struct gpu_params p;
-	char sysfs_root[GPU_PATH_MAX];
-	char cuda_library[GPU_PATH_MAX];
-	bool peermem; /* nvidia_peermem loaded */
-	struct gpu_topology topo;
-	uint64_t bar1_used[GPU_MAX]; /* by topology index */
-	const struct rdmax_cuda *cuda;
-	struct rdmax_cuda loaded;
-	const char *cuda_why; /* why loading failed (sticky) */
-	struct gpu_cuda_dev cdevs[GPU_MAX];
-	uint32_t n_cdevs;
-	struct gpu_pool pools[GPU_MAX];
-	uint32_t n_pools;
-	struct gpu_region *regions;
-	struct gpu_dmabuf *dmabufs;
-	/* Whether GPUDirect RDMA writes into each GPU need a flush (by bus id). */
-	struct {
-		char bus_id[RDMAX_CUDA_BUS_ID_MAX];
-		int state; /* FLUSH_* */
-	} flush[GPU_MAX];
-	uint32_t n_flush;
-	/* The GPUs holding registered memory, found again only after regions changed. */
-	char buses[GPU_MAX][RDMAX_CUDA_BUS_ID_MAX];
-	uint32_t n_buses;
-	bool buses_stale;
-};
-
-enum {
-	FLUSH_NOT_NEEDED, /* the GPU orders remote writes for its own kernels */
-	FLUSH_NEEDED,     /* cuFlushGPUDirectRDMAWrites before telling a client */
-	FLUSH_CANNOT,     /* needed but not supported, or the GPU is unknown to CUDA */
-	FLUSH_STATE_MAX,  /* terminator */
-};
-
-static void set_why(char *why, size_t why_size, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_why(char *why, size_t why_size, const char *fmt, ...)
+void gpu_set_why(char *why, size_t why_size, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -157,7 +52,8 @@ static void set_why(char *why, size_t why_size, const char *fmt, ...)
 	va_end(ap);
 }
 
-static void lower_bus_id(char *dst, const char *src)
+/* CUDA prints bus ids in upper case, sysfs in lower: keep one spelling. */
+void gpu_lower_bus_id(char *dst, const char *src)
 {
 	size_t i = 0;
 
@@ -165,297 +61,6 @@ static void lower_bus_id(char *dst, const char *src)
 		dst[i] = (char)tolower((unsigned char)src[i]);
 	}
 	dst[i] = '\0';
-}
-
-/* ---------------------------------------------------------------- topology */
-
-static const char *root_or_default(const char *root)
-{
-	return root && root[0] ? root : "/sys";
-}
-
-static bool read_line(const char *path, char *buf, size_t size)
-{
-	FILE *f = fopen(path, "re");
-	bool ok;
-
-	if (!f) {
-		return false;
-	}
-	ok = fgets(buf, (int)size, f) != NULL;
-	fclose(f);
-	if (ok) {
-		buf[strcspn(buf, "\n")] = '\0';
-	}
-	return ok;
-}
-
-static int read_numa(const char *dev_dir)
-{
-	char path[PATH_MAX + 32], line[32];
-
-	snprintf(path, sizeof(path), "%s/numa_node", dev_dir);
-	if (!read_line(path, line, sizeof(line))) {
-		return -1;
-	}
-	return atoi(line) >= 0 ? atoi(line) : -1;
-}
-
-/* BAR1 of an NVIDIA GPU is its second memory resource: line 2 of `resource`. */
-static uint64_t read_bar1(const char *dev_dir)
-{
-	char path[PATH_MAX + 32], line[128];
-	unsigned long long start, end, flags;
-	uint64_t size = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/resource", dev_dir);
-	f = fopen(path, "re");
-	if (!f) {
-		return 0;
-	}
-	for (int i = 0; i < 2 && fgets(line, sizeof(line), f); i++) {
-		if (i == 1 && sscanf(line, "%llx %llx %llx", &start, &end, &flags) == 3 &&
-		    end > start) {
-			size = (uint64_t)(end - start + 1);
-		}
-	}
-	fclose(f);
-	return size;
-}
-
-/* realpath of `link`, as a path below the (real) sysfs root; "" when it cannot be resolved. */
-static void path_below_root(const char *real_root, const char *link, char *out, size_t size)
-{
-	char real[PATH_MAX];
-	size_t n = strlen(real_root);
-
-	out[0] = '\0';
-	if (!realpath(link, real) || strncmp(real, real_root, n) != 0 || real[n] != '/') {
-		return;
-	}
-	snprintf(out, size, "%s", real + n);
-}
-
-static void scan_nics(const char *root, const char *real_root, struct gpu_topology *t)
-{
-	char dir_path[GPU_PATH_MAX + 32];
-	struct dirent *de;
-	DIR *dir;
-
-	snprintf(dir_path, sizeof(dir_path), "%.*s/class/infiniband", GPU_PATH_MAX, root);
-	dir = opendir(dir_path);
-	if (!dir) {
-		return;
-	}
-	while ((de = readdir(dir)) && t->n_nics < GPU_NIC_MAX) {
-		char link[PATH_MAX];
-		struct gpu_nic *nic = &t->nics[t->n_nics];
-
-		if (de->d_name[0] == '.') {
-			continue;
-		}
-		snprintf(nic->name, sizeof(nic->name), "%.63s", de->d_name);
-		snprintf(link, sizeof(link), "%s/%s/device", dir_path, de->d_name);
-		/* Software devices (rxe, siw) have no PCI function: their path stays "". */
-		path_below_root(real_root, link, nic->pci_path, sizeof(nic->pci_path));
-		nic->numa_node = nic->pci_path[0] ? read_numa(link) : -1;
-		t->n_nics++;
-	}
-	closedir(dir);
-}
-
-static void scan_gpus(const char *root, const char *real_root, struct gpu_topology *t)
-{
-	char dir_path[GPU_PATH_MAX + 32];
-	struct dirent *de;
-	DIR *dir;
-
-	snprintf(dir_path, sizeof(dir_path), "%.*s/bus/pci/devices", GPU_PATH_MAX, root);
-	dir = opendir(dir_path);
-	if (!dir) {
-		return;
-	}
-	while ((de = readdir(dir)) && t->n_gpus < GPU_MAX) {
-		char dev_dir[GPU_PATH_MAX + 64], path[GPU_PATH_MAX + 96], vendor[16], klass[16];
-		struct gpu_dev *g = &t->gpus[t->n_gpus];
-
-		if (de->d_name[0] == '.' || strlen(de->d_name) >= RDMAX_CUDA_BUS_ID_MAX) {
-			continue;
-		}
-		snprintf(dev_dir, sizeof(dev_dir), "%s/%s", dir_path, de->d_name);
-		snprintf(path, sizeof(path), "%s/vendor", dev_dir);
-		if (!read_line(path, vendor, sizeof(vendor)) || strcmp(vendor, "0x10de") != 0) {
-			continue;
-		}
-		/* Display controllers: VGA (0x0300) and 3D (0x0302, data-centre GPUs). */
-		snprintf(path, sizeof(path), "%s/class", dev_dir);
-		if (!read_line(path, klass, sizeof(klass)) || strncmp(klass, "0x03", 4) != 0) {
-			continue;
-		}
-		memset(g, 0, sizeof(*g));
-		lower_bus_id(g->bus_id, de->d_name);
-		path_below_root(real_root, dev_dir, g->pci_path, sizeof(g->pci_path));
-		g->numa_node = read_numa(dev_dir);
-		g->bar1_bytes = read_bar1(dev_dir);
-		t->n_gpus++;
-	}
-	closedir(dir);
-}
-
-/* Shared leading components of two paths ("/devices/pci0000:00/0000:00:01.0/..."). */
-static int shared_components(const char *a, const char *b)
-{
-	int shared = 0;
-
-	for (;;) {
-		while (*a == '/') {
-			a++;
-		}
-		while (*b == '/') {
-			b++;
-		}
-		size_t la = strcspn(a, "/"), lb = strcspn(b, "/");
-		if (la == 0 || la != lb || memcmp(a, b, la) != 0) {
-			return shared;
-		}
-		shared++;
-		a += la;
-		b += lb;
-	}
-}
-
-int gpu_closeness(const char *path_a, int numa_a, const char *path_b, int numa_b)
-{
-	if (!path_a || !path_b || !path_a[0] || !path_b[0]) {
-		return -1;
-	}
-	/* "devices", then the host bridge, the root port, then switch ports. */
-	int shared = shared_components(path_a, path_b);
-	if (shared >= 4) {
-		return 4;
-	}
-	if (shared == 3) {
-		return 3;
-	}
-	if (shared == 2) {
-		return 2;
-	}
-	return numa_a >= 0 && numa_a == numa_b ? 1 : 0;
-}
-
-const char *gpu_closeness_text(int closeness)
-{
-	switch (closeness) {
-	case 4:
-		return "same PCIe switch";
-	case 3:
-		return "same root port";
-	case 2:
-		return "same host bridge";
-	case 1:
-		return "same NUMA node";
-	case 0:
-		return "across NUMA nodes (CPU interconnect)";
-	default:
-		return "unknown (no PCI device)";
-	}
-}
-
-/* Stable order by closeness, nearest first; unknown (-1) last. */
-static void sort_by_closeness(uint32_t *idx, int *closeness, uint32_t n)
-{
-	for (uint32_t i = 1; i < n; i++) {
-		uint32_t id = idx[i];
-		int c = closeness[i];
-		uint32_t j = i;
-		while (j > 0 && closeness[j - 1] < c) {
-			idx[j] = idx[j - 1];
-			closeness[j] = closeness[j - 1];
-			j--;
-		}
-		idx[j] = id;
-		closeness[j] = c;
-	}
-}
-
-int gpu_topology_scan(const char *sysfs_root, struct gpu_topology *ret_topo)
-{
-	const char *root = root_or_default(sysfs_root);
-	char real_root[PATH_MAX];
-	struct gpu_topology *t = calloc(1, sizeof(*t));
-
-	if (!t) {
-		return -ENOMEM;
-	}
-	if (realpath(root, real_root)) {
-		scan_nics(root, real_root, t);
-		scan_gpus(root, real_root, t);
-	}
-	for (uint32_t g = 0; g < t->n_gpus; g++) {
-		struct gpu_dev *gd = &t->gpus[g];
-		for (uint32_t i = 0; i < t->n_nics; i++) {
-			gd->nics[i] = i;
-			gd->closeness[i] = gpu_closeness(gd->pci_path, gd->numa_node,
-							 t->nics[i].pci_path, t->nics[i].numa_node);
-		}
-		gd->n_nics = t->n_nics;
-		sort_by_closeness(gd->nics, gd->closeness, gd->n_nics);
-	}
-	*ret_topo = *t;
-	free(t);
-	return 0;
-}
-
-const struct gpu_dev *gpu_topology_find(const struct gpu_topology *topo, const char *bus_id)
-{
-	if (!topo || !bus_id) {
-		return NULL;
-	}
-	for (uint32_t g = 0; g < topo->n_gpus; g++) {
-		if (strcasecmp(topo->gpus[g].bus_id, bus_id) == 0) {
-			return &topo->gpus[g];
-		}
-	}
-	return NULL;
-}
-
-int gpu_nearest_devices(const struct gpu *gpu, const char *bus_id, const char *const *names,
-			uint32_t n, uint32_t *ret_order)
-{
-	const struct gpu_dev *gd = gpu ? gpu_topology_find(&gpu->topo, bus_id) : NULL;
-	int closeness[64];
-
-	for (uint32_t i = 0; i < n; i++) {
-		ret_order[i] = i;
-	}
-	if (!gd || n > ARRAY_SIZE(closeness)) {
-		return RDMAX_E_NOT_FOUND;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		closeness[i] = -1;
-		for (uint32_t k = 0; k < gd->n_nics; k++) {
-			if (strcmp(gpu->topo.nics[gd->nics[k]].name, names[i]) == 0) {
-				closeness[i] = gd->closeness[k];
-				break;
-			}
-		}
-	}
-	sort_by_closeness(ret_order, closeness, n);
-	return (int)n;
-}
-
-bool gpu_peermem_loaded(const char *sysfs_root)
-{
-	const char *root = root_or_default(sysfs_root);
-	char path[PATH_MAX];
-
-	snprintf(path, sizeof(path), "%s/kernel/mm/memory_peers/nv_mem/version", root);
-	if (access(path, F_OK) == 0) {
-		return true;
-	}
-	snprintf(path, sizeof(path), "%s/module/nvidia_peermem", root);
-	return access(path, F_OK) == 0;
 }
 
 /* ---------------------------------------------------------------- module */
@@ -470,7 +75,7 @@ int gpu_create(const struct gpu_params *params, struct gpu **ret_gpu)
 	}
 	gpu->p = *params;
 	snprintf(gpu->sysfs_root, sizeof(gpu->sysfs_root), "%s",
-		 root_or_default(params->sysfs_root));
+		 gpu_root_or_default(params->sysfs_root));
 	gpu->p.sysfs_root = gpu->sysfs_root;
 	if (params->cuda_library) {
 		snprintf(gpu->cuda_library, sizeof(gpu->cuda_library), "%s", params->cuda_library);
@@ -509,7 +114,7 @@ const struct gpu_topology *gpu_topology(const struct gpu *gpu)
 }
 
 /* The driver table, loading libcuda the first time the daemon needs CUDA. */
-static int get_cuda(struct gpu *gpu, char *why, size_t why_size)
+int gpu_get_cuda(struct gpu *gpu, char *why, size_t why_size)
 {
 	if (!gpu->cuda && !gpu->cuda_why) {
 		const char *reason = NULL;
@@ -524,15 +129,15 @@ static int get_cuda(struct gpu *gpu, char *why, size_t why_size)
 		}
 	}
 	if (!gpu->cuda) {
-		set_why(why, why_size, "the daemon cannot use CUDA: %s", gpu->cuda_why);
+		gpu_set_why(why, why_size, "the daemon cannot use CUDA: %s", gpu->cuda_why);
 		return RDMAX_E_GPU_DRIVER_MISSING;
 	}
 	return 0;
 }
 
 /* The GPU's CUDA device and primary context, retained once per daemon. */
-static int get_cdev(struct gpu *gpu, const char *bus_id, struct gpu_cuda_dev **ret_cdev, char *why,
-		    size_t why_size)
+int gpu_get_cdev(struct gpu *gpu, const char *bus_id, struct gpu_cuda_dev **ret_cdev, char *why,
+		 size_t why_size)
 {
 	const struct rdmax_cuda *cu = gpu->cuda;
 	struct gpu_cuda_dev *cd;
@@ -545,22 +150,23 @@ static int get_cdev(struct gpu *gpu, const char *bus_id, struct gpu_cuda_dev **r
 		}
 	}
 	if (gpu->n_cdevs >= GPU_MAX) {
-		set_why(why, why_size, "more than %d GPUs in use", GPU_MAX);
+		gpu_set_why(why, why_size, "more than %d GPUs in use", GPU_MAX);
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
 	cd = &gpu->cdevs[gpu->n_cdevs];
 	memset(cd, 0, sizeof(*cd));
-	lower_bus_id(cd->bus_id, bus_id);
+	gpu_lower_bus_id(cd->bus_id, bus_id);
 	r = cu->device_get_by_pci_bus_id(&cd->dev, bus_id);
 	if (r != CUDA_SUCCESS) {
-		set_why(why, why_size, "no GPU with PCI bus id '%s' is visible to the daemon (%s)",
-			bus_id, rdmax_cuda_error_name(cu, r));
+		gpu_set_why(why, why_size,
+			    "no GPU with PCI bus id '%s' is visible to the daemon (%s)", bus_id,
+			    rdmax_cuda_error_name(cu, r));
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	r = cu->primary_ctx_retain(&cd->ctx, cd->dev);
 	if (r != CUDA_SUCCESS) {
-		set_why(why, why_size, "cuDevicePrimaryCtxRetain() on GPU '%s' failed: %s", bus_id,
-			rdmax_cuda_error_name(cu, r));
+		gpu_set_why(why, why_size, "cuDevicePrimaryCtxRetain() on GPU '%s' failed: %s",
+			    bus_id, rdmax_cuda_error_name(cu, r));
 		return -EIO;
 	}
 	gpu->n_cdevs++;
@@ -568,12 +174,12 @@ static int get_cdev(struct gpu *gpu, const char *bus_id, struct gpu_cuda_dev **r
 	return 0;
 }
 
-static bool push_ctx(const struct gpu *gpu, const struct gpu_cuda_dev *cd)
+bool gpu_push_ctx(const struct gpu *gpu, const struct gpu_cuda_dev *cd)
 {
 	return gpu->cuda->ctx_push_current(cd->ctx) == CUDA_SUCCESS;
 }
 
-static void pop_ctx(const struct gpu *gpu)
+void gpu_pop_ctx(const struct gpu *gpu)
 {
 	CUcontext popped;
 
@@ -585,17 +191,17 @@ static void close_mapping(struct gpu *gpu, struct gpu_cuda_dev *cd, CUdeviceptr 
 	if (!mapped || !gpu->cuda) {
 		return;
 	}
-	if (push_ctx(gpu, cd)) {
+	if (gpu_push_ctx(gpu, cd)) {
 		CUresult r = gpu->cuda->ipc_close_mem_handle(mapped);
 		if (r != CUDA_SUCCESS) {
 			log_warn("cuIpcCloseMemHandle() on GPU '%s' failed: %s", cd->bus_id,
 				 rdmax_cuda_error_name(gpu->cuda, r));
 		}
-		pop_ctx(gpu);
+		gpu_pop_ctx(gpu);
 	}
 }
 
-static int topo_index(const struct gpu *gpu, const char *bus_id)
+int gpu_topo_index(const struct gpu *gpu, const char *bus_id)
 {
 	const struct gpu_dev *gd = gpu_topology_find(&gpu->topo, bus_id);
 
@@ -603,7 +209,7 @@ static int topo_index(const struct gpu *gpu, const char *bus_id)
 }
 
 /* BAR1 is where the NIC reaches GPU memory: refuse what cannot fit in it. */
-static int check_bar1(const struct gpu *gpu, int index, uint64_t charge, char *why, size_t why_size)
+int gpu_check_bar1(const struct gpu *gpu, int index, uint64_t charge, char *why, size_t why_size)
 {
 	const struct gpu_dev *gd;
 
@@ -615,15 +221,15 @@ static int check_bar1(const struct gpu *gpu, int index, uint64_t charge, char *w
 	    charge <= gd->bar1_bytes - MIN(gd->bar1_bytes, gpu->bar1_used[index])) {
 		return 0;
 	}
-	set_why(why, why_size,
-		"%" PRIu64 " bytes do not fit the BAR1 space of GPU '%s' (%" PRIu64
-		" bytes, %" PRIu64 " in use by registered regions); register smaller "
-		"allocations or enable resizable BAR",
-		charge, gd->bus_id, gd->bar1_bytes, gpu->bar1_used[index]);
+	gpu_set_why(why, why_size,
+		    "%" PRIu64 " bytes do not fit the BAR1 space of GPU '%s' (%" PRIu64
+		    " bytes, %" PRIu64 " in use by registered regions); register smaller "
+		    "allocations or enable resizable BAR",
+		    charge, gd->bus_id, gd->bar1_bytes, gpu->bar1_used[index]);
 	return RDMAX_E_GPU_TOO_LARGE;
 }
 
-static void link_region(struct gpu *gpu, struct gpu_region *gr)
+void gpu_link_region(struct gpu *gpu, struct gpu_region *gr)
 {
 	gpu->buses_stale = true;
 	gr->prev = NULL;
@@ -647,8 +253,6 @@ static void unlink_region(struct gpu *gpu, struct gpu_region *gr)
 	}
 	gr->prev = gr->next = NULL;
 }
-
-static void pool_free_range(struct gpu_pool *pool, uint64_t offset, uint64_t length);
 
 /* The last region of an allocation went: its MRs are gone, the dma-buf and its charge go. */
 static void dmabuf_put(struct gpu *gpu, struct gpu_dmabuf *db)
@@ -704,7 +308,7 @@ static void gpu_region_fini(struct region *region)
 		gr->dmabuf = NULL;
 	}
 	if (gr->slice) {
-		pool_free_range(gr->pool, gr->slice_offset, gr->slice_length);
+		gpu_pool_free_range(gr->pool, gr->slice_offset, gr->slice_length);
 		gr->pool->leased -= gr->slice_length;
 		gr->pool->slices--;
 	} else if (gr->pool) {
@@ -718,8 +322,8 @@ static void gpu_region_fini(struct region *region)
 }
 
 /* Fresh region + gpu_region pair, not yet registered. */
-static struct region *new_region(struct gpu *gpu, enum region_kind kind, void *owner,
-				 uint64_t length, uint32_t access, struct gpu_region **ret_gr)
+struct region *gpu_new_region(struct gpu *gpu, enum region_kind kind, void *owner, uint64_t length,
+			      uint32_t access, struct gpu_region **ret_gr)
 {
 	struct region *region = calloc(1, sizeof(*region));
 	struct gpu_region *gr = calloc(1, sizeof(*gr));
@@ -796,31 +400,32 @@ static int check_dmabuf_req(struct gpu *gpu, void *owner, const struct gpu_reg_r
 	int ret;
 
 	if (gpu->p.mode == CONFIG_GPU_REG_PEERMEM) {
-		set_why(why, why_size,
-			"dma-buf registration is turned off ([gpu] registration = peermem)");
+		gpu_set_why(why, why_size,
+			    "dma-buf registration is turned off ([gpu] registration = peermem)");
 		return RDMAX_E_GPU_NO_DMABUF;
 	}
 	if (!gpu->p.dmabuf) {
-		set_why(why, why_size,
-			"no RDMA device of this daemon can register dma-bufs (that needs Linux "
-			"5.12+, rdma-core 34+ and a NIC driver with dma-buf support)%s",
-			gpu->peermem ? "" : "; nvidia_peermem, the fallback, is not loaded either");
+		gpu_set_why(why, why_size,
+			    "no RDMA device of this daemon can register dma-bufs (that needs Linux "
+			    "5.12+, rdma-core 34+ and a NIC driver with dma-buf support)%s",
+			    gpu->peermem ? ""
+					 : "; nvidia_peermem, the fallback, is not loaded either");
 		return RDMAX_E_GPU_NO_DMABUF;
 	}
 	if (req->fd < 0) {
 		db = req->buffer_id ? dmabuf_find(gpu, owner, req->buffer_id, req->bus_id) : NULL;
 		if (!db) {
-			set_why(why, why_size,
-				"this client holds no registered dma-buf of buffer %" PRIu64
-				" on GPU '%s' (send the fd)",
-				req->buffer_id, req->bus_id ? req->bus_id : "");
+			gpu_set_why(why, why_size,
+				    "this client holds no registered dma-buf of buffer %" PRIu64
+				    " on GPU '%s' (send the fd)",
+				    req->buffer_id, req->bus_id ? req->bus_id : "");
 			return RDMAX_E_NOT_FOUND;
 		}
 		if (req->offset > db->size || req->length > db->size - req->offset) {
-			set_why(why, why_size,
-				"offset %" PRIu64 " and length %" PRIu64
-				" reach past the end of the %" PRIu64 "-byte dma-buf",
-				req->offset, req->length, db->size);
+			gpu_set_why(why, why_size,
+				    "offset %" PRIu64 " and length %" PRIu64
+				    " reach past the end of the %" PRIu64 "-byte dma-buf",
+				    req->offset, req->length, db->size);
 			return RDMAX_E_OUT_OF_RANGE;
 		}
 		*ret_db = db;
@@ -830,25 +435,25 @@ static int check_dmabuf_req(struct gpu *gpu, void *owner, const struct gpu_reg_r
 	ret = gpu->p.check_dmabuf ? gpu->p.check_dmabuf(req->fd, &size)
 				  : gpu_check_dmabuf(req->fd, &size);
 	if (ret == RDMAX_E_INVALID_ARGUMENT) {
-		set_why(why, why_size,
-			"the fd is not a dma-buf (a GPU_DMABUF region carries the fd that "
-			"cuMemGetHandleForAddressRange() exported)");
+		gpu_set_why(why, why_size,
+			    "the fd is not a dma-buf (a GPU_DMABUF region carries the fd that "
+			    "cuMemGetHandleForAddressRange() exported)");
 		return ret;
 	}
 	if (ret < 0) {
-		set_why(why, why_size, "cannot inspect the fd: %s", strerror(-ret));
+		gpu_set_why(why, why_size, "cannot inspect the fd: %s", strerror(-ret));
 		return ret;
 	}
 	if (req->offset > size || req->length > size - req->offset) {
-		set_why(why, why_size,
-			"offset %" PRIu64 " and length %" PRIu64
-			" reach past the end of the %" PRIu64 "-byte dma-buf",
-			req->offset, req->length, size);
+		gpu_set_why(why, why_size,
+			    "offset %" PRIu64 " and length %" PRIu64
+			    " reach past the end of the %" PRIu64 "-byte dma-buf",
+			    req->offset, req->length, size);
 		return RDMAX_E_OUT_OF_RANGE;
 	}
 	db = calloc(1, sizeof(*db));
 	if (!db) {
-		set_why(why, why_size, "out of memory");
+		gpu_set_why(why, why_size, "out of memory");
 		return -ENOMEM;
 	}
 	/* The message's fds are closed after the request: keep a reference of our own. */
@@ -856,14 +461,14 @@ static int check_dmabuf_req(struct gpu *gpu, void *owner, const struct gpu_reg_r
 	if (db->fd < 0) {
 		ret = -errno;
 		free(db);
-		set_why(why, why_size, "cannot keep the dma-buf: %s", strerror(-ret));
+		gpu_set_why(why, why_size, "cannot keep the dma-buf: %s", strerror(-ret));
 		return ret;
 	}
 	db->owner = owner;
 	db->buffer_id = req->buffer_id;
-	lower_bus_id(db->bus_id, req->bus_id);
+	gpu_lower_bus_id(db->bus_id, req->bus_id);
 	db->size = size;
-	db->topo_index = topo_index(gpu, db->bus_id);
+	db->topo_index = gpu_topo_index(gpu, db->bus_id);
 	/* The exporter maps the whole buffer through BAR1 for the NIC. */
 	db->bar1_charge = size;
 	*ret_db = db;
@@ -885,16 +490,17 @@ static int check_bus_id(const struct gpu *gpu, const char *bus_id, char *why, si
 		if (gpu->topo.n_gpus == 0) {
 			return 0;
 		}
-		set_why(why, why_size, "a GPU region needs the PCI bus id of its GPU");
+		gpu_set_why(why, why_size, "a GPU region needs the PCI bus id of its GPU");
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if (strlen(bus_id) != 12 ||
 	    sscanf(bus_id, "%4x:%2x:%2x.%1x%n", &dom, &bus, &dev, &fn, &n) != 4 || n != 12) {
-		set_why(why, why_size, "'%.32s' is not a PCI bus id (0000:3b:00.0)", bus_id);
+		gpu_set_why(why, why_size, "'%.32s' is not a PCI bus id (0000:3b:00.0)", bus_id);
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if (gpu->topo.n_gpus > 0 && !gpu_topology_find(&gpu->topo, bus_id)) {
-		set_why(why, why_size, "no NVIDIA GPU with PCI bus id '%s' on this node", bus_id);
+		gpu_set_why(why, why_size, "no NVIDIA GPU with PCI bus id '%s' on this node",
+			    bus_id);
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	return 0;
@@ -912,19 +518,21 @@ static int open_ipc_req(struct gpu *gpu, const struct gpu_reg_req *req, struct g
 	int ret;
 
 	if (gpu->p.mode == CONFIG_GPU_REG_DMABUF) {
-		set_why(why, why_size,
-			"peermem registration is turned off ([gpu] registration = dmabuf)");
+		gpu_set_why(why, why_size,
+			    "peermem registration is turned off ([gpu] registration = dmabuf)");
 		return RDMAX_E_GPU_NO_DMABUF;
 	}
 	if (!gpu->peermem) {
-		set_why(why, why_size,
+		gpu_set_why(
+			why, why_size,
 			"nvidia_peermem is not loaded (modprobe nvidia_peermem), and GPU memory "
 			"registered from a CUDA IPC handle needs it");
 		return RDMAX_E_GPU_NO_DMABUF;
 	}
 	if (!req->ipc_handle || req->ipc_handle_len != sizeof(handle) || !req->bus_id ||
 	    !req->bus_id[0]) {
-		set_why(why, why_size,
+		gpu_set_why(
+			why, why_size,
 			"a GPU_CUDA_IPC region needs a %zu-byte CUDA IPC handle and the GPU's PCI "
 			"bus id",
 			sizeof(handle));
@@ -934,17 +542,17 @@ static int open_ipc_req(struct gpu *gpu, const struct gpu_reg_req *req, struct g
 	if (ret < 0) {
 		return ret;
 	}
-	ret = get_cuda(gpu, why, why_size);
+	ret = gpu_get_cuda(gpu, why, why_size);
 	if (ret < 0) {
 		return ret;
 	}
-	ret = get_cdev(gpu, req->bus_id, &gr->cdev, why, why_size);
+	ret = gpu_get_cdev(gpu, req->bus_id, &gr->cdev, why, why_size);
 	if (ret < 0) {
 		return ret;
 	}
 	memcpy(&handle, req->ipc_handle, sizeof(handle));
-	if (!push_ctx(gpu, gr->cdev)) {
-		set_why(why, why_size, "cannot make GPU '%s' current", req->bus_id);
+	if (!gpu_push_ctx(gpu, gr->cdev)) {
+		gpu_set_why(why, why_size, "cannot make GPU '%s' current", req->bus_id);
 		return -EIO;
 	}
 	r = gpu->cuda->ipc_open_mem_handle(&mapped, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
@@ -965,25 +573,25 @@ static int open_ipc_req(struct gpu *gpu, const struct gpu_reg_req *req, struct g
 		}
 		mem_bus[sizeof(mem_bus) - 1] = '\0';
 	}
-	pop_ctx(gpu);
+	gpu_pop_ctx(gpu);
 	if (r != CUDA_SUCCESS) {
-		set_why(why, why_size, "cuIpcOpenMemHandle() on GPU '%s' failed: %s", req->bus_id,
-			rdmax_cuda_error_name(gpu->cuda, r));
+		gpu_set_why(why, why_size, "cuIpcOpenMemHandle() on GPU '%s' failed: %s",
+			    req->bus_id, rdmax_cuda_error_name(gpu->cuda, r));
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	gr->mapped = mapped;
 	if (strcasecmp(mem_bus, gr->cdev->bus_id) != 0) {
 		char low[RDMAX_CUDA_BUS_ID_MAX];
-		lower_bus_id(low, mem_bus);
-		set_why(why, why_size, "the memory of the handle is on GPU '%s', not on '%s'",
-			low[0] ? low : "?", gr->cdev->bus_id);
+		gpu_lower_bus_id(low, mem_bus);
+		gpu_set_why(why, why_size, "the memory of the handle is on GPU '%s', not on '%s'",
+			    low[0] ? low : "?", gr->cdev->bus_id);
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if (req->offset > size || req->length > size - req->offset) {
-		set_why(why, why_size,
-			"offset %" PRIu64 " and length %" PRIu64
-			" reach past the end of the %zu-byte allocation",
-			req->offset, req->length, size);
+		gpu_set_why(why, why_size,
+			    "offset %" PRIu64 " and length %" PRIu64
+			    " reach past the end of the %zu-byte allocation",
+			    req->offset, req->length, size);
 		return RDMAX_E_OUT_OF_RANGE;
 	}
 	gr->ptr = mapped + req->offset;
@@ -1004,31 +612,31 @@ int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 	int ret;
 
 	if (!gpu || !gpu->p.verbs) {
-		set_why(why, why_size,
-			"GPU regions need an RDMA device with dma-buf support, and this daemon "
-			"runs without one (TCP transport only)");
+		gpu_set_why(why, why_size,
+			    "GPU regions need an RDMA device with dma-buf support, and this daemon "
+			    "runs without one (TCP transport only)");
 		return RDMAX_E_GPU_NEEDS_RDMA;
 	}
 	if (req->kind != REGION_GPU_DMABUF && req->kind != REGION_GPU_CUDA_IPC) {
-		set_why(why, why_size, "not a GPU region kind");
+		gpu_set_why(why, why_size, "not a GPU region kind");
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if (req->length == 0 || (req->access & ~known)) {
-		set_why(why, why_size, "zero length or unknown access bits");
+		gpu_set_why(why, why_size, "zero length or unknown access bits");
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if (req->offset > UINT64_MAX - req->length) {
-		set_why(why, why_size, "offset and length overflow");
+		gpu_set_why(why, why_size, "offset and length overflow");
 		return RDMAX_E_OUT_OF_RANGE;
 	}
-	region = new_region(gpu, req->kind, owner, req->length, req->access, &gr);
+	region = gpu_new_region(gpu, req->kind, owner, req->length, req->access, &gr);
 	if (!region) {
-		set_why(why, why_size, "out of memory");
+		gpu_set_why(why, why_size, "out of memory");
 		return -ENOMEM;
 	}
-	lower_bus_id(gr->bus_id, req->bus_id);
+	gpu_lower_bus_id(gr->bus_id, req->bus_id);
 	gr->buffer_id = req->buffer_id;
-	gr->topo_index = topo_index(gpu, gr->bus_id);
+	gr->topo_index = gpu_topo_index(gpu, gr->bus_id);
 	if (req->kind == REGION_GPU_DMABUF) {
 		ret = check_dmabuf_req(gpu, owner, req, &db, &new_db, why, why_size);
 		if (ret == 0) {
@@ -1048,15 +656,15 @@ int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 		region->gpu_addr = gr->ptr;
 	}
 	if (ret == 0) {
-		ret = check_bar1(gpu, gr->topo_index, charge, why, why_size);
+		ret = gpu_check_bar1(gpu, gr->topo_index, charge, why, why_size);
 	}
 	if (ret < 0) {
 		goto out_free;
 	}
 	ret = region_insert(table, region);
 	if (ret < 0) {
-		set_why(why, why_size, "registration with the RDMA devices failed: %s",
-			rdmax_strerror(ret));
+		gpu_set_why(why, why_size, "registration with the RDMA devices failed: %s",
+			    rdmax_strerror(ret));
 		goto out_free;
 	}
 	if (db) {
@@ -1075,7 +683,7 @@ int gpu_register(struct gpu *gpu, struct region_table *table, void *owner,
 		}
 		gr->bar1_charge = charge;
 	}
-	link_region(gpu, gr);
+	gpu_link_region(gpu, gr);
 	log_debug("GPU region %" PRIu64 " on '%s' (%s, buffer %" PRIu64 ", offset %" PRIu64
 		  ", %" PRIu64 " bytes)",
 		  region->id, gr->bus_id[0] ? gr->bus_id : "?",
@@ -1138,7 +746,7 @@ static int flush_state(struct gpu *gpu, const char *bus_id)
 		state = FLUSH_CANNOT;
 	}
 	if (gpu->n_flush < GPU_MAX) {
-		lower_bus_id(gpu->flush[gpu->n_flush].bus_id, bus_id);
+		gpu_lower_bus_id(gpu->flush[gpu->n_flush].bus_id, bus_id);
 		gpu->flush[gpu->n_flush].state = state;
 		gpu->n_flush++;
 	}
@@ -1176,7 +784,7 @@ int gpu_flush_writes(struct gpu *gpu)
 	if (n == 0) {
 		return 0;
 	}
-	if (get_cuda(gpu, NULL, 0) < 0) {
+	if (gpu_get_cuda(gpu, NULL, 0) < 0) {
 		return RDMAX_E_GPU_DRIVER_MISSING;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -1189,14 +797,14 @@ int gpu_flush_writes(struct gpu *gpu)
 			err = -EOPNOTSUPP;
 			continue;
 		}
-		if (get_cdev(gpu, buses[i], &cd, NULL, 0) < 0 || !push_ctx(gpu, cd)) {
+		if (gpu_get_cdev(gpu, buses[i], &cd, NULL, 0) < 0 || !gpu_push_ctx(gpu, cd)) {
 			err = -EIO;
 			continue;
 		}
 		CUresult r = gpu->cuda->flush_gpu_direct_rdma_writes(
 			CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
 			CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
-		pop_ctx(gpu);
+		gpu_pop_ctx(gpu);
 		if (r != CUDA_SUCCESS) {
 			log_warn("cuFlushGPUDirectRDMAWrites() on GPU '%s' failed: %s", buses[i],
 				 rdmax_cuda_error_name(gpu->cuda, r));
@@ -1273,365 +881,6 @@ int gpu_mr_plan(const struct region *region, uint32_t dev_index, uint64_t max_mr
 	return 0;
 }
 
-/* ------------------------------------------------------------------- pools */
-
-static void free_extents(struct gpu_pool *pool)
-{
-	while (pool->free) {
-		struct extent *e = pool->free;
-		pool->free = e->next;
-		free(e);
-	}
-}
-
-/* First fit; offsets stay GPU_POOL_ALIGN-aligned since every length is. */
-static int pool_take_range(struct gpu_pool *pool, uint64_t length, uint64_t *ret_offset)
-{
-	for (struct extent **pp = &pool->free; *pp; pp = &(*pp)->next) {
-		struct extent *e = *pp;
-		if (e->length < length) {
-			continue;
-		}
-		*ret_offset = e->offset;
-		e->offset += length;
-		e->length -= length;
-		if (e->length == 0) {
-			*pp = e->next;
-			free(e);
-		}
-		return 0;
-	}
-	return RDMAX_E_RESOURCE_EXHAUSTED;
-}
-
-static void pool_free_range(struct gpu_pool *pool, uint64_t offset, uint64_t length)
-{
-	struct extent **pp = &pool->free;
-	struct extent *prev = NULL, *e;
-
-	while (*pp && (*pp)->offset < offset) {
-		prev = *pp;
-		pp = &(*pp)->next;
-	}
-	e = *pp;
-	if (prev && prev->offset + prev->length == offset) {
-		prev->length += length;
-		if (e && prev->offset + prev->length == e->offset) {
-			prev->length += e->length;
-			prev->next = e->next;
-			free(e);
-		}
-		return;
-	}
-	if (e && offset + length == e->offset) {
-		e->offset = offset;
-		e->length += length;
-		return;
-	}
-	struct extent *n = malloc(sizeof(*n));
-	if (!n) {
-		/* The range is lost to the pool until restart: better than failing a release. */
-		log_warn("GPU pool %" PRIu64 ": out of memory returning %" PRIu64 " bytes",
-			 pool->id, length);
-		return;
-	}
-	n->offset = offset;
-	n->length = length;
-	n->next = e;
-	*pp = n;
-}
-
-static struct gpu_pool *find_pool(struct gpu *gpu, uint64_t pool_id, const char *bus_id)
-{
-	for (uint32_t i = 0; i < gpu->n_pools; i++) {
-		struct gpu_pool *pool = &gpu->pools[i];
-		if (!pool->region) {
-			continue;
-		}
-		if (pool_id ? pool->id == pool_id
-			    : (bus_id && strcasecmp(pool->bus_id, bus_id) == 0)) {
-			return pool;
-		}
-	}
-	return NULL;
-}
-
-/* Allocate the pool memory on one GPU and register it once. */
-static int pool_create(struct gpu *gpu, struct region_table *table, struct gpu_pool *pool,
-		       bool want_dmabuf, bool want_peermem, char *why, size_t why_size)
-{
-	const struct rdmax_cuda *cu = gpu->cuda;
-	const uint64_t bytes =
-		(gpu->p.pool_bytes + GPU_POOL_ALIGN - 1) & ~(uint64_t)(GPU_POOL_ALIGN - 1);
-	CUipcMemHandle handle;
-	struct gpu_region *gr;
-	struct region *region;
-	unsigned int one = 1;
-	int supported = 0, c2c = 0, fd = -1, ret;
-	CUresult r;
-
-	if (!push_ctx(gpu, pool->cdev)) {
-		set_why(why, why_size, "cannot make GPU '%s' current", pool->bus_id);
-		return -EIO;
-	}
-	r = cu->mem_alloc(&pool->base, (size_t)bytes);
-	if (r != CUDA_SUCCESS) {
-		pop_ctx(gpu);
-		pool->base = 0;
-		set_why(why, why_size, "cuMemAlloc() of %" PRIu64 " bytes failed: %s", bytes,
-			rdmax_cuda_error_name(cu, r));
-		return RDMAX_E_RESOURCE_EXHAUSTED;
-	}
-	pool->bytes = bytes;
-	r = cu->ipc_get_mem_handle(&handle, pool->base);
-	if (r == CUDA_SUCCESS) {
-		cu->pointer_set_attribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, pool->base);
-		cu->device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
-					 pool->cdev->dev);
-		/* Grace (C2C): ask for the PCIe BAR1 mapping; drivers before 12.8 do not know it.
-		 */
-		cu->device_get_attribute(&c2c, CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED,
-					 pool->cdev->dev);
-		if (want_dmabuf && supported && c2c &&
-		    cu->mem_get_handle_for_address_range(
-			    &fd, pool->base, (size_t)bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-			    CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) != CUDA_SUCCESS) {
-			fd = -1;
-		}
-		if (want_dmabuf && supported && fd < 0 &&
-		    cu->mem_get_handle_for_address_range(&fd, pool->base, (size_t)bytes,
-							 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-							 0) != CUDA_SUCCESS) {
-			fd = -1;
-		}
-	}
-	pop_ctx(gpu);
-	if (r != CUDA_SUCCESS) {
-		set_why(why, why_size, "cuIpcGetMemHandle() failed: %s",
-			rdmax_cuda_error_name(cu, r));
-		return -EIO;
-	}
-	memcpy(pool->ipc_handle, &handle, sizeof(pool->ipc_handle));
-	if (fd < 0 && !want_peermem) {
-		set_why(why, why_size,
-			"the GPU cannot export a dma-buf of its pool and nvidia_peermem is not "
-			"available");
-		return RDMAX_E_GPU_NO_DMABUF;
-	}
-	pool->peermem = fd < 0;
-	region = new_region(gpu, pool->peermem ? REGION_GPU_CUDA_IPC : REGION_GPU_DMABUF, NULL,
-			    bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &gr);
-	if (!region) {
-		if (fd >= 0) {
-			close(fd);
-		}
-		set_why(why, why_size, "out of memory");
-		return -ENOMEM;
-	}
-	gr->pool = pool;
-	gr->cdev = pool->cdev;
-	gr->fd = fd;
-	gr->ptr = pool->base;
-	snprintf(gr->bus_id, sizeof(gr->bus_id), "%s", pool->bus_id);
-	gr->topo_index = topo_index(gpu, pool->bus_id);
-	/* Slices' iovas are the pool's plus their offset: start at a page boundary. */
-	region->gpu_addr = 0;
-	ret = check_bar1(gpu, gr->topo_index, bytes, why, why_size);
-	if (ret == 0) {
-		ret = region_insert(table, region);
-		if (ret < 0) {
-			set_why(why, why_size, "registration with the RDMA devices failed: %s",
-				rdmax_strerror(ret));
-		}
-	}
-	if (fd >= 0) {
-		close(fd);
-	}
-	gr->fd = -1;
-	if (ret < 0) {
-		free(gr);
-		free(region);
-		return ret;
-	}
-	if (gr->topo_index >= 0) {
-		gpu->bar1_used[gr->topo_index] += bytes;
-	}
-	gr->bar1_charge = bytes;
-	link_region(gpu, gr);
-	pool->free = calloc(1, sizeof(*pool->free));
-	if (!pool->free) {
-		region_deregister(table, region, NULL, NULL);
-		set_why(why, why_size, "out of memory");
-		return -ENOMEM;
-	}
-	pool->free->length = bytes;
-	pool->region = region;
-	return 0;
-}
-
-int gpu_pools_start(struct gpu *gpu, struct region_table *table)
-{
-	bool want_dmabuf, want_peermem;
-	char why[256] = "";
-	int count = 0, ret;
-
-	if (!gpu || gpu->p.pool_bytes == 0) {
-		return 0;
-	}
-	if (!gpu->p.verbs) {
-		log_warn("[gpu] pool_bytes is set but no RDMA device is in use: no GPU pools");
-		return 0;
-	}
-	want_dmabuf = gpu->p.mode != CONFIG_GPU_REG_PEERMEM && gpu->p.dmabuf;
-	want_peermem = gpu->p.mode != CONFIG_GPU_REG_DMABUF && gpu->peermem;
-	if (!want_dmabuf && !want_peermem) {
-		log_warn("[gpu] pool_bytes is set but GPU memory cannot be registered here (no "
-			 "device with dma-buf support%s): no GPU pools",
-			 gpu->p.mode == CONFIG_GPU_REG_DMABUF ? "" : ", nvidia_peermem not loaded");
-		return 0;
-	}
-	ret = get_cuda(gpu, why, sizeof(why));
-	if (ret < 0) {
-		log_err("[gpu] pool_bytes is set but %s", why);
-		return ret;
-	}
-	if (gpu->cuda->device_get_count(&count) != CUDA_SUCCESS || count <= 0) {
-		log_info("[gpu] pool_bytes is set but CUDA sees no GPU: no GPU pools");
-		return 0;
-	}
-	for (int ordinal = 0; ordinal < count && gpu->n_pools < GPU_MAX; ordinal++) {
-		struct gpu_pool *pool = &gpu->pools[gpu->n_pools];
-		char bus_id[RDMAX_CUDA_BUS_ID_MAX];
-		CUdevice dev;
-
-		if (gpu->cuda->device_get(&dev, ordinal) != CUDA_SUCCESS ||
-		    gpu->cuda->device_get_pci_bus_id(bus_id, sizeof(bus_id), dev) != CUDA_SUCCESS) {
-			log_err("cannot identify CUDA device %d for its GPU pool", ordinal);
-			return -EIO;
-		}
-		bus_id[sizeof(bus_id) - 1] = '\0';
-		memset(pool, 0, sizeof(*pool));
-		pool->id = gpu->n_pools + 1;
-		lower_bus_id(pool->bus_id, bus_id);
-		ret = get_cdev(gpu, bus_id, &pool->cdev, why, sizeof(why));
-		if (ret == 0) {
-			/* Counted now, so that gpu_destroy() frees the memory of a half-made pool.
-			 */
-			gpu->n_pools++;
-			ret = pool_create(gpu, table, pool, want_dmabuf, want_peermem, why,
-					  sizeof(why));
-		}
-		if (ret < 0) {
-			log_err("cannot create the GPU pool of %" PRIu64 " bytes on '%s': %s",
-				gpu->p.pool_bytes, pool->bus_id, why);
-			return ret;
-		}
-		log_notice("GPU pool %" PRIu64 " on '%s': %" PRIu64 " bytes registered (%s)",
-			   pool->id, pool->bus_id, pool->bytes,
-			   pool->peermem ? "peermem" : "dma-buf");
-	}
-	return 0;
-}
-
-int gpu_pool_alloc(struct gpu *gpu, struct region_table *table, void *owner, uint64_t pool_id,
-		   const char *bus_id, uint64_t length, uint32_t access,
-		   struct gpu_lease *ret_lease, char *why, size_t why_size,
-		   struct region **ret_region)
-{
-	const uint32_t known = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE;
-	struct gpu_pool *pool;
-	struct gpu_region *gr;
-	struct region *region;
-	uint64_t reserved, offset;
-	int ret;
-
-	if (length == 0 || (access & ~known) || length > UINT64_MAX - GPU_POOL_ALIGN) {
-		set_why(why, why_size, "zero length, unknown access bits or length too large");
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
-	pool = gpu ? find_pool(gpu, pool_id, bus_id) : NULL;
-	if (!pool) {
-		if (pool_id) {
-			set_why(why, why_size, "no GPU pool %" PRIu64 " ([gpu] pool_bytes)",
-				pool_id);
-		} else {
-			set_why(why, why_size, "no GPU pool on GPU '%s' ([gpu] pool_bytes)",
-				bus_id ? bus_id : "");
-		}
-		return RDMAX_E_NOT_FOUND;
-	}
-	reserved = (length + GPU_POOL_ALIGN - 1) & ~(uint64_t)(GPU_POOL_ALIGN - 1);
-	if (pool_take_range(pool, reserved, &offset) < 0) {
-		set_why(why, why_size,
-			"GPU pool %" PRIu64 " on '%s' has no free range of %" PRIu64
-			" bytes (%" PRIu64 " of %" PRIu64 " bytes leased)",
-			pool->id, pool->bus_id, reserved, pool->leased, pool->bytes);
-		return RDMAX_E_RESOURCE_EXHAUSTED;
-	}
-	region = new_region(gpu, REGION_POOL_SLICE, owner, length, access, &gr);
-	if (!region) {
-		pool_free_range(pool, offset, reserved);
-		set_why(why, why_size, "out of memory");
-		return -ENOMEM;
-	}
-	gr->pool = pool;
-	gr->slice = true;
-	gr->slice_offset = offset;
-	gr->slice_length = reserved;
-	gr->cdev = pool->cdev;
-	snprintf(gr->bus_id, sizeof(gr->bus_id), "%s", pool->bus_id);
-	region->gpu_addr = pool->region->gpu_addr + offset;
-	/*
-	 * A slice is addressed through its pool's MRs at the pool's iova plus
-	 * its offset; the verbs transport derives an iova's high bits from the
-	 * region key, so the slice's key keeps the pool's high half. The low
-	 * half stays random: where keys are checked (TCP, same-node jobs,
-	 * access probes) descriptors of returned slices are refused.
-	 */
-	region->key =
-		(pool->region->key & ~UINT64_C(0xffffffff)) | (random_u64() & UINT64_C(0xffffffff));
-	if (region->key == pool->region->key) {
-		region->key ^= 1;
-	}
-	ret = region_insert(table, region);
-	if (ret < 0) {
-		pool_free_range(pool, offset, reserved);
-		free(gr);
-		free(region);
-		set_why(why, why_size, "registration with the RDMA devices failed: %s",
-			rdmax_strerror(ret));
-		return ret;
-	}
-	pool->leased += reserved;
-	pool->slices++;
-	link_region(gpu, gr);
-	memset(ret_lease, 0, sizeof(*ret_lease));
-	ret_lease->pool_id = pool->id;
-	ret_lease->offset = offset;
-	memcpy(ret_lease->ipc_handle, pool->ipc_handle, sizeof(ret_lease->ipc_handle));
-	snprintf(ret_lease->bus_id, sizeof(ret_lease->bus_id), "%s", pool->bus_id);
-	*ret_region = region;
-	return 0;
-}
-
-void gpu_for_each_pool(const struct gpu *gpu, gpu_pool_cb cb, void *arg)
-{
-	for (uint32_t i = 0; gpu && i < gpu->n_pools; i++) {
-		const struct gpu_pool *pool = &gpu->pools[i];
-		struct gpu_pool_info info = {
-			.pool_id = pool->id,
-			.bus_id = pool->bus_id,
-			.path = pool->peermem ? "peermem" : "dmabuf",
-			.bytes = pool->bytes,
-			.leased = pool->leased,
-			.slices = pool->slices,
-		};
-		if (pool->region) {
-			cb(arg, &info);
-		}
-	}
-}
-
 /* -------------------------------------------------------- start and stop */
 
 int gpu_start(struct rdmaxd *daemon, bool verbs, bool dmabuf, struct gpu **ret_gpu)
@@ -1703,11 +952,11 @@ void gpu_destroy(struct gpu *gpu)
 	}
 	for (uint32_t i = 0; i < gpu->n_pools; i++) {
 		struct gpu_pool *pool = &gpu->pools[i];
-		if (pool->base && gpu->cuda && push_ctx(gpu, pool->cdev)) {
+		if (pool->base && gpu->cuda && gpu_push_ctx(gpu, pool->cdev)) {
 			gpu->cuda->mem_free(pool->base);
-			pop_ctx(gpu);
+			gpu_pop_ctx(gpu);
 		}
-		free_extents(pool);
+		gpu_pool_free_extents(pool);
 	}
 	for (uint32_t i = 0; i < gpu->n_cdevs; i++) {
 		gpu->cuda->primary_ctx_release(gpu->cdevs[i].dev);
