@@ -14,6 +14,22 @@
 #define EVQ_MIN_CAP  16
 #define JOBS_MIN_CAP 64
 
+/*
+ * The power-of-two capacity a table of elem-byte entries grows to from cap
+ * (min when it has none) to hold want entries, want at most SIZE_MAX / 2;
+ * 0 when its bytes would not fit in a size_t.
+ */
+static size_t grown_cap(size_t cap, size_t min, size_t want, size_t elem)
+{
+	if (cap == 0) {
+		cap = min;
+	}
+	while (cap < want) {
+		cap *= 2;
+	}
+	return cap > SIZE_MAX / elem ? 0 : cap;
+}
+
 void client_evq_free(struct client_evq *q)
 {
 	if (!q) {
@@ -39,11 +55,8 @@ int client_evq_reserve(struct client_evq *q, size_t extra)
 	if (need <= q->cap) {
 		return 0;
 	}
-	size_t cap = q->cap ? q->cap : EVQ_MIN_CAP;
-	while (cap < need) {
-		cap *= 2;
-	}
-	if (cap > SIZE_MAX / sizeof(*q->ev)) {
+	size_t cap = grown_cap(q->cap, EVQ_MIN_CAP, need, sizeof(*q->ev));
+	if (cap == 0) {
 		return -ENOMEM;
 	}
 	struct rdmax_event *ev = malloc(cap * sizeof(*ev));
@@ -153,11 +166,8 @@ int client_jobs_reserve(struct client_jobs *s, size_t extra)
 	if (need * 2 <= s->cap) {
 		return 0;
 	}
-	size_t cap = s->cap ? s->cap : JOBS_MIN_CAP;
-	while (cap < need * 2) {
-		cap *= 2;
-	}
-	if (cap > SIZE_MAX / sizeof(*s->slots)) {
+	size_t cap = grown_cap(s->cap, JOBS_MIN_CAP, need * 2, sizeof(*s->slots));
+	if (cap == 0) {
 		return -ENOMEM;
 	}
 	struct client_job_slot *slots = calloc(cap, sizeof(*slots));

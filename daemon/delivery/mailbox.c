@@ -15,9 +15,7 @@
 #include "rdmax.h"
 
 struct mailbox {
-	struct mailbox *next; /* same hash */
-	void *owner;
-	uint64_t hash;
+	struct owned_name link; /* owner: the client, as mailbox_open() was handed it */
 	char name[MAILBOX_NAME_MAX + 1];
 };
 
@@ -26,25 +24,15 @@ static uint64_t name_hash(const char *name)
 	return hmap_hash_bytes(name, strlen(name));
 }
 
-_Static_assert(offsetof(struct mailbox, next) == 0, "hmap_fini_chains() follows the first member");
-
-static uint64_t owner_key(const void *owner)
-{
-	return (uint64_t)(uintptr_t)owner;
-}
+_Static_assert(offsetof(struct mailbox, link) == 0, "an owned_name chain links the whole entry");
 
 int mailbox_table_init(struct mailbox_table *table, mailbox_deliver_cb deliver)
 {
 	int ret;
 
 	memset(table, 0, sizeof(*table));
-	ret = hmap_init(&table->by_hash, 64);
+	ret = owned_names_init(&table->owned);
 	if (ret < 0) {
-		return ret;
-	}
-	ret = hmap_init(&table->per_owner, 16);
-	if (ret < 0) {
-		hmap_fini(&table->by_hash);
 		return ret;
 	}
 	table->deliver = deliver;
@@ -53,11 +41,10 @@ int mailbox_table_init(struct mailbox_table *table, mailbox_deliver_cb deliver)
 
 void mailbox_table_fini(struct mailbox_table *table)
 {
-	if (!table || !table->by_hash.slots) {
+	if (!table || !table->owned.by_hash.slots) {
 		return;
 	}
-	hmap_fini_chains(&table->by_hash);
-	hmap_fini(&table->per_owner);
+	owned_names_fini(&table->owned);
 	table->count = 0;
 }
 
@@ -76,22 +63,13 @@ int mailbox_name_check(const char *name, size_t len)
 
 static struct mailbox *find(const struct mailbox_table *table, const char *name, uint64_t hash)
 {
-	for (struct mailbox *box = hmap_get(&table->by_hash, hash); box; box = box->next) {
+	for (struct owned_name *l = owned_names_chain(&table->owned, hash); l; l = l->next) {
+		struct mailbox *box = (struct mailbox *)l;
 		if (strcmp(box->name, name) == 0) {
 			return box;
 		}
 	}
 	return NULL;
-}
-
-static uint32_t owner_count(const struct mailbox_table *table, const void *owner)
-{
-	return hmap_count(&table->per_owner, owner_key(owner));
-}
-
-static int set_owner_count(struct mailbox_table *table, const void *owner, uint32_t n)
-{
-	return hmap_set_count(&table->per_owner, owner_key(owner), n);
 }
 
 int mailbox_open(struct mailbox_table *table, void *owner, const char *name)
@@ -108,7 +86,7 @@ int mailbox_open(struct mailbox_table *table, void *owner, const char *name)
 	if (find(table, name, hash)) {
 		return RDMAX_E_ALREADY_EXISTS;
 	}
-	uint32_t mine = owner_count(table, owner);
+	uint32_t mine = owned_names_owner_count(&table->owned, owner);
 	if (mine >= MAILBOX_MAX_PER_CLIENT || table->count >= MAILBOX_MAX_PER_NODE) {
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
@@ -116,45 +94,21 @@ int mailbox_open(struct mailbox_table *table, void *owner, const char *name)
 	if (!box) {
 		return -ENOMEM;
 	}
-	box->owner = owner;
-	box->hash = hash;
+	box->link.owner = owner;
+	box->link.hash = hash;
 	memcpy(box->name, name, len);
-	ret = set_owner_count(table, owner, mine + 1);
+	ret = owned_names_link(&table->owned, &box->link);
 	if (ret < 0) {
-		goto out_free;
-	}
-	box->next = hmap_get(&table->by_hash, hash);
-	ret = hmap_put(&table->by_hash, hash, box);
-	if (ret < 0) {
-		set_owner_count(table, owner, mine);
-		goto out_free;
+		free(box);
+		return ret;
 	}
 	table->count++;
 	return 0;
-
-out_free:
-	free(box);
-	return ret;
 }
 
 static void unlink_box(struct mailbox_table *table, struct mailbox *box)
 {
-	struct mailbox *head = hmap_get(&table->by_hash, box->hash);
-
-	if (head == box) {
-		if (box->next) {
-			hmap_put(&table->by_hash, box->hash, box->next); /* replaces: cannot fail */
-		} else {
-			hmap_del(&table->by_hash, box->hash);
-		}
-	} else {
-		struct mailbox *prev = head;
-		while (prev->next != box) {
-			prev = prev->next;
-		}
-		prev->next = box->next;
-	}
-	set_owner_count(table, box->owner, owner_count(table, box->owner) - 1);
+	owned_names_unlink(&table->owned, &box->link);
 	table->count--;
 	free(box);
 }
@@ -167,7 +121,7 @@ int mailbox_close(struct mailbox_table *table, void *owner, const char *name)
 		return RDMAX_E_NOT_FOUND;
 	}
 	box = find(table, name, name_hash(name));
-	if (!box || box->owner != owner) {
+	if (!box || box->link.owner != owner) {
 		return RDMAX_E_NOT_FOUND;
 	}
 	unlink_box(table, box);
@@ -176,18 +130,20 @@ int mailbox_close(struct mailbox_table *table, void *owner, const char *name)
 
 void mailbox_release_owner(struct mailbox_table *table, void *owner)
 {
-	uint32_t n = table && table->by_hash.slots ? owner_count(table, owner) : 0;
-	struct mailbox *box;
+	uint32_t n = table && table->owned.by_hash.slots
+			     ? owned_names_owner_count(&table->owned, owner)
+			     : 0;
+	struct owned_name *l;
 	size_t iter = 0;
 
 	/* At most MAILBOX_MAX_PER_CLIENT: collect first, the map changes while unlinking. */
 	struct mailbox *mine[MAILBOX_MAX_PER_CLIENT];
 	uint32_t k = 0;
 	while (k < n && k < MAILBOX_MAX_PER_CLIENT &&
-	       hmap_next(&table->by_hash, &iter, NULL, (void **)&box)) {
-		for (; box && k < MAILBOX_MAX_PER_CLIENT; box = box->next) {
-			if (box->owner == owner) {
-				mine[k++] = box;
+	       hmap_next(&table->owned.by_hash, &iter, NULL, (void **)&l)) {
+		for (; l && k < MAILBOX_MAX_PER_CLIENT; l = l->next) {
+			if (l->owner == owner) {
+				mine[k++] = (struct mailbox *)l;
 			}
 		}
 	}
@@ -206,7 +162,7 @@ int mailbox_deliver(struct mailbox_table *table, const char *name, const uint8_t
 	if (mailbox_name_check(name, name_len) < 0 || len > MAILBOX_PAYLOAD_MAX) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	if (!table || !table->by_hash.slots) {
+	if (!table || !table->owned.by_hash.slots) {
 		return RDMAX_E_NOT_FOUND;
 	}
 	box = find(table, name, name_hash(name));
@@ -214,7 +170,9 @@ int mailbox_deliver(struct mailbox_table *table, const char *name, const uint8_t
 		table->refused++;
 		return RDMAX_E_NOT_FOUND;
 	}
-	ret = table->deliver ? table->deliver(box->owner, box->name, payload, len, from_node) : 0;
+	ret = table->deliver
+		      ? table->deliver((void *)box->link.owner, box->name, payload, len, from_node)
+		      : 0;
 	if (ret < 0) {
 		table->refused++;
 		return ret;

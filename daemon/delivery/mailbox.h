@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hmap.h"
+#include "owned_names.h"
 
 #define MAILBOX_NAME_MAX       64           /* bytes of a name (printable ASCII, no space) */
 #define MAILBOX_PAYLOAD_MAX    (64u * 1024) /* bytes of one message */
@@ -26,8 +26,7 @@ typedef int (*mailbox_deliver_cb)(void *owner, const char *name, const uint8_t *
 				  const char *from_node);
 
 struct mailbox_table {
-	struct hmap by_hash;   /* hash of the name -> struct mailbox chain */
-	struct hmap per_owner; /* owner -> number of its mailboxes */
+	struct owned_names owned; /* struct mailbox chains; owner -> number of its mailboxes */
 	uint32_t count;
 	mailbox_deliver_cb deliver;
 	uint64_t delivered; /* messages handed to an owner */

@@ -16,47 +16,27 @@
 #include "rdmax.h"
 
 struct name_entry {
-	struct name_entry *next; /* same hash */
-	const void *owner;
-	uint64_t hash;
+	struct owned_name link;
 	uint64_t region_id;
 	uint16_t desc_len;
 	char name[NAMES_NAME_MAX + 1];
 	uint8_t desc[];
 };
 
-_Static_assert(offsetof(struct name_entry, next) == 0,
-	       "hmap_fini_chains() follows the first member");
-
-static uint64_t owner_key(const void *owner)
-{
-	return (uint64_t)(uintptr_t)owner;
-}
+_Static_assert(offsetof(struct name_entry, link) == 0, "an owned_name chain links the whole entry");
 
 int names_init(struct name_table *table)
 {
-	int ret;
-
 	memset(table, 0, sizeof(*table));
-	ret = hmap_init(&table->by_hash, 64);
-	if (ret < 0) {
-		return ret;
-	}
-	ret = hmap_init(&table->per_owner, 16);
-	if (ret < 0) {
-		hmap_fini(&table->by_hash);
-		return ret;
-	}
-	return 0;
+	return owned_names_init(&table->owned);
 }
 
 void names_fini(struct name_table *table)
 {
-	if (!table || !table->by_hash.slots) {
+	if (!table || !table->owned.by_hash.slots) {
 		return;
 	}
-	hmap_fini_chains(&table->by_hash);
-	hmap_fini(&table->per_owner);
+	owned_names_fini(&table->owned);
 	table->count = 0;
 }
 
@@ -79,22 +59,13 @@ int names_check(const char *name, size_t len)
 static struct name_entry *find(const struct name_table *table, const char *name, size_t len,
 			       uint64_t hash)
 {
-	for (struct name_entry *e = hmap_get(&table->by_hash, hash); e; e = e->next) {
+	for (struct owned_name *l = owned_names_chain(&table->owned, hash); l; l = l->next) {
+		struct name_entry *e = (struct name_entry *)l;
 		if (strlen(e->name) == len && memcmp(e->name, name, len) == 0) {
 			return e;
 		}
 	}
 	return NULL;
-}
-
-static uint32_t owner_count(const struct name_table *table, const void *owner)
-{
-	return hmap_count(&table->per_owner, owner_key(owner));
-}
-
-static int set_owner_count(struct name_table *table, const void *owner, uint32_t n)
-{
-	return hmap_set_count(&table->per_owner, owner_key(owner), n);
 }
 
 int names_publish(struct name_table *table, const void *owner, const char *name, uint64_t region_id,
@@ -112,7 +83,7 @@ int names_publish(struct name_table *table, const void *owner, const char *name,
 	if (find(table, name, len, hash)) {
 		return RDMAX_E_ALREADY_EXISTS;
 	}
-	uint32_t mine = owner_count(table, owner);
+	uint32_t mine = owned_names_owner_count(&table->owned, owner);
 	if (mine >= NAMES_MAX_PER_CLIENT || table->count >= NAMES_MAX_PER_NODE) {
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
@@ -120,21 +91,14 @@ int names_publish(struct name_table *table, const void *owner, const char *name,
 	if (!e) {
 		return -ENOMEM;
 	}
-	e->owner = owner;
-	e->hash = hash;
+	e->link.owner = owner;
+	e->link.hash = hash;
 	e->region_id = region_id;
 	e->desc_len = (uint16_t)desc_len;
 	memcpy(e->name, name, len);
 	memcpy(e->desc, desc, desc_len);
-	ret = set_owner_count(table, owner, mine + 1);
+	ret = owned_names_link(&table->owned, &e->link);
 	if (ret < 0) {
-		free(e);
-		return ret;
-	}
-	e->next = hmap_get(&table->by_hash, hash);
-	ret = hmap_put(&table->by_hash, hash, e);
-	if (ret < 0) {
-		set_owner_count(table, owner, mine);
 		free(e);
 		return ret;
 	}
@@ -145,22 +109,7 @@ int names_publish(struct name_table *table, const void *owner, const char *name,
 /* Unlink e from its chain and free it. */
 static void drop(struct name_table *table, struct name_entry *e)
 {
-	struct name_entry *head = hmap_get(&table->by_hash, e->hash);
-
-	if (head == e) {
-		if (e->next) {
-			hmap_put(&table->by_hash, e->hash, e->next); /* replaces: cannot fail */
-		} else {
-			hmap_del(&table->by_hash, e->hash);
-		}
-	} else {
-		struct name_entry *prev = head;
-		while (prev->next != e) {
-			prev = prev->next;
-		}
-		prev->next = e->next;
-	}
-	set_owner_count(table, e->owner, owner_count(table, e->owner) - 1);
+	owned_names_unlink(&table->owned, &e->link);
 	table->count--;
 	free(e);
 }
@@ -174,7 +123,7 @@ int names_unpublish(struct name_table *table, const void *owner, const char *nam
 		return RDMAX_E_NOT_FOUND;
 	}
 	e = find(table, name, len, hmap_hash_bytes(name, len));
-	if (!e || e->owner != owner) {
+	if (!e || e->link.owner != owner) {
 		return RDMAX_E_NOT_FOUND;
 	}
 	drop(table, e);
@@ -188,17 +137,19 @@ static uint32_t drop_matching(struct name_table *table, const void *owner, bool 
 	uint32_t n = 0;
 	bool again = true;
 
-	if (!table || !table->by_hash.slots || owner_count(table, owner) == 0) {
+	if (!table || !table->owned.by_hash.slots ||
+	    owned_names_owner_count(&table->owned, owner) == 0) {
 		return 0;
 	}
 	/* Dropping changes the map under the iterator: start over after each pass that dropped. */
 	while (again) {
-		struct name_entry *chain;
+		struct owned_name *chain;
 		size_t iter = 0;
 		again = false;
-		while (!again && hmap_next(&table->by_hash, &iter, NULL, (void **)&chain)) {
-			for (struct name_entry *e = chain; e; e = e->next) {
-				if (e->owner == owner &&
+		while (!again && hmap_next(&table->owned.by_hash, &iter, NULL, (void **)&chain)) {
+			for (struct owned_name *l = chain; l; l = l->next) {
+				struct name_entry *e = (struct name_entry *)l;
+				if (l->owner == owner &&
 				    (any_region || e->region_id == region_id)) {
 					drop(table, e);
 					n++;
@@ -228,7 +179,7 @@ int names_lookup(struct name_table *table, const char *name, size_t len, uint8_t
 	if (names_check(name, len) < 0) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	if (!table || !table->by_hash.slots) {
+	if (!table || !table->owned.by_hash.slots) {
 		return RDMAX_E_NOT_FOUND;
 	}
 	e = find(table, name, len, hmap_hash_bytes(name, len));

@@ -13,15 +13,14 @@
 #include <stdint.h>
 
 #include "desc.h"
-#include "hmap.h"
+#include "owned_names.h"
 
 #define NAMES_NAME_MAX       128  /* bytes of a name: [A-Za-z0-9._:@+/-] */
 #define NAMES_MAX_PER_CLIENT 256  /* names one client may hold */
 #define NAMES_MAX_PER_NODE   4096 /* names published on this node */
 
 struct name_table {
-	struct hmap by_hash;   /* hash of the name -> struct name_entry chain */
-	struct hmap per_owner; /* owner -> number of its names */
+	struct owned_names owned; /* struct name_entry chains; owner -> number of its names */
 	uint32_t count;
 	uint64_t served;  /* lookups answered with a descriptor */
 	uint64_t missing; /* lookups of a name nobody published here */

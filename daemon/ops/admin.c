@@ -258,12 +258,27 @@ static void json_owner(struct json *j, const struct owner_map *m, const void *ow
 typedef int (*command_fn)(struct admin *a, struct json *j, int argc, char **argv, char *err,
 			  size_t err_size);
 
+/*
+ * Open the next object of a list reply, counting it in *n; past ADMIN_LIST_MAX
+ * count it in *truncated instead and return false (the caller leaves it out).
+ */
+static bool list_entry_open(struct json *j, uint32_t *n, uint32_t *truncated)
+{
+	if (*n >= ADMIN_LIST_MAX) {
+		(*truncated)++;
+		return false;
+	}
+	(*n)++;
+	json_obj_open(j, NULL);
+	return true;
+}
+
 struct conn_list_ctx {
 	struct json *j;
 	const char *transport;
 	uint32_t n;
 	uint32_t ready;
-	uint32_t skipped;
+	uint32_t truncated;
 };
 
 static void count_conns(void *arg, const struct transport_conn_info *info)
@@ -490,12 +505,9 @@ static void json_client(void *arg, const struct ipc_client_info *info)
 	struct list_ctx *ctx = arg;
 	struct json *j = ctx->j;
 
-	if (ctx->n >= ADMIN_LIST_MAX) {
-		ctx->truncated++;
+	if (!list_entry_open(j, &ctx->n, &ctx->truncated)) {
 		return;
 	}
-	ctx->n++;
-	json_obj_open(j, NULL);
 	json_u64(j, "id", info->id);
 	json_str(j, "name", info->name);
 	json_i64(j, "pid", info->pid);
@@ -535,12 +547,9 @@ static int cmd_regions(struct admin *a, struct json *j, int argc, char **argv, c
 	ipc_for_each_client(d->ipc, add_owner, &owners);
 	json_arr_open(j, "regions");
 	for (size_t it = 0; hmap_next(&d->regions.by_id, &it, NULL, (void **)&r);) {
-		if (n >= ADMIN_LIST_MAX) {
-			truncated++;
+		if (!list_entry_open(j, &n, &truncated)) {
 			continue;
 		}
-		n++;
-		json_obj_open(j, NULL);
 		json_u64(j, "id", r->id);
 		json_owner(j, &owners, r->owner);
 		json_str(j, "kind", region_kind_text(r->kind));
@@ -563,12 +572,9 @@ static void json_conn(void *arg, const struct transport_conn_info *info)
 	struct conn_list_ctx *ctx = arg;
 	struct json *j = ctx->j;
 
-	if (ctx->n >= ADMIN_LIST_MAX) {
-		ctx->skipped++;
+	if (!list_entry_open(j, &ctx->n, &ctx->truncated)) {
 		return;
 	}
-	ctx->n++;
-	json_obj_open(j, NULL);
 	json_str(j, "transport", ctx->transport);
 	json_str(j, "peer", info->peer);
 	json_str(j, "node", info->node_name ? info->node_name : "");
@@ -599,7 +605,7 @@ static int cmd_conns(struct admin *a, struct json *j, int argc, char **argv, cha
 		}
 	}
 	json_arr_close(j);
-	json_u64(j, "truncated", ctx.skipped);
+	json_u64(j, "truncated", ctx.truncated);
 	if (!any) {
 		json_str(j, "note", "the running transports do not report their connections");
 	}
@@ -611,12 +617,9 @@ static void json_job(void *arg, const struct engine_job_info *info)
 	struct list_ctx *ctx = arg;
 	struct json *j = ctx->j;
 
-	if (ctx->n >= ADMIN_LIST_MAX) {
-		ctx->truncated++;
+	if (!list_entry_open(j, &ctx->n, &ctx->truncated)) {
 		return;
 	}
-	ctx->n++;
-	json_obj_open(j, NULL);
 	json_u64(j, "id", info->id);
 	json_owner(j, ctx->owners, info->owner);
 	json_str(j, "op", info->op == XFER_READ ? "read" : "write");
