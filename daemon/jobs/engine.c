@@ -125,6 +125,34 @@ static void withdraw_xfers(struct job *job)
 	}
 }
 
+/* What a job in the client's table counts against the client and its uid, released. */
+static void owner_uncount(struct job_owner *owner, const struct job *job)
+{
+	owner->outstanding--;
+	if (owner->uid_outstanding) {
+		(*owner->uid_outstanding)--;
+	}
+	owner->runs -= job->runs_counted;
+}
+
+/*
+ * Refuses a job that is not in its client's table (job_complete() must not
+ * look for it there): its one completion goes out directly, with no bytes.
+ * With `counted`, what was counted for it (engine, client, uid) is undone.
+ */
+static void refuse_unlisted(struct job *job, struct job_owner *owner, bool counted, int err,
+			    const char *message)
+{
+	if (counted) {
+		job->owner = NULL;
+		job->engine->outstanding--;
+		owner_uncount(owner, job);
+	}
+	job->completed = true;
+	job->engine->complete(owner, job->id, err, message, 0);
+	job_free_if_done(job);
+}
+
 void job_complete(struct job *job, int err, const char *fmt, ...)
 {
 	char message[RDMAX_MESSAGE_MAX] = "";
@@ -153,11 +181,7 @@ void job_complete(struct job *job, int err, const char *fmt, ...)
 	if (job->owner) {
 		struct job_owner *owner = job->owner;
 		hmap_del(&owner->jobs, job->id + 1);
-		owner->outstanding--;
-		if (owner->uid_outstanding) {
-			(*owner->uid_outstanding)--;
-		}
-		owner->runs -= job->runs_counted;
+		owner_uncount(owner, job);
 		job->owner = NULL;
 		engine->complete(owner, job->id, err, err ? message : NULL,
 				 err ? job->bytes_done : job->length);
@@ -172,6 +196,53 @@ static void deadline_fired(uv_timer_t *timer)
 		     "deadline of job %" PRIu64 " passed after %" PRIu64 " of %" PRIu64 " bytes",
 		     job->id, job->bytes_done, job->length);
 	job_free_if_done(job);
+}
+
+/*
+ * A job in its client's table: within the limits, accepted while the daemon
+ * is not draining, prepared, and its plan charged to the client. 0, or the
+ * refusal with its reason in `why`.
+ */
+static int admit(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t why_size)
+{
+	struct rdmaxd *daemon = job->engine->daemon;
+	struct job_owner *owner = job->owner;
+	int ret;
+
+	if (owner->outstanding > daemon->cfg.max_outstanding_jobs) {
+		snprintf(why, why_size, "more than %u jobs outstanding",
+			 daemon->cfg.max_outstanding_jobs);
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	if (owner->uid_outstanding &&
+	    *owner->uid_outstanding > daemon->cfg.per_uid_outstanding_jobs) {
+		snprintf(why, why_size,
+			 "the clients of this uid have more than %u jobs outstanding "
+			 "([limits] per_uid_outstanding_jobs)",
+			 daemon->cfg.per_uid_outstanding_jobs);
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	if (daemon->draining) {
+		snprintf(why, why_size,
+			 "the daemon is draining (rdmaxctl drain) and accepts no new jobs");
+		return RDMAX_E_CANCELLED;
+	}
+	ret = job_prepare(job, pj, why, why_size);
+	if (ret < 0) {
+		return ret;
+	}
+	if (job->runs != &job->run1) {
+		/* Plans of paged writes and scatters cost memory: bounded per client. */
+		if (owner->runs + job->n_runs > RUNS_PER_CLIENT_MAX) {
+			snprintf(why, why_size,
+				 "the client's jobs would hold more than %u planned runs",
+				 RUNS_PER_CLIENT_MAX);
+			return RDMAX_E_RESOURCE_EXHAUSTED;
+		}
+		owner->runs += job->n_runs;
+		job->runs_counted = job->n_runs;
+	}
+	return 0;
 }
 
 int engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V1__Job *pj)
@@ -201,10 +272,8 @@ int engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V
 
 	if (pj->job_id >= UINT64_MAX - 1) {
 		/* Such an id cannot key the in-flight table; refuse without registering it. */
-		job->completed = true;
-		engine->complete(owner, pj->job_id, RDMAX_E_INVALID_ARGUMENT,
-				 "job id must be below 2^64-2", 0);
-		job_free_if_done(job);
+		refuse_unlisted(job, owner, false, RDMAX_E_INVALID_ARGUMENT,
+				"job id must be below 2^64-2");
 		return 0;
 	}
 	engine->outstanding++;
@@ -214,56 +283,14 @@ int engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V
 	}
 	job->owner = owner;
 	if (hmap_put(&owner->jobs, pj->job_id + 1, job) < 0) {
-		/* Not in the table: job_complete() must not find it there. */
-		job->owner = NULL;
-		owner->outstanding--;
-		if (owner->uid_outstanding) {
-			(*owner->uid_outstanding)--;
-		}
-		engine->outstanding--;
-		job->completed = true;
-		engine->complete(owner, pj->job_id, -ENOMEM, "out of memory", 0);
-		job_free_if_done(job);
+		refuse_unlisted(job, owner, true, -ENOMEM, "out of memory");
 		return 0;
 	}
-	if (owner->outstanding > daemon->cfg.max_outstanding_jobs) {
-		job_complete(job, RDMAX_E_RESOURCE_EXHAUSTED, "more than %u jobs outstanding",
-			     daemon->cfg.max_outstanding_jobs);
-		job_free_if_done(job);
-		return 0;
-	}
-	if (owner->uid_outstanding &&
-	    *owner->uid_outstanding > daemon->cfg.per_uid_outstanding_jobs) {
-		job_complete(job, RDMAX_E_RESOURCE_EXHAUSTED,
-			     "the clients of this uid have more than %u jobs outstanding "
-			     "([limits] per_uid_outstanding_jobs)",
-			     daemon->cfg.per_uid_outstanding_jobs);
-		job_free_if_done(job);
-		return 0;
-	}
-	if (daemon->draining) {
-		job_complete(job, RDMAX_E_CANCELLED,
-			     "the daemon is draining (rdmaxctl drain) and accepts no new jobs");
-		job_free_if_done(job);
-		return 0;
-	}
-	ret = job_prepare(job, pj, why, sizeof(why));
+	ret = admit(job, pj, why, sizeof(why));
 	if (ret < 0) {
 		job_complete(job, ret, "%s", why);
 		job_free_if_done(job);
 		return 0;
-	}
-	if (job->runs != &job->run1) {
-		/* Plans of paged writes and scatters cost memory: bounded per client. */
-		if (owner->runs + job->n_runs > RUNS_PER_CLIENT_MAX) {
-			job_complete(job, RDMAX_E_RESOURCE_EXHAUSTED,
-				     "the client's jobs would hold more than %u planned runs",
-				     RUNS_PER_CLIENT_MAX);
-			job_free_if_done(job);
-			return 0;
-		}
-		owner->runs += job->n_runs;
-		job->runs_counted = job->n_runs;
 	}
 	job->slots = job->window;
 	job->n_slots = JOB_WINDOW;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "engine_internal.h"
 #include "hmap.h"
 #include "peer_group.h"

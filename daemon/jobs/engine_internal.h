@@ -4,7 +4,10 @@
  * engine_fanout.c, engine_pump.c, engine_rails.c): the job, its nodes,
  * destinations and window, the engine itself, and the calls they make on
  * one another. Nothing outside daemon/jobs/engine*.c includes it; the
- * engine's interface is engine.h.
+ * engine's interface is engine.h, which each of them includes first: this
+ * header does not include it, since engine.c including a header that
+ * includes engine.h would make the module depend on itself
+ * (tests/check-layout).
  */
 #ifndef RDMAXD_ENGINE_INTERNAL_H
 #define RDMAXD_ENGINE_INTERNAL_H
@@ -13,7 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine.h"
+#ifndef RDMAXD_ENGINE_H
+#error "include engine.h before engine_internal.h"
+#endif
+
 #include "log.h"
 #include "mailbox.h"
 #include "planner.h"

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "discovery.h"
+#include "engine.h"
 #include "engine_internal.h"
 #include "mailbox.h"
 #include "planner.h"

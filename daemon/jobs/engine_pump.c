@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "engine_internal.h"
 #include "mailbox.h"
 #include "rdmax.h"
