@@ -177,6 +177,31 @@ void engine_desc_cache_stats(const struct engine *engine, uint64_t *ret_hits, ui
 	*ret_entries = n;
 }
 
+/* The job's remote descriptor (job->remote), decoded through the parse cache. */
+static int decode_remote(struct job *job, ProtobufCBinaryData bytes, char *why, size_t why_size)
+{
+	int ret = engine_desc_decode(job->engine, bytes.data, bytes.len, &job->remote);
+
+	if (ret < 0) {
+		snprintf(why, why_size, "remote descriptor is malformed");
+	}
+	return ret;
+}
+
+/* The only node of a WRITE, READ or PAGED job, at job->remote, with its rails. */
+static int remote_node(struct job *job, struct transport *transport, const struct endpoint *peer,
+		       char *why, size_t why_size)
+{
+	int ret;
+
+	single_node(job, transport, peer, job->remote.instance_id, job->remote.region_id,
+		    job->remote.region_key);
+	ret = rail_set(job, &job->node1, job->remote.endpoints, job->remote.n_endpoints, false,
+		       job->remote.node_name, why, why_size);
+	job->peer = job->node1.peer;
+	return ret;
+}
+
 /* WRITE and READ: one range on each side. */
 static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinaryData desc_bytes,
 			  char *why, size_t why_size)
@@ -190,9 +215,8 @@ static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinar
 	if (ret < 0) {
 		return ret;
 	}
-	ret = engine_desc_decode(job->engine, desc_bytes.data, desc_bytes.len, &job->remote);
+	ret = decode_remote(job, desc_bytes, why, why_size);
 	if (ret < 0) {
-		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
 	}
 	if (planner_check_range(job->remote_offset, job->length, job->remote.length) < 0) {
@@ -211,12 +235,7 @@ static int prepare_single(struct job *job, uint64_t local_region, ProtobufCBinar
 				      .length = job->length};
 	job->runs = &job->run1;
 	job->n_runs = 1;
-	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
-		    job->remote.region_key);
-	ret = rail_set(job, &job->node1, job->remote.endpoints, job->remote.n_endpoints, false,
-		       job->remote.node_name, why, why_size);
-	job->peer = job->node1.peer;
-	return ret;
+	return remote_node(job, transport, &peer, why, why_size);
 }
 
 static struct plan_pages page_list(const Rdmax__V1__PageList *list)
@@ -255,10 +274,8 @@ static int prepare_paged(struct job *job, const struct paged_req *pr, char *why,
 	if (ret < 0) {
 		return ret;
 	}
-	ret = engine_desc_decode(job->engine, pr->remote_desc.data, pr->remote_desc.len,
-				 &job->remote);
+	ret = decode_remote(job, pr->remote_desc, why, why_size);
 	if (ret < 0) {
-		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
 	}
 	struct plan_pages local = page_list(pr->local_pages), remote = page_list(pr->remote_pages);
@@ -290,12 +307,7 @@ static int prepare_paged(struct job *job, const struct paged_req *pr, char *why,
 	if (ret < 0) {
 		return ret;
 	}
-	single_node(job, transport, &peer, job->remote.instance_id, job->remote.region_id,
-		    job->remote.region_key);
-	ret = rail_set(job, &job->node1, job->remote.endpoints, job->remote.n_endpoints, false,
-		       job->remote.node_name, why, why_size);
-	job->peer = job->node1.peer;
-	return ret;
+	return remote_node(job, transport, &peer, why, why_size);
 }
 
 static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why, size_t why_size)
@@ -316,10 +328,8 @@ static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why
 			 sj->payload.len, MAILBOX_PAYLOAD_MAX);
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
-	ret = engine_desc_decode(job->engine, sj->remote_desc.data, sj->remote_desc.len,
-				 &job->remote);
+	ret = decode_remote(job, sj->remote_desc, why, why_size);
 	if (ret < 0) {
-		snprintf(why, why_size, "remote descriptor is malformed");
 		return ret;
 	}
 	ret = job_resolve(job, &job->remote, &transport, &peer, why, why_size);
