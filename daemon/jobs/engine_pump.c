@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Issuing a job's plan: runs cut into chunks (or small runs grouped into one
+ * xfer), handed to the transports through the job's window, a node's imm on
+ * its last xfer (held back until the others returned when the transport does
+ * not keep order), returned xfers accounted, and runs towards this daemon
+ * copied (or, for SEND, delivered) in place. Never validates a job (that is
+ * done before it gets here) and never completes one except through
+ * job_complete().
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "engine_internal.h"
+#include "mailbox.h"
+#include "rdmax.h"
+#include "rdmaxd.h"
+#include "transport.h"
+
+static void xfer_done(struct xfer *xfer, int err, const char *message);
+
+/* Take the next piece of the plan: at most one chunk of the current run. */
+static void next_piece(struct job *job, struct plan_run *ret_piece)
+{
+	const struct plan_run *run = &job->runs[job->next_run];
+	uint64_t len =
+		MIN(job_chunk_bytes(job, job_node_of_run(job, run)), run->length - job->run_offset);
+
+	*ret_piece = *run;
+	ret_piece->local_offset += job->run_offset;
+	ret_piece->remote_offset += job->run_offset;
+	ret_piece->length = len;
+	job->run_offset += len;
+	if (job->run_offset >= run->length) {
+		job->next_run++;
+		job->run_offset = 0;
+	}
+}
+
+/*
+ * Issue piece; with n_group > 0 the piece stands for the n_group whole runs
+ * at group, sent as one xfer (transport->max_runs).
+ */
+static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan_run *piece,
+		       const struct plan_run *group, uint32_t n_group)
+{
+	const struct job_dest *dest = &job->dests[piece->dest];
+	struct job_node *node = &job->nodes[dest->node];
+	struct xfer *xfer = &slot->xfer;
+	int ret;
+
+	memset(xfer, 0, sizeof(*xfer));
+	xfer->op = job->op;
+	xfer->peer = *rail_pick(job, node, NULL);
+	xfer->remote_instance = node->instance;
+	xfer->remote_region = dest->region_id;
+	xfer->remote_key = dest->region_key;
+	xfer->remote_offset = piece->remote_offset;
+	xfer->local = job->local;
+	xfer->local_offset = piece->local_offset;
+	xfer->length = piece->length;
+	xfer->runs = n_group ? group : NULL;
+	xfer->n_runs = n_group;
+	uint64_t xfers = n_group ? n_group : 1;
+	xfer->has_imm = node->has_imm && node->xfers_left == xfers;
+	xfer->imm = job->imm;
+	xfer->done = xfer_done;
+	xfer->ctx = job;
+	slot->job = job;
+	slot->node = dest->node;
+	slot->busy = true;
+	slot->tries = 0;
+	if (job->kind == JOB_SEND) {
+		xfer->mailbox = job->mailbox;
+		xfer->payload = job->payload;
+		ret = node->transport->ops->send_message(node->transport, xfer);
+	} else {
+		ret = node->transport->ops->submit(node->transport, xfer);
+	}
+	if (ret < 0) {
+		slot->busy = false;
+		return ret;
+	}
+	node->xfers_left -= xfers;
+	node->in_flight++;
+	job->in_flight++;
+	job->in_flight_bytes += xfer->length;
+	return 0;
+}
+
+static void xfer_done(struct xfer *xfer, int err, const char *message)
+{
+	struct job_xfer *slot = container_of(xfer, struct job_xfer, xfer);
+	struct job *job = slot->job;
+	struct job_node *node = &job->nodes[slot->node];
+
+	if (err && rail_reissue(slot, err, message)) {
+		return;
+	}
+	slot->busy = false;
+	job->in_flight--;
+	job->in_flight_bytes -= xfer->length;
+	node->in_flight--;
+	if (err == 0) {
+		job->bytes_done += xfer->length;
+	} else {
+		job_complete(job, err, "%s", message ? message : "transfer failed");
+	}
+	if (!job->completed && node->held && node->in_flight == 0) {
+		/* Every other xfer to the node returned: the one with the imm may go. */
+		struct plan_run piece = node->held_run;
+		node->held = false;
+		job->nodes_held--;
+		int ret = issue_piece(job, slot, &piece, NULL, 0);
+		if (ret < 0) {
+			job_complete(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
+		}
+	}
+	job_pump(job);
+}
+
+/* A piece towards this daemon: copied (or delivered) now, checked like a remote access. */
+static int run_local_piece(struct job *job, const struct plan_run *piece)
+{
+	struct rdmaxd *daemon = job->engine->daemon;
+	const struct job_dest *dest = &job->dests[piece->dest];
+	struct region *target;
+	int ret;
+
+	if (job->kind == JOB_SEND) {
+		ret = mailbox_deliver(daemon->mailboxes, job->mailbox, job->payload, piece->length,
+				      daemon->node_name);
+		if (ret == RDMAX_E_NOT_FOUND) {
+			job_complete(job, ret, "no mailbox '%s' is open on node '%s'", job->mailbox,
+				     daemon->node_name);
+		} else if (ret < 0) {
+			job_complete(job, ret, "mailbox '%s' refused the message: %s", job->mailbox,
+				     rdmax_strerror(ret));
+		} else {
+			job->bytes_done += piece->length;
+		}
+		return ret;
+	}
+	uint32_t need =
+		job->op == XFER_WRITE ? RDMAX_ACCESS_REMOTE_WRITE : RDMAX_ACCESS_REMOTE_READ;
+	ret = region_get_remote(&daemon->regions, daemon->instance_id, dest->region_id,
+				dest->region_key, piece->remote_offset, piece->length, need,
+				&target);
+	if (ret == 0 && job->op == XFER_WRITE && piece->length > 0 && !target->writable) {
+		region_put(&daemon->regions, target);
+		ret = RDMAX_E_PERMISSION_DENIED;
+	}
+	if (ret < 0) {
+		job_complete(job, ret == RDMAX_E_PERMISSION_DENIED ? RDMAX_E_REMOTE_ACCESS : ret,
+			     "local target region %" PRIu64 ": %s", dest->region_id,
+			     ret == RDMAX_E_NOT_FOUND ? "stale or unknown descriptor"
+						      : rdmax_strerror(ret));
+		return ret;
+	}
+	if (piece->length > 0 && (!target->addr || !job->local->addr)) {
+		/* GPU memory has no host mapping here: only a NIC moves it (docs/gpu.md). */
+		region_put(&daemon->regions, target);
+		job_complete(job, RDMAX_E_GPU_NEEDS_RDMA,
+			     "a copy between two regions of node '%s' cannot involve GPU memory: "
+			     "GPU regions move between nodes over RDMA only",
+			     daemon->node_name);
+		return RDMAX_E_GPU_NEEDS_RDMA;
+	}
+	if (piece->length > 0 && job->op == XFER_WRITE) {
+		memmove(target->addr + piece->remote_offset, job->local->addr + piece->local_offset,
+			piece->length);
+	} else if (piece->length > 0) {
+		memmove(job->local->addr + piece->local_offset, target->addr + piece->remote_offset,
+			piece->length);
+	}
+	job->nodes[dest->node].landing_owner = region_imm_owner(target);
+	region_put(&daemon->regions, target);
+	job->bytes_done += piece->length;
+	return 0;
+}
+
+/* Room in the window: a slot, and bytes in flight under JOB_WINDOW chunks. */
+static struct job_xfer *free_slot(struct job *job)
+{
+	uint64_t budget = (uint64_t)JOB_WINDOW * job->engine->daemon->cfg.chunk_bytes;
+
+	if (job->in_flight >= job->n_slots || job->in_flight_bytes >= budget) {
+		return NULL;
+	}
+	for (size_t i = 0; i < job->n_slots; i++) {
+		if (!job->slots[i].busy) {
+			return &job->slots[i];
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Whole runs from the next one on that can travel as one xfer: the node's
+ * transport takes several (max_runs), they go to the same destination, each
+ * fits one chunk, and together they stay within a chunk. 0 when fewer than
+ * two qualify (the next piece goes alone). An unordered transport holds the
+ * imm's xfer back alone, so the node's last run is never grouped there.
+ */
+static uint32_t group_runs(const struct job *job, const struct job_node *node, uint64_t *ret_len)
+{
+	uint64_t chunk = job_chunk_bytes(job, node), len = 0;
+	uint32_t max = node->transport->max_runs, n = 0;
+	size_t end = job->n_runs;
+
+	if (max < 2 || job->run_offset != 0 || job->op != XFER_WRITE || job->kind == JOB_SEND) {
+		return 0;
+	}
+	if (node->has_imm && !node->transport->ordered) {
+		end--;
+	}
+	for (size_t i = job->next_run; i < end && n < max; i++) {
+		const struct plan_run *run = &job->runs[i];
+		if (run->dest != job->runs[job->next_run].dest || run->length == 0 ||
+		    run->length > chunk - len) {
+			break;
+		}
+		len += run->length;
+		n++;
+	}
+	*ret_len = len;
+	return n >= 2 ? n : 0;
+}
+
+/*
+ * Issue the plan in order as far as the window allows; a node's last xfer
+ * is held back (node->held) while others to it are in flight on a transport
+ * that does not keep order. Completes the job once everything returned and
+ * frees it when done: callers must not touch the job afterwards.
+ */
+void job_pump(struct job *job)
+{
+	struct rdmaxd *daemon = job->engine->daemon;
+
+	job->issuing = true;
+	while (!job->completed && job->next_run < job->n_runs) {
+		struct job_node *node = job_node_of_run(job, &job->runs[job->next_run]);
+		struct job_xfer *slot = NULL;
+		struct plan_run piece;
+
+		if (node->transport) {
+			slot = free_slot(job);
+			if (!slot) {
+				break;
+			}
+		}
+		uint64_t group_len = 0;
+		uint32_t n_group = node->transport ? group_runs(job, node, &group_len) : 0;
+		if (n_group > 0) {
+			const struct plan_run *group = &job->runs[job->next_run];
+			piece = *group;
+			piece.length = group_len;
+			job->next_run += n_group;
+			int ret = issue_piece(job, slot, &piece, group, n_group);
+			if (ret < 0) {
+				job_complete(job, ret, "cannot start transfer: %s",
+					     rdmax_strerror(ret));
+			}
+			continue;
+		}
+		next_piece(job, &piece);
+		if (!node->transport) {
+			if (run_local_piece(job, &piece) < 0) {
+				break;
+			}
+			if (--node->xfers_left == 0 && node->has_imm) {
+				imm_landed(&daemon->imm, node->landing_owner, job->imm);
+			}
+			continue;
+		}
+		if (node->has_imm && node->xfers_left == 1 && !node->transport->ordered &&
+		    node->in_flight > 0) {
+			node->held = true;
+			node->held_run = piece;
+			job->nodes_held++;
+			continue;
+		}
+		int ret = issue_piece(job, slot, &piece, NULL, 0);
+		if (ret < 0) {
+			job_complete(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
+		}
+	}
+	job->issuing = false;
+	if (!job->completed && job->next_run >= job->n_runs && job->nodes_held == 0 &&
+	    job->in_flight == 0) {
+		job_complete(job, 0, NULL);
+	}
+	job_free_if_done(job);
+}
