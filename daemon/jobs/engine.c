@@ -84,6 +84,7 @@ static void job_free_memory(struct job *job)
 		free(job->slots);
 	}
 	peer_group_put(job->group);
+	free(job->final_message);
 	free(job->payload);
 	list_del(&job->link);
 	free(job);
@@ -115,7 +116,13 @@ static void withdraw_xfers(struct job *job)
 		}
 		struct job_node *node = &job->nodes[slot->node];
 		struct transport *t = node->transport;
-		if (!t || !t->ops->withdraw || t->ops->withdraw(t, &slot->xfer) < 0) {
+		int ret = t && t->ops->withdraw ? t->ops->withdraw(t, &slot->xfer) : -EBUSY;
+		if (ret == -EINPROGRESS) {
+			slot->finishing = true;
+			job->finishing++;
+			continue;
+		}
+		if (ret < 0) {
 			continue;
 		}
 		slot->busy = false;
@@ -153,6 +160,42 @@ static void refuse_unlisted(struct job *job, struct job_owner *owner, bool count
 	job_free_if_done(job);
 }
 
+/* The job's one completion, to its client if it is still there. */
+static void deliver(struct job *job, int err, const char *message)
+{
+	struct engine *engine = job->engine;
+
+	counters_job_done(&engine->daemon->counters, job->kind, err,
+			  err ? job->bytes_done : job->length, now_ns() - job->started_ns,
+			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
+	if (job->owner) {
+		struct job_owner *owner = job->owner;
+		hmap_del(&owner->jobs, job->id + 1);
+		owner_uncount(owner, job);
+		job->owner = NULL;
+		engine->complete(owner, job->id, err, err ? message : NULL,
+				 err ? job->bytes_done : job->length);
+	}
+}
+
+void job_finish_withdrawn(struct job_xfer *slot)
+{
+	struct job *job = slot->job;
+	struct job_node *node = &job->nodes[slot->node];
+
+	slot->finishing = false;
+	slot->busy = false;
+	job->in_flight--;
+	job->in_flight_bytes -= slot->xfer.length;
+	node->in_flight--;
+	if (--job->finishing == 0) {
+		deliver(job, job->final_err, job->final_message ? job->final_message : "");
+		free(job->final_message);
+		job->final_message = NULL;
+	}
+	job_free_if_done(job);
+}
+
 void job_complete(struct job *job, int err, const char *fmt, ...)
 {
 	char message[RDMAX_MESSAGE_MAX] = "";
@@ -175,17 +218,13 @@ void job_complete(struct job *job, int err, const char *fmt, ...)
 	}
 	engine->outstanding--;
 	withdraw_xfers(job);
-	counters_job_done(&engine->daemon->counters, job->kind, err,
-			  err ? job->bytes_done : job->length, now_ns() - job->started_ns,
-			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
-	if (job->owner) {
-		struct job_owner *owner = job->owner;
-		hmap_del(&owner->jobs, job->id + 1);
-		owner_uncount(owner, job);
-		job->owner = NULL;
-		engine->complete(owner, job->id, err, err ? message : NULL,
-				 err ? job->bytes_done : job->length);
+	if (job->finishing > 0) {
+		/* Delivered by job_finish_withdrawn() once the frames on the wire are out. */
+		job->final_err = err;
+		job->final_message = strdup(message);
+		return;
 	}
+	deliver(job, err, message);
 }
 
 static void deadline_fired(uv_timer_t *timer)

@@ -112,7 +112,8 @@ struct job_xfer {
 	struct job *job;
 	uint32_t node; /* index in job->nodes */
 	bool busy;
-	uint8_t tries; /* rails this xfer was issued on before the current one */
+	bool finishing; /* withdrawn mid-wire: its done ends the job's deferred completion */
+	uint8_t tries;  /* rails this xfer was issued on before the current one */
 };
 
 struct job {
@@ -146,9 +147,17 @@ struct job {
 	struct job_node node1; /* storage of single-node, single-run jobs */
 	struct job_dest dest1;
 	struct plan_run run1;
-	uint32_t in_flight;       /* xfers issued and not returned */
-	uint64_t bytes_done;      /* bytes of returned successful xfers */
-	bool completed;           /* completion delivered (or dropped) */
+	uint32_t in_flight;  /* xfers issued and not returned */
+	uint64_t bytes_done; /* bytes of returned successful xfers */
+	bool completed;      /* completion decided (delivered, dropped or deferred) */
+	/*
+	 * Xfers a transport could not withdraw at once but finishes shortly (a
+	 * frame half on the wire): the completion, decided with final_err and
+	 * final_message, is delivered when the last of them returns.
+	 */
+	uint32_t finishing;
+	int final_err;
+	char *final_message;
 	bool issuing;             /* inside job_pump(): do not free */
 	uv_timer_t *deadline;     /* NULL when no deadline */
 	uint64_t started_ns;      /* submission, for metrics and the admin socket */
@@ -180,6 +189,11 @@ static inline struct job_node *job_node_of_run(struct job *job, const struct pla
 
 /* ---- engine.c: life and completion */
 
+/*
+ * A slot that withdraw() left finishing (a frame half on the wire) returned:
+ * when it was the job's last, the completion decided earlier is delivered.
+ */
+void job_finish_withdrawn(struct job_xfer *slot);
 /*
  * The job's one completion (later calls do nothing): counts released, xfers
  * withdrawn, the client told. The job stays until job_free_if_done().

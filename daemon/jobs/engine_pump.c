@@ -99,6 +99,10 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 	struct job *job = slot->job;
 	struct job_node *node = &job->nodes[slot->node];
 
+	if (slot->finishing) {
+		job_finish_withdrawn(slot); /* the job's status was decided already */
+		return;
+	}
 	if (err && rail_reissue(slot, err, message)) {
 		return;
 	}

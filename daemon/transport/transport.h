@@ -184,9 +184,12 @@ struct transport_ops {
 	 * failed, the client left), so no byte of it may move any more. Returns 0
 	 * when the xfer is detached: it is never started, its source is never read
 	 * again, a READ's answer is discarded instead of written, and done is
-	 * never called (a frame already half on the wire fails its connection).
-	 * Returns -EBUSY when the transport cannot stop it; done then follows as
-	 * usual. Never calls done itself.
+	 * never called. Returns -EINPROGRESS for an xfer half on the wire (a TCP
+	 * frame): the transport stops reading its memory once the frame is out,
+	 * then calls done, within a bound (it fails the connection otherwise),
+	 * and the engine delivers the job's completion only then. Returns -EBUSY
+	 * when the transport cannot stop it (WRs a NIC holds); done then follows
+	 * as usual. Never calls done itself.
 	 */
 	int (*withdraw)(struct transport *transport, struct xfer *xfer);
 };
