@@ -11,19 +11,52 @@
 
 /* ------------------------------------------------------- conn_ops */
 
+/*
+ * The first step of a link and of a probe alike: a new rdma_cm id whose
+ * context is obj, resolving the address of peer (name in messages). Only a
+ * link sets the ACK timeout: a probe carries no traffic. On failure nothing
+ * is left behind and why says what failed.
+ */
+static int cm_resolve_start(struct verbs_transport *vt, const struct endpoint *peer,
+			    const char *name, struct cm_obj *obj, bool ack_timeout,
+			    struct rdma_cm_id **ret_id, char *why, size_t why_size)
+{
+	struct sockaddr_storage dst, src;
+	struct rdma_cm_id *id;
+	int ret;
+
+	ret = vt_parse_sockaddr(peer->addr, peer->port, &dst);
+	if (ret < 0) {
+		snprintf(why, why_size, "'%s' is not a numeric address", peer->addr);
+		return ret;
+	}
+	ret = verbs_cm_create_id(vt->cm, obj, &id);
+	if (ret < 0) {
+		snprintf(why, why_size, "rdma_create_id() failed: %s", strerror(-ret));
+		return ret;
+	}
+	if (ack_timeout && verbs_cm_set_ack_timeout(id, ACK_TIMEOUT) < 0) {
+		log_debug("rdma_set_option(ACK_TIMEOUT) failed; using the default timeout");
+	}
+	ret = verbs_cm_resolve_addr(id, vt_source_addr(vt, &dst, &src), (struct sockaddr *)&dst,
+				    (int)vt->daemon->cfg.connect_timeout_ms);
+	if (ret < 0) {
+		snprintf(why, why_size, "rdma_resolve_addr() to %s failed: %s", name,
+			 strerror(-ret));
+		verbs_cm_destroy_id(id);
+		return ret;
+	}
+	*ret_id = id;
+	return 0;
+}
+
 static int link_start(void *ctx, struct conn_link *link, char *why, size_t why_size)
 {
 	struct verbs_transport *vt = ctx;
 	struct conn *conn = link->conn;
-	struct sockaddr_storage dst;
 	struct link_ctx *lc;
 	int ret;
 
-	ret = vt_parse_sockaddr(conn->peer.addr, conn->peer.port, &dst);
-	if (ret < 0) {
-		snprintf(why, why_size, "'%s' is not a numeric address", conn->peer.addr);
-		return ret;
-	}
 	lc = calloc(1, sizeof(*lc));
 	if (!lc) {
 		snprintf(why, why_size, "out of memory");
@@ -32,22 +65,8 @@ static int link_start(void *ctx, struct conn_link *link, char *why, size_t why_s
 	lc->obj.kind = OBJ_LINK;
 	lc->vt = vt;
 	lc->link = link;
-	ret = verbs_cm_create_id(vt->cm, lc, &lc->id);
+	ret = cm_resolve_start(vt, &conn->peer, conn->name, &lc->obj, true, &lc->id, why, why_size);
 	if (ret < 0) {
-		snprintf(why, why_size, "rdma_create_id() failed: %s", strerror(-ret));
-		free(lc);
-		return ret;
-	}
-	if (verbs_cm_set_ack_timeout(lc->id, ACK_TIMEOUT) < 0) {
-		log_debug("rdma_set_option(ACK_TIMEOUT) failed; using the default timeout");
-	}
-	struct sockaddr_storage src;
-	ret = verbs_cm_resolve_addr(lc->id, vt_source_addr(vt, &dst, &src), (struct sockaddr *)&dst,
-				    (int)vt->daemon->cfg.connect_timeout_ms);
-	if (ret < 0) {
-		snprintf(why, why_size, "rdma_resolve_addr() to %s failed: %s", conn->name,
-			 strerror(-ret));
-		verbs_cm_destroy_id(lc->id);
 		free(lc);
 		return ret;
 	}
@@ -353,14 +372,9 @@ static void release(void *ctx, struct conn *conn)
 static int probe_start(void *ctx, struct conn_probe *probe, char *why, size_t why_size)
 {
 	struct verbs_transport *vt = ctx;
-	struct sockaddr_storage dst;
 	struct probe_ctx *pc;
 	int ret;
 
-	if (vt_parse_sockaddr(probe->peer.addr, probe->peer.port, &dst) < 0) {
-		snprintf(why, why_size, "bad address");
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
 	pc = calloc(1, sizeof(*pc));
 	if (!pc) {
 		snprintf(why, why_size, "out of memory");
@@ -369,18 +383,9 @@ static int probe_start(void *ctx, struct conn_probe *probe, char *why, size_t wh
 	pc->obj.kind = OBJ_PROBE;
 	pc->vt = vt;
 	pc->probe = probe;
-	ret = verbs_cm_create_id(vt->cm, pc, &pc->id);
+	ret = cm_resolve_start(vt, &probe->peer, probe->name, &pc->obj, false, &pc->id, why,
+			       why_size);
 	if (ret < 0) {
-		snprintf(why, why_size, "rdma_create_id() failed: %s", strerror(-ret));
-		free(pc);
-		return ret;
-	}
-	struct sockaddr_storage src;
-	ret = verbs_cm_resolve_addr(pc->id, vt_source_addr(vt, &dst, &src), (struct sockaddr *)&dst,
-				    (int)vt->daemon->cfg.connect_timeout_ms);
-	if (ret < 0) {
-		snprintf(why, why_size, "rdma_resolve_addr() failed: %s", strerror(-ret));
-		verbs_cm_destroy_id(pc->id);
 		free(pc);
 		return ret;
 	}
