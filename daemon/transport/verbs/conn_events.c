@@ -15,7 +15,6 @@
 #include "conn.h"
 #include "conn_internal.h"
 #include "log.h"
-#include "verbs.h"
 
 static int reject_err(enum conn_reject_reason reason, bool *ret_retryable)
 {
