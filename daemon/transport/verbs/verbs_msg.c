@@ -2,9 +2,9 @@
 /*
  * The sender's side of SEND messages over verbs: frames staged in a
  * registered pool of MSG_SLOTS slots, handed to the connection, and the
- * answer handed back to the engine. Messages wait in order for a free slot;
- * none overtakes another, and none is started from inside send_message's
- * caller's done.
+ * answer handed back to the engine. Messages wait in order for a free slot
+ * (none overtakes another); a waiting one starts when a slot frees, never
+ * from inside send_message. It never blocks the loop waiting for a slot.
  */
 #include "verbs_internal.h"
 
