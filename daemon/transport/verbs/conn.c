@@ -8,6 +8,8 @@
  * pending queue, and every finish goes through the table's result list, which
  * only conn_table_deliver() empties. It never calls rdma-core or libuv: every
  * such step is a struct conn_ops call, so unit tests drive it with fakes.
+ * What a link's rdma_cm events do is in conn_events.c (conn_internal.h holds
+ * the steps both files take).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,6 +25,7 @@
 #include "conn.h"
 #include "log.h"
 #include "verbs.h"
+#include "conn_internal.h"
 
 /* ================================================================ helpers */
 
@@ -321,7 +324,7 @@ static void msg_retired(struct conn_link *link, struct conn_msg *msg, enum sq_ou
 	}
 }
 
-static void on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
+void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 {
 	struct conn_link *link = arg;
 	struct conn *conn = link->conn;
@@ -355,7 +358,7 @@ static void on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 	}
 }
 
-static void retired(struct conn *conn, uint32_t n)
+void conn_retired(struct conn *conn, uint32_t n)
 {
 	struct conn_table *t = conn->table;
 
@@ -439,7 +442,7 @@ static void destroy_links(struct conn *conn)
 		struct conn_link *link = &conn->links[i];
 		if (link->state != LINK_IDLE) {
 			/* Only a drained link can have outstanding WRs here: they are failed. */
-			retired(conn, sq_plan_fail_all(&link->sq, on_retire, link));
+			conn_retired(conn, sq_plan_fail_all(&link->sq, conn_on_retire, link));
 			t->ops->link_destroy(t->ctx, link);
 			link->state = LINK_IDLE;
 		}
@@ -466,7 +469,7 @@ static void to_closed(struct conn *conn)
 }
 
 /* Every link drained: destroy them and close. */
-static void check_drained(struct conn *conn)
+void conn_check_drained(struct conn *conn)
 {
 	if (conn->state != CONN_DRAINING) {
 		return;
@@ -510,7 +513,7 @@ static void link_begin_drain(struct conn_link *link)
 	t->outstanding_wrs++;
 	if (t->ops->link_post(t->ctx, link, &marker, 1, why, sizeof(why)) < 0) {
 		log_debug("connection to %s: drain marker not posted (%s)", conn->name, why);
-		retired(conn, sq_plan_fail_all(&link->sq, on_retire, link));
+		conn_retired(conn, sq_plan_fail_all(&link->sq, conn_on_retire, link));
 		link->state = LINK_DRAINED;
 		return;
 	}
@@ -522,7 +525,7 @@ static void link_begin_drain(struct conn_link *link)
  * pending ones fail now (they never reached the wire), posted ones fail as
  * their flushes arrive.
  */
-static void conn_down(struct conn *conn, int err, const char *message)
+void conn_down(struct conn *conn, int err, const char *message)
 {
 	if (conn->state == CONN_DRAINING || conn->state == CONN_CLOSED) {
 		return;
@@ -535,7 +538,7 @@ static void conn_down(struct conn *conn, int err, const char *message)
 	for (uint32_t i = 0; i < conn->n_links; i++) {
 		link_begin_drain(&conn->links[i]);
 	}
-	check_drained(conn);
+	conn_check_drained(conn);
 }
 
 /* Close a connection that never came up (or gave up): its pending xfers fail. */
@@ -549,7 +552,7 @@ static void conn_give_up(struct conn *conn, int err, const char *message)
 static void attempt_start(struct conn *conn, uint64_t now);
 
 /* One connection attempt failed; retry after backoff or give up. */
-static void attempt_failed(struct conn *conn, int err, bool retryable, const char *reason)
+void conn_attempt_failed(struct conn *conn, int err, bool retryable, const char *reason)
 {
 	const struct conn_policy *p = policy(conn);
 	struct conn_table *t = conn->table;
@@ -605,14 +608,14 @@ static void attempt_start(struct conn *conn, uint64_t now)
 		int ret = t->ops->link_start(t->ctx, link, why, sizeof(why));
 		if (ret < 0) {
 			link->state = LINK_IDLE;
-			attempt_failed(conn, RDMAX_E_UNREACHABLE, true,
-				       why[0] ? why : "cannot start");
+			conn_attempt_failed(conn, RDMAX_E_UNREACHABLE, true,
+					    why[0] ? why : "cannot start");
 			return;
 		}
 	}
 }
 
-static void established(struct conn *conn, uint64_t now)
+void conn_established(struct conn *conn, uint64_t now)
 {
 	struct list_node *pos, *tmp;
 
@@ -918,13 +921,13 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 			 verbs_wc_status_str((enum ibv_wc_status)wc_status));
 		set_down(conn, RDMAX_E_TRANSPORT_ERROR, "%s", message);
 	}
-	retired(conn, sq_plan_complete(sq, seq, ok, flush, on_retire, link));
+	conn_retired(conn, sq_plan_complete(sq, seq, ok, flush, conn_on_retire, link));
 	if (!ok && conn->state != CONN_DRAINING && conn->state != CONN_CLOSED) {
 		conn_down(conn, conn->down_err, conn->down_msg);
 	}
 	if (link->state == LINK_DRAINING && sq->marker_posted && sq->done_seq > sq->marker_seq) {
 		link->state = LINK_DRAINED;
-		check_drained(conn);
+		conn_check_drained(conn);
 		return;
 	}
 	if (conn->state == CONN_ESTABLISHED && conn->n_pending > 0) {
@@ -1023,213 +1026,6 @@ void conn_probe_answer(struct conn_probe *probe, const uint8_t *pd, size_t len)
 	free(probe);
 }
 
-/* ---- rdma_cm events ---- */
-
-static int reject_err(enum conn_reject_reason reason, bool *ret_retryable)
-{
-	*ret_retryable = false;
-	switch (reason) {
-	case CONN_REJ_AUTH_REQUIRED:
-	case CONN_REJ_AUTH_FAILED:
-	case CONN_REJ_AUTH_UNUSED:
-	case CONN_REJ_CLOCK:
-	case CONN_REJ_REPLAY:
-		return RDMAX_E_PERMISSION_DENIED;
-	case CONN_REJ_VERSION:
-		return RDMAX_E_PROTOCOL_ERROR;
-	case CONN_REJ_LIMIT:
-	case CONN_REJ_RESOURCES:
-		*ret_retryable = true;
-		return RDMAX_E_RESOURCE_EXHAUSTED;
-	case CONN_REJ_SHUTDOWN:
-	default:
-		*ret_retryable = true;
-		return RDMAX_E_UNREACHABLE;
-	}
-}
-
-static void on_rejected(struct conn_link *link, const struct conn_event_data *data)
-{
-	struct conn *conn = link->conn;
-	const uint8_t *pd = data ? data->private_data : NULL;
-	size_t len = data ? data->private_len : 0;
-	char reason[CONN_MSG_MAX];
-	bool retryable;
-
-	if (pd && len >= 8 && get_le32(pd) == CONN_PD_MAGIC && pd[5] == CONN_PD_REJECT) {
-		enum conn_reject_reason why = pd[6] < CONN_REJ_MAX ? pd[6] : CONN_REJ_MAX;
-		int err = reject_err(why, &retryable);
-		snprintf(reason, sizeof(reason), "peer refused: %s", conn_reject_reason_str(why));
-		attempt_failed(conn, err, retryable, reason);
-		return;
-	}
-	/* A reject from the fabric or the peer's kernel (no listener on the port...). */
-	snprintf(reason, sizeof(reason), "connection rejected (rdma_cm status %d)",
-		 data ? data->status : 0);
-	attempt_failed(conn, RDMAX_E_UNREACHABLE, true, reason);
-}
-
-static void on_established(struct conn_link *link, const struct conn_event_data *data, uint64_t now)
-{
-	struct conn *conn = link->conn;
-	struct conn_table *t = conn->table;
-	const uint8_t *pd = data ? data->private_data : NULL;
-	size_t len = data ? data->private_len : 0;
-
-	if (!pd || len < 16 || get_le32(pd) != CONN_PD_MAGIC || pd[4] != CONN_PD_VERSION ||
-	    pd[5] != CONN_PD_ACCEPT) {
-		attempt_failed(conn, RDMAX_E_PROTOCOL_ERROR, false,
-			       "the peer accepted without rdmaxd's private data");
-		return;
-	}
-	uint64_t instance = get_le64(pd + 8);
-	if (t->key) {
-		struct auth_transcript tr;
-		uint8_t mac[AUTH_MAC_BYTES];
-		uint8_t addr[16];
-		if (!(pd[6] & 1) || len < 16 + AUTH_MAC_BYTES ||
-		    conn_addr_parse(conn->peer.addr, addr) < 0) {
-			attempt_failed(conn, RDMAX_E_PERMISSION_DENIED, false,
-				       "the peer did not prove that it holds the shared key");
-			return;
-		}
-		conn_pd_transcript(&tr, link->request, addr, conn->peer.port, instance);
-		if (auth_compute(t->key, t->key_len, AUTH_ROLE_SERVER, &tr, mac) < 0 ||
-		    !auth_equal(mac, pd + 16, AUTH_MAC_BYTES)) {
-			attempt_failed(conn, RDMAX_E_PERMISSION_DENIED, false,
-				       "the peer's proof of the shared key is wrong");
-			return;
-		}
-	}
-	if (conn->links_up > 0 && instance != conn->peer_instance) {
-		attempt_failed(conn, RDMAX_E_UNREACHABLE, true,
-			       "the peer restarted while connecting");
-		return;
-	}
-	conn->peer_instance = instance;
-	link->state = LINK_UP;
-	conn->links_up++;
-	if (conn->links_up == conn->n_links) {
-		established(conn, now);
-	}
-}
-
-static void connecting_step(struct conn_link *link, enum conn_event event,
-			    const struct conn_event_data *data, uint64_t now)
-{
-	struct conn *conn = link->conn;
-	struct conn_table *t = conn->table;
-	char why[CONN_MSG_MAX] = "";
-	int ret;
-
-	switch (event) {
-	case CONN_EV_ADDR_RESOLVED:
-		if (link->state != LINK_RESOLVING_ADDR) {
-			break;
-		}
-		link->state = LINK_RESOLVING_ROUTE;
-		ret = t->ops->link_resolve_route(t->ctx, link, why, sizeof(why));
-		if (ret < 0) {
-			attempt_failed(
-				conn, ret == RDMAX_E_RESOURCE_EXHAUSTED ? ret : RDMAX_E_UNREACHABLE,
-				ret != RDMAX_E_RESOURCE_EXHAUSTED, why);
-		}
-		break;
-	case CONN_EV_ROUTE_RESOLVED: {
-		uint8_t addr[16];
-		if (link->state != LINK_RESOLVING_ROUTE) {
-			break;
-		}
-		if (conn_addr_parse(conn->peer.addr, addr) < 0) {
-			attempt_failed(conn, RDMAX_E_INVALID_ARGUMENT, false, "bad peer address");
-			break;
-		}
-		random_bytes(link->request, sizeof(link->request));
-		conn_pd_connect(link->request, (uint8_t)link->index, (uint8_t)conn->n_links,
-				conn->attempt_id, t->instance, conn_realtime_ms(), t->key,
-				t->key_len, addr, conn->peer.port);
-		link->state = LINK_CONNECTING;
-		ret = t->ops->link_connect(t->ctx, link, link->request, CONN_PD_REQ_LEN, why,
-					   sizeof(why));
-		if (ret < 0) {
-			/* No QP or CQ space here is not the peer's fault: do not retry. */
-			attempt_failed(
-				conn, ret == RDMAX_E_RESOURCE_EXHAUSTED ? ret : RDMAX_E_UNREACHABLE,
-				ret != RDMAX_E_RESOURCE_EXHAUSTED, why);
-		}
-		break;
-	}
-	case CONN_EV_ESTABLISHED:
-		if (link->state == LINK_CONNECTING) {
-			on_established(link, data, now);
-		}
-		break;
-	case CONN_EV_REJECTED:
-		on_rejected(link, data);
-		break;
-	case CONN_EV_ADDR_ERROR:
-	case CONN_EV_ROUTE_ERROR:
-	case CONN_EV_UNREACHABLE:
-	case CONN_EV_CONNECT_ERROR:
-	case CONN_EV_DISCONNECTED:
-	case CONN_EV_DEVICE_REMOVAL:
-	case CONN_EV_ADDR_CHANGE:
-	case CONN_EV_QP_ERROR:
-		snprintf(why, sizeof(why), "%s (status %d)", conn_event_name(event),
-			 data ? data->status : 0);
-		attempt_failed(conn, RDMAX_E_UNREACHABLE, true, why);
-		break;
-	default:
-		break;
-	}
-}
-
-void conn_link_event(struct conn_link *link, enum conn_event event,
-		     const struct conn_event_data *data, uint64_t now)
-{
-	struct conn *conn = link->conn;
-	char message[CONN_MSG_MAX];
-
-	log_debug("connection to %s link %u (%s): %s", conn->name, link->index,
-		  link_state_name(link->state), conn_event_name(event));
-	if (event == CONN_EV_TIMEWAIT_EXIT || link->state == LINK_IDLE) {
-		return;
-	}
-	switch (conn->state) {
-	case CONN_CONNECTING:
-		connecting_step(link, event, data, now);
-		break;
-	case CONN_ESTABLISHED:
-		if (event == CONN_EV_DEVICE_REMOVAL) {
-			/* Only destroy calls are allowed now: no marker, fail what was posted. */
-			for (uint32_t i = 0; i < conn->n_links; i++) {
-				struct conn_link *l = &conn->links[i];
-				retired(conn, sq_plan_fail_all(&l->sq, on_retire, l));
-				l->state = LINK_DRAINED;
-			}
-		}
-		if (event == CONN_EV_DISCONNECTED || event == CONN_EV_DEVICE_REMOVAL ||
-		    event == CONN_EV_ADDR_CHANGE || event == CONN_EV_QP_ERROR ||
-		    event == CONN_EV_CONNECT_ERROR || event == CONN_EV_UNREACHABLE) {
-			snprintf(message, sizeof(message), "connection to %s lost: %s", conn->name,
-				 event == CONN_EV_DISCONNECTED ? "the peer disconnected"
-							       : conn_event_name(event));
-			log_info("%s", message);
-			conn_down(conn, RDMAX_E_TRANSPORT_ERROR, message);
-		}
-		break;
-	case CONN_DRAINING:
-		if (event == CONN_EV_DEVICE_REMOVAL) {
-			retired(conn, sq_plan_fail_all(&link->sq, on_retire, link));
-			link->state = LINK_DRAINED;
-			check_drained(conn);
-		}
-		break;
-	default:
-		break;
-	}
-}
-
 void conn_timer_fired(struct conn *conn, uint64_t now)
 {
 	char why[CONN_MSG_MAX];
@@ -1241,7 +1037,7 @@ void conn_timer_fired(struct conn *conn, uint64_t now)
 	case CONN_CONNECTING:
 		snprintf(why, sizeof(why), "no connection within %u ms",
 			 policy(conn)->connect_timeout_ms);
-		attempt_failed(conn, RDMAX_E_UNREACHABLE, true, why);
+		conn_attempt_failed(conn, RDMAX_E_UNREACHABLE, true, why);
 		break;
 	case CONN_DRAINING:
 		/* Flushes that never came: the QPs are in error, so nothing moves any more. */
@@ -1250,11 +1046,12 @@ void conn_timer_fired(struct conn *conn, uint64_t now)
 		for (uint32_t i = 0; i < conn->n_links; i++) {
 			struct conn_link *link = &conn->links[i];
 			if (link->state == LINK_DRAINING) {
-				retired(conn, sq_plan_fail_all(&link->sq, on_retire, link));
+				conn_retired(conn,
+					     sq_plan_fail_all(&link->sq, conn_on_retire, link));
 				link->state = LINK_DRAINED;
 			}
 		}
-		check_drained(conn);
+		conn_check_drained(conn);
 		break;
 	default:
 		break;
@@ -1266,7 +1063,7 @@ void conn_close(struct conn *conn, int err, const char *message)
 	switch (conn->state) {
 	case CONN_BACKOFF:
 	case CONN_CONNECTING:
-		attempt_failed(conn, err, false, message);
+		conn_attempt_failed(conn, err, false, message);
 		break;
 	case CONN_ESTABLISHED:
 		conn_down(conn, err, message);

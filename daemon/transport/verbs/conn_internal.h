@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to conn.c and conn_events.c: the steps of the connection state
+ * machine that both the table's logic and the rdma_cm event handling take.
+ * Nothing outside daemon/transport/verbs/ includes it; it names conn.h's
+ * types without including it (conn.h is the module's own header).
+ */
+#ifndef RDMAXD_CONN_INTERNAL_H
+#define RDMAXD_CONN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sq_plan.h"
+
+struct conn;
+struct xfer;
+
+void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome);
+void conn_retired(struct conn *conn, uint32_t n);
+void conn_check_drained(struct conn *conn);
+void conn_down(struct conn *conn, int err, const char *message);
+void conn_attempt_failed(struct conn *conn, int err, bool retryable, const char *reason);
+void conn_established(struct conn *conn, uint64_t now);
+
+#endif /* RDMAXD_CONN_INTERNAL_H */
