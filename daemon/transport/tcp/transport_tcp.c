@@ -58,14 +58,14 @@
 #define DISCARD_MAX    (UINT64_C(1) << 30) /* largest refused WRITE whose payload is skipped */
 
 /* Life of a connection. */
-enum conn_state {
-	CONN_BACKOFF,    /* outgoing: no socket; the timer starts the next attempt */
-	CONN_CONNECTING, /* outgoing: non-blocking connect() in flight */
-	CONN_WAIT_HELLO, /* handshake: waiting for the peer's HELLO */
-	CONN_WAIT_AUTH,  /* handshake: HELLOs exchanged, waiting for the peer's proof */
-	CONN_READY,      /* data frames flow */
-	CONN_CLOSED,     /* failed or shut down; freed once its handles closed */
-	CONN_STATE_MAX,  /* terminator */
+enum tcp_conn_state {
+	TCP_CONN_BACKOFF,    /* outgoing: no socket; the timer starts the next attempt */
+	TCP_CONN_CONNECTING, /* outgoing: non-blocking connect() in flight */
+	TCP_CONN_WAIT_HELLO, /* handshake: waiting for the peer's HELLO */
+	TCP_CONN_WAIT_AUTH,  /* handshake: HELLOs exchanged, waiting for the peer's proof */
+	TCP_CONN_READY,      /* data frames flow */
+	TCP_CONN_CLOSED,     /* failed or shut down; freed once its handles closed */
+	TCP_CONN_STATE_MAX,  /* terminator */
 };
 
 /* What the bytes being received are. */
@@ -103,7 +103,7 @@ struct tcp_transport;
 struct tcp_conn {
 	struct tcp_transport *tt;
 	struct list_node link; /* in tt->conns until closed */
-	enum conn_state state;
+	enum tcp_conn_state state;
 	bool outgoing;
 	bool ever_ready;
 	bool in_handshake; /* incoming, counted in tt->n_in_handshake */
@@ -196,8 +196,8 @@ static const struct config *cfg(const struct tcp_conn *conn)
 
 static bool usable(const struct tcp_conn *conn)
 {
-	return conn->state == CONN_WAIT_HELLO || conn->state == CONN_WAIT_AUTH ||
-	       conn->state == CONN_READY;
+	return conn->state == TCP_CONN_WAIT_HELLO || conn->state == TCP_CONN_WAIT_AUTH ||
+	       conn->state == TCP_CONN_READY;
 }
 
 static bool busy(const struct tcp_conn *conn)
@@ -293,7 +293,7 @@ static void on_conn_handle_closed(uv_handle_t *handle)
 	if (handle != (uv_handle_t *)&conn->timer) {
 		free(handle);
 	}
-	if (--conn->handles == 0 && conn->state == CONN_CLOSED) {
+	if (--conn->handles == 0 && conn->state == TCP_CONN_CLOSED) {
 		conn->tt->handles--;
 		free(conn->rx_stage);
 		free(conn->rx_segtab);
@@ -441,7 +441,7 @@ static void conn_fail(struct tcp_conn *conn, int err, const char *message)
 	struct list_node dead;
 	struct list_node *pos, *tmp;
 
-	if (conn->state == CONN_CLOSED) {
+	if (conn->state == TCP_CONN_CLOSED) {
 		return;
 	}
 	if (conn->ever_ready) {
@@ -453,7 +453,7 @@ static void conn_fail(struct tcp_conn *conn, int err, const char *message)
 	drain_queue(conn, &conn->outq, &dead);
 	drain_queue(conn, &conn->pendq, &dead);
 	conn->n_out = 0;
-	conn->state = CONN_CLOSED;
+	conn->state = TCP_CONN_CLOSED;
 	list_del(&conn->link);
 	tt->n_conns--;
 	tt->n_in -= conn->outgoing ? 0 : 1;
@@ -498,7 +498,7 @@ static void attempt_failed(struct tcp_conn *conn, const char *reason)
 	uint64_t delay = (uint64_t)c->retry_backoff_ms << shift;
 	log_debug("connect to %s: %s; attempt %u in %llu ms", conn->name, reason,
 		  conn->attempts + 1, (unsigned long long)delay);
-	conn->state = CONN_BACKOFF;
+	conn->state = TCP_CONN_BACKOFF;
 	uv_timer_start(&conn->timer, on_conn_timer, delay, 0);
 }
 
@@ -515,7 +515,7 @@ static void conn_lost(struct tcp_conn *conn, int prio, const char *reason)
 		attempt_failed(conn, reason);
 		return;
 	}
-	if (conn->state == CONN_CLOSED) {
+	if (conn->state == TCP_CONN_CLOSED) {
 		return;
 	}
 	/* Warnings are what a hostile peer can provoke at will, so they are rate-limited. */
@@ -790,7 +790,7 @@ static void conn_ready(struct tcp_conn *conn)
 {
 	struct list_node *pos, *tmp;
 
-	conn->state = CONN_READY;
+	conn->state = TCP_CONN_READY;
 	conn->ever_ready = true;
 	if (conn->in_handshake) {
 		conn->in_handshake = false;
@@ -857,7 +857,7 @@ static void on_hello(struct tcp_conn *conn)
 		queued = queue_hello(conn);
 	}
 	if (queued && mine) {
-		conn->state = CONN_WAIT_AUTH;
+		conn->state = TCP_CONN_WAIT_AUTH;
 	} else if (queued) {
 		conn_ready(conn);
 	}
@@ -1367,9 +1367,9 @@ static void on_header(struct tcp_conn *conn)
 	bool answer = h->type == WIRE_ACK || h->type == WIRE_READ_RESP;
 	/* Handshake frames only in their step; requests only to the acceptor, answers back. */
 	bool ok = h->type == WIRE_ERROR ||
-		  (h->type == WIRE_HELLO && conn->state == CONN_WAIT_HELLO) ||
-		  (h->type == WIRE_AUTH && conn->state == CONN_WAIT_AUTH) ||
-		  (conn->state == CONN_READY &&
+		  (h->type == WIRE_HELLO && conn->state == TCP_CONN_WAIT_HELLO) ||
+		  (h->type == WIRE_AUTH && conn->state == TCP_CONN_WAIT_AUTH) ||
+		  (conn->state == TCP_CONN_READY &&
 		   ((request && !conn->outgoing) || (answer && conn->outgoing)));
 	if (!ok) {
 		protocol_error(conn, "unexpected %s frame", wire_type_name(h->type));
@@ -1566,7 +1566,7 @@ static void on_connected(struct tcp_conn *conn)
 		attempt_failed(conn, strerror(-err));
 		return;
 	}
-	conn->state = CONN_WAIT_HELLO;
+	conn->state = TCP_CONN_WAIT_HELLO;
 	conn->transcript.client_instance = conn->tt->daemon->instance_id;
 	auth_nonce(conn->transcript.client_nonce);
 	/* An attempt, handshake included, also stays within connect_timeout_ms. */
@@ -1594,7 +1594,7 @@ static void on_poll(uv_poll_t *handle, int status, int events)
 	if (conn->poll != handle) {
 		return;
 	}
-	if (conn->state == CONN_CONNECTING) {
+	if (conn->state == TCP_CONN_CONNECTING) {
 		int err = socket_error(conn->fd);
 		if (status < 0 || err != 0) {
 			attempt_failed(conn, err ? strerror(err) : uv_strerror(status));
@@ -1643,7 +1643,7 @@ static void update_poll(struct tcp_conn *conn)
 	if (!conn->poll) {
 		return;
 	}
-	if (conn->state == CONN_CONNECTING) {
+	if (conn->state == TCP_CONN_CONNECTING) {
 		events = UV_WRITABLE;
 	} else if (usable(conn)) {
 		events = reading_paused(conn) ? 0 : UV_READABLE;
@@ -1698,7 +1698,7 @@ static void start_attempt(struct tcp_conn *conn)
 	if (connect(fd, (struct sockaddr *)&conn->addr, conn->addr_len) == 0) {
 		on_connected(conn);
 	} else if (errno == EINPROGRESS) {
-		conn->state = CONN_CONNECTING;
+		conn->state = TCP_CONN_CONNECTING;
 		uv_timer_start(&conn->timer, on_conn_timer, cfg(conn)->connect_timeout_ms, 0);
 	} else {
 		attempt_failed(conn, strerror(errno));
@@ -1712,14 +1712,14 @@ static void on_conn_timer(uv_timer_t *timer)
 	struct tcp_conn *conn = timer->data;
 
 	switch (conn->state) {
-	case CONN_BACKOFF:
+	case TCP_CONN_BACKOFF:
 		start_attempt(conn);
 		break;
-	case CONN_CONNECTING:
+	case TCP_CONN_CONNECTING:
 		attempt_failed(conn, "connection timed out");
 		break;
-	case CONN_WAIT_HELLO:
-	case CONN_WAIT_AUTH:
+	case TCP_CONN_WAIT_HELLO:
+	case TCP_CONN_WAIT_AUTH:
 		conn_lost(conn, LOG_INFO, "handshake timed out");
 		break;
 	default:
@@ -1836,7 +1836,7 @@ static void on_listen(uv_poll_t *handle, int status, int events)
 			conn_fail(conn, 0, NULL);
 			continue;
 		}
-		conn->state = CONN_WAIT_HELLO;
+		conn->state = TCP_CONN_WAIT_HELLO;
 		conn->in_handshake = true;
 		tt->n_in_handshake++;
 		conn->transcript.server_instance = tt->daemon->instance_id;
@@ -1897,7 +1897,7 @@ static void on_tick(uv_timer_t *timer)
 		if (tt->shut) {
 			return;
 		}
-		if (conn->state != CONN_READY) {
+		if (conn->state != TCP_CONN_READY) {
 			continue;
 		}
 		check_rx_region(conn);
@@ -2076,7 +2076,7 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 		conn->addr = *addr;
 		conn->addr_len = addr_len;
 		format_addr(addr, conn->name, sizeof(conn->name));
-		conn->state = CONN_BACKOFF;
+		conn->state = TCP_CONN_BACKOFF;
 		uv_timer_start(&conn->timer, on_conn_timer, 0, 0);
 	}
 	tt->next_id++;
@@ -2087,7 +2087,7 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 	if (!busy(conn)) {
 		conn->last_io_ms = xfer->started_ms; /* the no-progress clock starts now */
 	}
-	if (conn->state == CONN_READY) {
+	if (conn->state == TCP_CONN_READY) {
 		queue_frame(conn, frame);
 		update_poll(conn); /* sent from the loop: done must never run inside submit */
 	} else {
@@ -2201,14 +2201,14 @@ static void tcp_destroy(struct transport *transport)
 
 /* ---------------------------------------------------- admin socket (rdmaxctl) */
 
-static const char *conn_state_name(enum conn_state state)
+static const char *conn_state_name(enum tcp_conn_state state)
 {
-	static const char *const names[CONN_STATE_MAX] = {
-		[CONN_BACKOFF] = "backoff",      [CONN_CONNECTING] = "connecting",
-		[CONN_WAIT_HELLO] = "handshake", [CONN_WAIT_AUTH] = "authenticating",
-		[CONN_READY] = "ready",          [CONN_CLOSED] = "closed",
+	static const char *const names[TCP_CONN_STATE_MAX] = {
+		[TCP_CONN_BACKOFF] = "backoff",      [TCP_CONN_CONNECTING] = "connecting",
+		[TCP_CONN_WAIT_HELLO] = "handshake", [TCP_CONN_WAIT_AUTH] = "authenticating",
+		[TCP_CONN_READY] = "ready",          [TCP_CONN_CLOSED] = "closed",
 	};
-	return (unsigned)state < CONN_STATE_MAX && names[state] ? names[state] : "?";
+	return (unsigned)state < TCP_CONN_STATE_MAX && names[state] ? names[state] : "?";
 }
 
 static uint32_t list_count(const struct list_node *head)
