@@ -223,14 +223,6 @@ static void drain_queue(struct tcp_conn *conn, struct list_node *queue, struct l
 	}
 }
 
-void tcp_rx_expect(struct tcp_conn *conn, enum rx_state state, uint8_t *dst, uint64_t len)
-{
-	conn->rx_state = state;
-	conn->rx_dst = dst;
-	conn->rx_len = len;
-	conn->rx_got = 0;
-}
-
 void tcp_rx_reset(struct tcp_conn *conn)
 {
 	if (conn->rx_region) {
@@ -391,12 +383,6 @@ struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *
 	}
 	frame->head_len = (uint32_t)(WIRE_HEADER_BYTES + body_len);
 	return frame;
-}
-
-void tcp_queue_frame(struct tcp_conn *conn, struct frame *frame)
-{
-	list_add_tail(&conn->outq, &frame->link);
-	conn->n_out++;
 }
 
 /* Queue a frame with a small body (status from err); false when out of memory (conn failed). */

@@ -181,6 +181,23 @@ static inline bool tcp_busy(const struct tcp_conn *conn)
 	       conn->rx_end != conn->rx_start;
 }
 
+/* The next part to receive, from its first byte; called once or more per frame. */
+static inline void tcp_rx_expect(struct tcp_conn *conn, enum rx_state state, uint8_t *dst,
+				 uint64_t len)
+{
+	conn->rx_state = state;
+	conn->rx_dst = dst;
+	conn->rx_len = len;
+	conn->rx_got = 0;
+}
+
+/* Append to the send queue; called for every frame. */
+static inline void tcp_queue_frame(struct tcp_conn *conn, struct frame *frame)
+{
+	list_add_tail(&conn->outq, &frame->link);
+	conn->n_out++;
+}
+
 /* tcp_conn.c: addresses, connection life, sending */
 int tcp_parse_addr(const char *addr, uint16_t port, struct sockaddr_storage *ret_ss,
 		   socklen_t *ret_len);
@@ -192,7 +209,6 @@ void tcp_tune_socket(struct tcp_transport *tt, int fd);
 struct tcp_conn *tcp_conn_new(struct tcp_transport *tt, bool outgoing);
 int tcp_conn_open_poll(struct tcp_conn *conn, int fd);
 void tcp_frame_release(struct tcp_transport *tt, struct frame *frame);
-void tcp_rx_expect(struct tcp_conn *conn, enum rx_state state, uint8_t *dst, uint64_t len);
 void tcp_rx_reset(struct tcp_conn *conn);
 void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message);
 void tcp_attempt_failed(struct tcp_conn *conn, const char *reason);
@@ -201,7 +217,6 @@ void tcp_protocol_error(struct tcp_conn *conn, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *header,
 			    const void *body, size_t body_len);
-void tcp_queue_frame(struct tcp_conn *conn, struct frame *frame);
 bool tcp_queue_small(struct tcp_conn *conn, uint8_t type, int err, const void *body,
 		     size_t body_len);
 bool tcp_flush(struct tcp_conn *conn);
