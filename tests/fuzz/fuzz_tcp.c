@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the TCP transport's frame handling (transport_tcp.c), before
+ * Fuzz target: the TCP transport's frame handling (daemon/transport/tcp/), before
  * and after the handshake, through a real socket into a daemon in this
  * process. The first byte chooses the mode: bit 2 picks the daemon that
  * requires the shared key over the one without; bit 0 has the harness do

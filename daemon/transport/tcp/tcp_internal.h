@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to daemon/transport/tcp/: the connection and transport objects
+ * and the functions the TCP transport's files share. Nothing outside this
+ * folder includes it; other modules reach the fabric through transport.h.
+ */
+#ifndef RDMAXD_TCP_INTERNAL_H
+#define RDMAXD_TCP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "listen_backoff.h"
+#include "log.h"
+#include "rdmax.h"
+#include "rdmaxd.h"
+#include "transport.h"
+#include "util.h"
+#include "wire.h"
+
+#define IOV_BATCH      64    /* iovecs per sendmsg() */
+#define TX_BUDGET      16    /* sendmsg() calls per readiness callback */
+#define RX_BUDGET      64    /* recvmsg() calls per readiness callback */
+#define ACCEPT_BUDGET  32    /* accept() calls per readiness callback */
+#define ANSWERS_MAX    256   /* queued answers before a responder stops reading */
+#define SCRATCH_BYTES  65536 /* sink for the payload of a refused WRITE */
+#define RX_STAGE_BYTES 65536 /* per connection: bytes received ahead of the current part */
+#define RX_DIRECT_MIN  8192  /* payloads from this size on go straight into memory */
+#define RX_TAIL_MAX    65536 /* payloads up to this size are read with the next header */
+#define FRAME_CACHE    1024  /* freed frames kept for reuse, per transport */
+#define MSG_BYTES      256
+#define RX_SEG_IOV     64                  /* segments of a WRITE_SEGS read by one recvmsg() */
+#define DISCARD_MAX    (UINT64_C(1) << 30) /* largest refused WRITE whose payload is skipped */
+
+/* Life of a connection. */
+enum tcp_conn_state {
+	TCP_CONN_BACKOFF,    /* outgoing: no socket; the timer starts the next attempt */
+	TCP_CONN_CONNECTING, /* outgoing: non-blocking connect() in flight */
+	TCP_CONN_WAIT_HELLO, /* handshake: waiting for the peer's HELLO */
+	TCP_CONN_WAIT_AUTH,  /* handshake: HELLOs exchanged, waiting for the peer's proof */
+	TCP_CONN_READY,      /* data frames flow */
+	TCP_CONN_CLOSED,     /* failed or shut down; freed once its handles closed */
+	TCP_CONN_STATE_MAX,  /* terminator */
+};
+
+/* What the bytes being received are. */
+enum rx_state {
+	RX_HEADER,    /* a frame header into rx_hdr */
+	RX_BODY,      /* a small body (HELLO, proof, message) into rx_body */
+	RX_DATA,      /* payload straight into region memory */
+	RX_DISCARD,   /* payload of a refused WRITE, dropped */
+	RX_SEGTAB,    /* segment table of a WRITE_SEGS into rx_segtab */
+	RX_SEGDATA,   /* one segment of a WRITE_SEGS straight into region memory */
+	RX_STATE_MAX, /* terminator */
+};
+
+struct frame {
+	struct list_node link;
+	struct xfer *xfer;      /* requester: the xfer this frame carries (or &ghost) */
+	bool orphan;            /* its job completed: the answer is discarded, done is a no-op */
+	struct xfer ghost;      /* an orphan's stand-in: the job's xfer may be gone */
+	struct region *region;  /* responder: READ_RESP source, referenced until sent */
+	const uint8_t *payload; /* sent after head, never copied */
+	uint8_t *owned;         /* responder: a payload of its own (lookup answer), freed with it */
+	uint64_t payload_len;   /* with WRITE_SEGS: table_len + the runs' bytes */
+	/* WRITE_SEGS: the segment table (own allocation), then the runs from base */
+	uint8_t *table;
+	uint32_t table_len;
+	const struct plan_run *runs;
+	uint32_t n_runs;
+	const uint8_t *base;
+	uint32_t head_len;
+	uint8_t head[WIRE_HEADER_BYTES + WIRE_BODY_MAX];
+};
+
+struct tcp_transport;
+
+struct tcp_conn {
+	struct tcp_transport *tt;
+	struct list_node link; /* in tt->conns until closed */
+	enum tcp_conn_state state;
+	bool outgoing;
+	bool ever_ready;
+	bool in_handshake; /* incoming, counted in tt->n_in_handshake */
+	int fd;
+	uv_poll_t *poll; /* own allocation: every connect attempt needs a fresh handle */
+	int poll_events;
+	uv_timer_t timer; /* connect, backoff and handshake deadlines */
+	uint32_t handles; /* open libuv handles; the conn is freed when closed and 0 */
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	char name[64]; /* "addr:port" of the peer for messages */
+	char node_name[WIRE_NODE_NAME_BYTES];
+	uint32_t attempts;
+	uint64_t last_io_ms;     /* last byte moved in either direction */
+	uint64_t frame_deadline; /* loop time by which the frame being received must end; 0 */
+	uint64_t tx_frame_start; /* bytes_sent when the frame at the head of outq started */
+	uint64_t tx_deadline;    /* loop time by which that frame must be sent */
+	uint64_t bytes_sent;     /* for the admin socket */
+	uint64_t bytes_received; /* for the admin socket */
+	struct auth_transcript transcript;
+	bool aborting; /* a withdrawn frame was half sent: the connection fails at once */
+
+	struct list_node outq;     /* frames to send, in order */
+	struct list_node pendq;    /* requester: frames waiting for the handshake */
+	struct list_node inflight; /* requester: frames sent, answer pending, in order */
+	uint64_t out_sent;         /* bytes of the head of outq already sent */
+	uint32_t n_out;
+
+	enum rx_state rx_state;
+	struct wire_header rx_h;
+	uint8_t *rx_dst;
+	uint64_t rx_len;
+	uint64_t rx_got;
+	uint8_t rx_hdr[WIRE_HEADER_BYTES];
+	uint8_t rx_body[WIRE_LOOKUP_REPLY_MAX]; /* >= WIRE_BODY_MAX */
+	struct region *rx_region;               /* responder: WRITE target, referenced */
+	struct frame *rx_req;                   /* requester: the request being answered */
+	int rx_err; /* responder: why the WRITE being discarded was refused */
+	char rx_msg[WIRE_MESSAGE_MAX];
+	uint8_t *rx_msgbuf; /* responder: body of the MESSAGE being received */
+	/* responder: WRITE_SEGS table as received, decoded, and the current segment */
+	uint8_t *rx_segtab;       /* WIRE_SEGS_MAX * WIRE_SEG_BYTES, on first use */
+	struct wire_seg *rx_segs; /* WIRE_SEGS_MAX, on first use */
+	uint32_t rx_seg;
+	/*
+	 * Receive-ahead: headers and small frames are read many at a time into
+	 * rx_stage and parsed from there; a large payload is read straight into
+	 * its destination, together with at most the next header.
+	 */
+	uint8_t *rx_stage; /* RX_STAGE_BYTES */
+	uint32_t rx_start; /* first byte of rx_stage not yet consumed */
+	uint32_t rx_end;   /* end of the bytes in rx_stage */
+	bool rx_bulk;      /* the last frame's payload was large: expect another */
+};
+
+struct tcp_transport {
+	struct transport base;
+	struct rdmaxd *daemon;
+	int listen_fd;
+	uv_poll_t listen_poll;
+	uv_timer_t timer;
+	uint32_t handles; /* listener + timer + conns not yet freed */
+	uint16_t port;
+	bool shut;
+	struct list_node conns;
+	uint32_t n_conns;
+	uint32_t n_in;                 /* incoming connections, any state */
+	uint32_t n_in_handshake;       /* incoming connections before their handshake finished */
+	struct listen_backoff backoff; /* pauses accepting after EMFILE and the like */
+	struct list_node frame_cache;  /* freed frames: one per request and answer otherwise */
+	uint32_t n_cached;
+	uint64_t next_id;
+	struct log_ratelimit rl;
+	/* The last peer parsed: clients send to few peers, and parsing per xfer costs. */
+	char last_peer_addr[sizeof(((struct endpoint *)0)->addr)];
+	uint16_t last_peer_port;
+	socklen_t last_peer_len; /* 0: nothing cached */
+	struct sockaddr_storage last_peer_ss;
+	uint8_t scratch[SCRATCH_BYTES];
+};
+
+static inline const struct config *tcp_cfg(const struct tcp_conn *conn)
+{
+	return &conn->tt->daemon->cfg;
+}
+
+static inline bool tcp_usable(const struct tcp_conn *conn)
+{
+	return conn->state == TCP_CONN_WAIT_HELLO || conn->state == TCP_CONN_WAIT_AUTH ||
+	       conn->state == TCP_CONN_READY;
+}
+
+static inline bool tcp_busy(const struct tcp_conn *conn)
+{
+	return !list_empty(&conn->outq) || !list_empty(&conn->pendq) ||
+	       !list_empty(&conn->inflight) || conn->rx_state != RX_HEADER || conn->rx_got != 0 ||
+	       conn->rx_end != conn->rx_start;
+}
+
+/* The next part to receive, from its first byte; called once or more per frame. */
+static inline void tcp_rx_expect(struct tcp_conn *conn, enum rx_state state, uint8_t *dst,
+				 uint64_t len)
+{
+	conn->rx_state = state;
+	conn->rx_dst = dst;
+	conn->rx_len = len;
+	conn->rx_got = 0;
+}
+
+/* Append to the send queue; called for every frame. */
+static inline void tcp_queue_frame(struct tcp_conn *conn, struct frame *frame)
+{
+	list_add_tail(&conn->outq, &frame->link);
+	conn->n_out++;
+}
+
+/* tcp_conn.c: addresses, connection life, sending */
+int tcp_parse_addr(const char *addr, uint16_t port, struct sockaddr_storage *ret_ss,
+		   socklen_t *ret_len);
+int tcp_peer_addr(struct tcp_transport *tt, const struct endpoint *peer,
+		  struct sockaddr_storage *ret_ss, socklen_t *ret_len);
+uint16_t tcp_addr_port(const struct sockaddr_storage *ss);
+void tcp_format_addr(const struct sockaddr_storage *ss, char *buf, size_t size);
+void tcp_tune_socket(struct tcp_transport *tt, int fd);
+struct tcp_conn *tcp_conn_new(struct tcp_transport *tt, bool outgoing);
+int tcp_conn_open_poll(struct tcp_conn *conn, int fd);
+void tcp_frame_release(struct tcp_transport *tt, struct frame *frame);
+void tcp_rx_reset(struct tcp_conn *conn);
+void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message);
+void tcp_attempt_failed(struct tcp_conn *conn, const char *reason);
+void tcp_conn_lost(struct tcp_conn *conn, int prio, const char *reason);
+void tcp_protocol_error(struct tcp_conn *conn, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *header,
+			    const void *body, size_t body_len);
+bool tcp_queue_small(struct tcp_conn *conn, uint8_t type, int err, const void *body,
+		     size_t body_len);
+bool tcp_flush(struct tcp_conn *conn);
+
+/* tcp_handshake.c */
+int tcp_bind_transcript(struct tcp_conn *conn);
+bool tcp_queue_hello(struct tcp_conn *conn);
+void tcp_on_hello(struct tcp_conn *conn);
+void tcp_on_proof(struct tcp_conn *conn);
+void tcp_on_peer_error(struct tcp_conn *conn);
+
+/* tcp_requests.c: requester answers, responder requests */
+void tcp_complete_request(struct tcp_conn *conn);
+void tcp_on_answer_header(struct tcp_conn *conn);
+void tcp_on_message_done(struct tcp_conn *conn, bool received);
+void tcp_on_segtab(struct tcp_conn *conn);
+bool tcp_next_seg(struct tcp_conn *conn);
+void tcp_on_request(struct tcp_conn *conn);
+void tcp_on_write_done(struct tcp_conn *conn, bool landed);
+
+/* tcp_receive.c */
+uint64_t tcp_frame_deadline(const struct tcp_conn *conn, uint64_t payload);
+void tcp_check_rx_region(struct tcp_conn *conn);
+bool tcp_reading_paused(const struct tcp_conn *conn);
+void tcp_receive(struct tcp_conn *conn);
+void tcp_on_connected(struct tcp_conn *conn);
+void tcp_on_poll(uv_poll_t *handle, int status, int events);
+void tcp_update_poll(struct tcp_conn *conn);
+
+/* tcp_connect.c: connecting and accepting */
+void tcp_on_conn_timer(uv_timer_t *timer);
+void tcp_on_listen(uv_poll_t *handle, int status, int events);
+void tcp_on_tick(uv_timer_t *timer);
+
+#endif
