@@ -74,6 +74,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	slot->job = job;
 	slot->node = dest->node;
 	slot->busy = true;
+	slot->finishing = false;
 	slot->tries = 0;
 	if (job->kind == JOB_SEND) {
 		xfer->mailbox = job->mailbox;

@@ -326,6 +326,7 @@ void tcp_conn_lost(struct tcp_conn *conn, int prio, const char *reason)
 	if (conn->state == TCP_CONN_CLOSED) {
 		return;
 	}
+	conn->withdrawn = NULL; /* failed below with every other frame */
 	/* Warnings are what a hostile peer can provoke at will, so they are rate-limited. */
 	if (conn->ever_ready && prio > LOG_WARNING) {
 		log_msg(prio, "connection %s %s (node '%s') down: %s",
@@ -460,6 +461,12 @@ static void advance_out(struct tcp_conn *conn, uint64_t n)
 		conn->out_sent = 0;
 		list_del(&frame->link);
 		conn->n_out--;
+		if (frame == conn->withdrawn) {
+			/* Out whole: its job's memory is not read again; release it from the loop.
+			 */
+			conn->withdrawn_out = true;
+			uv_timer_start(&conn->timer, tcp_on_conn_timer, 0, 0);
+		}
 		if (frame->xfer) { /* a request: now it waits for its answer */
 			frame->xfer->bytes_done = frame->payload_len - frame->table_len;
 			list_add_tail(&conn->inflight, &frame->link);

@@ -81,10 +81,22 @@ void tcp_on_conn_timer(uv_timer_t *timer)
 		tcp_conn_lost(conn, LOG_INFO, "handshake timed out");
 		break;
 	default:
-		if (conn->aborting) {
+		if (conn->withdrawn && conn->withdrawn_out) {
+			struct frame *frame = conn->withdrawn;
+			struct xfer *xfer = frame->xfer;
+			conn->withdrawn = NULL;
+			tcp_frame_orphan(frame); /* its answer is discarded */
+			xfer->done(xfer, RDMAX_E_CANCELLED, "withdrawn after its job completed");
+		} else if (conn->withdrawn) {
+			/* The peer did not take the rest: nothing more of it may be sent. */
+			struct linger lg = {.l_onoff = 1, .l_linger = 0};
+			conn->withdrawn = NULL;
+			if (conn->fd >= 0) {
+				setsockopt(conn->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			}
 			tcp_conn_lost(conn, LOG_INFO,
-				      "a job completed while its frame was half sent; the rest "
-				      "must not be read from its memory");
+				      "a job completed while its frame was half sent, and the peer "
+				      "did not take the rest in time");
 		}
 		break;
 	}

@@ -102,7 +102,14 @@ struct tcp_conn {
 	uint64_t bytes_sent;     /* for the admin socket */
 	uint64_t bytes_received; /* for the admin socket */
 	struct auth_transcript transcript;
-	bool aborting; /* a withdrawn frame was half sent: the connection fails at once */
+	/*
+	 * A frame whose job completed while it was half sent (transport_ops.withdraw
+	 * answered -EINPROGRESS): once its last byte is out (withdrawn_out), its xfer
+	 * is released from the timer; if it is not out within TCP_WITHDRAW_GRACE_MS,
+	 * the connection fails with an abortive close instead.
+	 */
+	struct frame *withdrawn;
+	bool withdrawn_out;
 
 	struct list_node outq;     /* frames to send, in order */
 	struct list_node pendq;    /* requester: frames waiting for the handshake */
@@ -248,6 +255,9 @@ void tcp_update_poll(struct tcp_conn *conn);
 
 /* tcp_connect.c: connecting and accepting */
 void tcp_on_conn_timer(uv_timer_t *timer);
+/* The frame stays on the wire's books (ids, order), without the job's xfer. */
+void tcp_frame_orphan(struct frame *frame);
+#define TCP_WITHDRAW_GRACE_MS 1000 /* for the rest of a half-sent frame of a completed job */
 void tcp_on_listen(uv_poll_t *handle, int status, int events);
 void tcp_on_tick(uv_timer_t *timer);
 

@@ -40,6 +40,10 @@ void tcp_complete_request(struct tcp_conn *conn)
 	char message[MSG_BYTES];
 	int err = 0;
 
+	if (frame == conn->withdrawn) {
+		conn->withdrawn = NULL; /* answered before the timer released it: done below does */
+	}
+
 	message[0] = '\0'; /* not "= {0}": clearing all of it costs more than the rest */
 	if (conn->rx_h.status != 0) {
 		err = map_remote(conn->rx_h.status);

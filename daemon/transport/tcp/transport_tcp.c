@@ -384,8 +384,7 @@ static void ghost_done(struct xfer *xfer, int err, const char *message)
 	(void)message;
 }
 
-/* The frame stays on the wire's books (ids, order), without the job's xfer. */
-static void frame_orphan(struct frame *frame)
+void tcp_frame_orphan(struct frame *frame)
 {
 	frame->ghost = *frame->xfer;
 	frame->ghost.done = ghost_done;
@@ -410,9 +409,10 @@ static struct frame *find_frame(struct list_node *queue, const struct xfer *xfer
 /*
  * transport_ops.withdraw: a frame not sent yet is dropped; one sent whole
  * (the kernel has its bytes) is orphaned, its answer discarded; one half
- * sent would have the rest read from the job's memory later, so its
- * connection fails from the loop's next turn, with an abortive close (RST)
- * that discards what the kernel still holds.
+ * sent is finished (-EINPROGRESS): its xfer is released, and the job's
+ * completion delivered, once its last byte is out, so the connection and
+ * every other client's transfers on it live on. A peer that does not take
+ * the rest within TCP_WITHDRAW_GRACE_MS loses the connection (abortive close).
  */
 static int tcp_withdraw(struct transport *transport, struct xfer *xfer)
 {
@@ -437,18 +437,15 @@ static int tcp_withdraw(struct transport *transport, struct xfer *xfer)
 				tcp_update_poll(conn);
 				return 0;
 			}
-			frame_orphan(frame);
-			if (!conn->aborting && conn->fd >= 0) {
-				struct linger lg = {.l_onoff = 1, .l_linger = 0};
-				setsockopt(conn->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-				conn->aborting = true;
-				uv_timer_start(&conn->timer, tcp_on_conn_timer, 0, 0);
-			}
-			return 0;
+			/* Only the head can be half sent, so a connection has one at a time. */
+			conn->withdrawn = frame;
+			conn->withdrawn_out = false;
+			uv_timer_start(&conn->timer, tcp_on_conn_timer, TCP_WITHDRAW_GRACE_MS, 0);
+			return -EINPROGRESS;
 		}
 		frame = find_frame(&conn->inflight, xfer);
 		if (frame) {
-			frame_orphan(frame);
+			tcp_frame_orphan(frame);
 			if (conn->rx_req == frame && conn->rx_state == RX_DATA) {
 				conn->rx_state = RX_DISCARD;
 			}
