@@ -178,6 +178,18 @@ static void deliver(struct job *job, int err, const char *message)
 	}
 }
 
+/* The completion job_complete() decided and held for frames on the wire; once. */
+static void deliver_deferred(struct job *job)
+{
+	if (job->delivered) {
+		return;
+	}
+	job->delivered = true;
+	deliver(job, job->final_err, job->final_message ? job->final_message : "");
+	free(job->final_message);
+	job->final_message = NULL;
+}
+
 void job_finish_withdrawn(struct job_xfer *slot)
 {
 	struct job *job = slot->job;
@@ -189,9 +201,7 @@ void job_finish_withdrawn(struct job_xfer *slot)
 	job->in_flight_bytes -= slot->xfer.length;
 	node->in_flight--;
 	if (--job->finishing == 0) {
-		deliver(job, job->final_err, job->final_message ? job->final_message : "");
-		free(job->final_message);
-		job->final_message = NULL;
+		deliver_deferred(job);
 	}
 	job_free_if_done(job);
 }
@@ -505,6 +515,10 @@ void engine_cancel_all(struct engine *engine)
 	{
 		struct job *job = container_of(pos, struct job, link);
 		job_complete(job, RDMAX_E_CANCELLED, "daemon is shutting down");
+		if (job->finishing > 0) {
+			/* Sessions close next: a completion held for a frame goes out now. */
+			deliver_deferred(job);
+		}
 		job_free_if_done(job);
 	}
 }

@@ -156,6 +156,7 @@ struct job {
 	 * final_message, is delivered when the last of them returns.
 	 */
 	uint32_t finishing;
+	bool delivered; /* the deferred completion went out (at the end, or at shutdown) */
 	int final_err;
 	char *final_message;
 	bool issuing;             /* inside job_pump(): do not free */
