@@ -854,6 +854,94 @@ START_TEST(imm_scoped_to_region)
 }
 END_TEST
 
+/*
+ * One client's cancels must not cost another client anything: jobs of client A
+ * are cancelled while their frames are on the wire to the same peer that
+ * client B writes to. Every job of B completes OK with its bytes, every job of
+ * A completes exactly once (OK or CANCELLED), and A's completions come only
+ * after the bytes of frames already half sent are out.
+ */
+START_TEST(cancel_mid_frame_spares_other_clients)
+{
+	const size_t na = 16, nb = 32;
+	const uint64_t alen = 4 * MiB, blen = MiB;
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *ca = itest_client(a, "canceller");
+	struct rdmax_client *cc = itest_client(a, "bystander");
+	struct rdmax_client *cb = itest_client(b, "target");
+	struct rdmax_region *dst =
+		itest_alloc(cb, na * alen + nb * blen, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc desc = itest_desc(dst);
+	struct rdmax_region *srca = itest_alloc(ca, na * alen, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *srcc = itest_alloc(cc, nb * blen, RDMAX_ACCESS_LOCAL);
+	itest_fill(itest_bytes(srca), na * alen, 21);
+	itest_fill(itest_bytes(srcc), nb * blen, 22);
+	struct rdmax_job ja[16], jc[32];
+	struct rdmax_event eva[16], evc[32];
+
+	for (size_t i = 0; i < na; i++) {
+		ja[i] = itest_job(1 + i, RDMAX_OP_WRITE, srca, i * alen, &desc, i * alen, alen);
+	}
+	for (size_t i = 0; i < nb; i++) {
+		jc[i] = itest_job(100 + i, RDMAX_OP_WRITE, srcc, i * blen, &desc,
+				  na * alen + i * blen, blen);
+	}
+	/* Connected first, then the target stops so a frame of A stays half sent. */
+	struct rdmax_job warm = itest_job(99, RDMAX_OP_WRITE, srcc, 0, &desc, na * alen, 4096);
+	ck_assert_int_eq(itest_run_job(cc, &warm, ITEST_WAIT_MS).status, 0);
+	itest_daemon_pause(b);
+	ck_assert_int_eq(rdmax_submit(ca, ja, na), 0);
+	ck_assert_int_eq(rdmax_submit(cc, jc, nb), 0);
+	itest_wait_status(a, "jobs_in_flight", na + nb);
+	bool half = false;
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
+	while (!half && itest_now_ms() < deadline) {
+		for (size_t i = 0; i < na && !half; i++) {
+			uint64_t done = 0, total = 0;
+			if (rdmax_job_status(ca, 1 + i, &done, &total) == 0) {
+				half = done > 0 && done < total;
+			}
+		}
+	}
+	ck_assert_msg(half, "no job of the canceller was half sent to the stopped target");
+	for (size_t i = 0; i < na; i++) {
+		int ret = rdmax_cancel(ca, 1 + i);
+		ck_assert_msg(ret == 0 || ret == RDMAX_E_NOT_FOUND, "cancel: %s",
+			      rdmax_err_name(ret));
+	}
+	itest_daemon_resume(b);
+	ck_assert_uint_eq(itest_collect(ca, eva, na, ITEST_WAIT_MS, NULL), na);
+	ck_assert_uint_eq(itest_collect(cc, evc, nb, ITEST_WAIT_MS, NULL), nb);
+	uint8_t seen[16] = {0};
+	for (size_t i = 0; i < na; i++) {
+		ck_assert_msg(eva[i].job_id >= 1 && eva[i].job_id <= na && !seen[eva[i].job_id - 1],
+			      "job %" PRIu64 " of the canceller completed twice or was unknown",
+			      eva[i].job_id);
+		seen[eva[i].job_id - 1] = 1;
+		ck_assert_msg(eva[i].status == 0 || eva[i].status == RDMAX_E_CANCELLED,
+			      "cancelled job %" PRIu64 ": %s ('%s')", eva[i].job_id,
+			      rdmax_err_name(eva[i].status), eva[i].reason);
+	}
+	for (size_t i = 0; i < nb; i++) {
+		ck_assert_msg(evc[i].status == 0, "bystander job %" PRIu64 " failed: %s ('%s')",
+			      evc[i].job_id, rdmax_err_name(evc[i].status), evc[i].reason);
+	}
+	itest_assert_mem_eq(itest_bytes(dst) + na * alen, itest_bytes(srcc), nb * blen,
+			    "the bystander's bytes");
+	itest_assert_quiet(ca, ITEST_QUIET_MS);
+	rdmax_client_close(ca);
+	rdmax_client_close(cc);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+END_TEST
 TCase *itest_tcase_harden(void)
 {
 	TCase *tc = tcase_create("harden");
@@ -868,6 +956,9 @@ TCase *itest_tcase_harden(void)
 	ITEST_ADD_STALLING_TEST(tc, final_completion_connecting);
 	/* The NIC keeps work requests already posted: withdrawn only over TCP so far. */
 	ITEST_ADD_TEST_IF(tc, final_completion_mid_stream, strcmp(itest_transport(), "tcp") == 0,
+			  "the verbs transport cannot withdraw work requests the NIC holds");
+	ITEST_ADD_TEST_IF(tc, cancel_mid_frame_spares_other_clients,
+			  strcmp(itest_transport(), "tcp") == 0,
 			  "the verbs transport cannot withdraw work requests the NIC holds");
 	return tc;
 }
