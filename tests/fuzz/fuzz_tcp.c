@@ -76,7 +76,7 @@ static size_t put_hello(uint8_t *out, bool keyed)
 {
 	struct wire_hello hello = {.version = WIRE_VERSION,
 				   .instance_id = PEER_INSTANCE,
-				   .flags = keyed ? WIRE_HELLO_F_AUTH : 0};
+				   .flags = keyed ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND : 0};
 	uint8_t body[WIRE_HELLO_BYTES];
 
 	memcpy(hello.nonce, g_nonce, sizeof(g_nonce));
@@ -131,8 +131,20 @@ static bool handshake_keyed(int fd)
 		return false;
 	}
 	struct auth_transcript tr = {.client_instance = PEER_INSTANCE,
-				     .server_instance = theirs.instance_id};
+				     .server_instance = theirs.instance_id,
+				     .bound = true};
 	uint8_t mac[AUTH_MAC_BYTES];
+	/* The proof binds both ends of this connection, as the daemon's does. */
+	struct sockaddr_storage local, remote;
+	socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+	if (getsockname(fd, (struct sockaddr *)&local, &local_len) < 0 ||
+	    getpeername(fd, (struct sockaddr *)&remote, &remote_len) < 0 ||
+	    auth_endpoint((struct sockaddr *)&local, tr.client_addr, &tr.client_port) < 0 ||
+	    auth_endpoint((struct sockaddr *)&remote, tr.server_addr, &tr.server_port) < 0) {
+		fprintf(stderr, "fuzz_tcp: cannot name the connection's ends: %s\n",
+			strerror(errno));
+		return false;
+	}
 	memcpy(tr.client_nonce, g_nonce, sizeof(g_nonce));
 	memcpy(tr.server_nonce, theirs.nonce, sizeof(tr.server_nonce));
 	if (auth_compute((const uint8_t *)FUZZ_AUTH_KEY, strlen(FUZZ_AUTH_KEY), AUTH_ROLE_CLIENT,
