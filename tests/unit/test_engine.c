@@ -453,7 +453,6 @@ START_TEST(engine_deadline)
 		uv_run(uv_default_loop(), UV_RUN_NOWAIT);
 	}
 	ck_assert_int_eq(g_n_done, 1);
-	ck_assert_uint_ge(now_ms() - submitted, 20);
 	ck_assert_int_eq(g_done[0].err, RDMAX_E_TIMEOUT);
 	finish(0, 0);
 	ck_assert_int_eq(g_n_done, 1);
