@@ -432,7 +432,12 @@ void job_owner_leave(struct engine *engine, struct job_owner *owner)
 	size_t iter = 0;
 
 	while (hmap_next(&owner->jobs, &iter, NULL, (void **)&job)) {
-		/* The job runs on (its xfers hold the memory) but reports to nobody. */
+		/*
+		 * The job runs on (its xfers hold the memory) but reports to nobody; what it
+		 * counted against the client and its uid is released now, not at a delivery
+		 * that will skip the client.
+		 */
+		owner_uncount(owner, job);
 		job->owner = NULL;
 		if (!job->completed) {
 			job_complete(job, RDMAX_E_CANCELLED, "client left");

@@ -942,6 +942,67 @@ START_TEST(cancel_mid_frame_spares_other_clients)
 	itest_daemon_free(b);
 }
 END_TEST
+
+/*
+ * A client that leaves with jobs in flight gives its uid's share back: the
+ * uid's next client may fill the share again. A keeper client holds the share
+ * open meanwhile.
+ */
+START_TEST(leaving_client_returns_uid_share)
+{
+	const size_t k = 8;
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+
+	itest_daemon_set(a, "limits.per_uid_outstanding_jobs=%zu", k);
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *keeper = itest_client(a, "keeper");
+	struct rdmax_client *cb = itest_client(b, "target");
+	struct rdmax_region *dst = itest_alloc(cb, k * 4096, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc desc = itest_desc(dst);
+	struct rdmax_region *ksrc = itest_alloc(keeper, 4096, RDMAX_ACCESS_LOCAL);
+	struct rdmax_job warm = itest_job(1, RDMAX_OP_WRITE, ksrc, 0, &desc, 0, 4096);
+	ck_assert_int_eq(itest_run_job(keeper, &warm, ITEST_WAIT_MS).status, 0);
+
+	for (int round = 0; round < 3; round++) {
+		struct rdmax_client *c = itest_client(a, "leaver");
+		struct rdmax_region *src = itest_alloc(c, k * 4096, RDMAX_ACCESS_LOCAL);
+		struct rdmax_job jobs[8];
+		itest_daemon_pause(b);
+		for (size_t i = 0; i < k; i++) {
+			jobs[i] = itest_job(10 + i, RDMAX_OP_WRITE, src, i * 4096, &desc, i * 4096,
+					    4096);
+		}
+		ck_assert_int_eq(rdmax_submit(c, jobs, k), 0);
+		itest_wait_status(a, "jobs_in_flight", k);
+		rdmax_client_close(c);
+		itest_wait_status(a, "clients", 1);
+		itest_daemon_resume(b);
+		itest_wait_status(a, "jobs_in_flight", 0);
+	}
+	/* The share is whole again: the keeper may have k jobs at once. */
+	struct rdmax_job jobs[8];
+	struct rdmax_event evs[8];
+	struct rdmax_region *src = itest_alloc(keeper, k * 4096, RDMAX_ACCESS_LOCAL);
+	for (size_t i = 0; i < k; i++) {
+		jobs[i] = itest_job(100 + i, RDMAX_OP_WRITE, src, i * 4096, &desc, i * 4096, 4096);
+	}
+	ck_assert_int_eq(rdmax_submit(keeper, jobs, k), 0);
+	ck_assert_uint_eq(itest_collect(keeper, evs, k, ITEST_WAIT_MS, NULL), k);
+	for (size_t i = 0; i < k; i++) {
+		ck_assert_msg(evs[i].status == 0,
+			      "job %" PRIu64 " of the uid's next client: %s ('%s')", evs[i].job_id,
+			      rdmax_err_name(evs[i].status), evs[i].reason);
+	}
+	rdmax_client_close(keeper);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+END_TEST
 TCase *itest_tcase_harden(void)
 {
 	TCase *tc = tcase_create("harden");
@@ -957,6 +1018,7 @@ TCase *itest_tcase_harden(void)
 	/* The NIC keeps work requests already posted: withdrawn only over TCP so far. */
 	ITEST_ADD_TEST_IF(tc, final_completion_mid_stream, strcmp(itest_transport(), "tcp") == 0,
 			  "the verbs transport cannot withdraw work requests the NIC holds");
+	ITEST_ADD_STALLING_TEST(tc, leaving_client_returns_uid_share);
 	ITEST_ADD_TEST_IF(tc, cancel_mid_frame_spares_other_clients,
 			  strcmp(itest_transport(), "tcp") == 0,
 			  "the verbs transport cannot withdraw work requests the NIC holds");
