@@ -120,7 +120,13 @@ typedef struct {
 	PyObject_HEAD struct rdmax_desc d;
 } DescObject;
 
-static PyTypeObject ClientType, RegionType, DescType;
+typedef struct {
+	PyObject_HEAD ClientObject *client; /* strong reference */
+	struct rdmax_peer_group *g;         /* NULL once destroyed */
+	PyObject *members;                  /* tuple of Desc, in member order */
+} PeerGroupObject;
+
+static PyTypeObject ClientType, RegionType, DescType, PeerGroupType;
 
 static int64_t now_ms(void)
 {
@@ -698,11 +704,18 @@ static void release_pages(struct pages_in *p)
 	}
 }
 
+/* What a SCATTER or BARRIER holds until the submit returned (copies: no Python object). */
+struct group_in {
+	struct rdmax_scatter_dest *dests;
+	struct rdmax_desc *descs; /* SCATTER: the dests' descriptors; BARRIER: the remotes */
+};
+
 /* Everything one parsed job holds until the submit returned. */
 struct job_in {
 	struct pages_in lp, rp;
 	Py_buffer payload;
 	PyObject *mailbox; /* bytes */
+	struct group_in grp;
 };
 
 static int region_of(ClientObject *self, PyObject *o, struct rdmax_region **ret)
@@ -735,6 +748,157 @@ static int desc_of(PyObject *o, const struct rdmax_desc **ret)
 	return 0;
 }
 
+/* Fields of the tuple of a SCATTER or BARRIER (parse_group_job()). */
+#define GROUP_JOB_FIELDS 9
+
+/* A live PeerGroup of this client (or None: NULL), else an exception. */
+static int group_of(ClientObject *self, PyObject *o, struct rdmax_peer_group **ret)
+{
+	if (o == Py_None) {
+		*ret = NULL;
+		return 0;
+	}
+	if (!PyObject_TypeCheck(o, &PeerGroupType) || ((PeerGroupObject *)o)->client != self ||
+	    !((PeerGroupObject *)o)->g) {
+		PyErr_SetString(PyExc_ValueError,
+				"group must be a live PeerGroup of this client (or None)");
+		return -1;
+	}
+	*ret = ((PeerGroupObject *)o)->g;
+	return 0;
+}
+
+/* Descriptor objects into a fresh array (the caller frees it with PyMem_Free). */
+static int copy_descs(PyObject *seq, struct rdmax_desc **ret, size_t *ret_n)
+{
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+
+	*ret = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(**ret));
+	if (!*ret) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+		if (!PyObject_TypeCheck(o, &DescType)) {
+			PyErr_Format(PyExc_TypeError, "entry %zd is not an rdmax.Desc", i);
+			return -1;
+		}
+		(*ret)[i] = ((DescObject *)o)->d;
+	}
+	*ret_n = (size_t)n;
+	return 0;
+}
+
+/*
+ * A SCATTER or BARRIER from the tuple (id, op, flags, imm, deadline_ms, local,
+ * group, dests, remotes) that rdmax/__init__.py builds: dests is a sequence
+ * of (remote Desc or None, peer_index, remote_offset, local_offset, length),
+ * remotes a sequence of Desc or None. Everything is copied, so the Python
+ * objects may change while the submit runs without the GIL.
+ */
+static int parse_group_job(ClientObject *self, PyObject *t, struct rdmax_job *j,
+			   struct group_in *in)
+{
+	PyObject *local, *group, *dests, *remotes;
+	unsigned long long id;
+	int op;
+	unsigned int flags, imm, deadline;
+
+	if (!PyArg_ParseTuple(t, "KiIIIOOOO", &id, &op, &flags, &imm, &deadline, &local, &group,
+			      &dests, &remotes)) {
+		return -1;
+	}
+	j->id = id;
+	j->op = (enum rdmax_op)op;
+	j->flags = flags;
+	j->imm = imm;
+	j->deadline_ms = deadline;
+	if (region_of(self, local, &j->local) < 0) {
+		return -1;
+	}
+	if (op == RDMAX_OP_SCATTER) {
+		if (group_of(self, group, &j->u.scatter.group) < 0) {
+			return -1;
+		}
+		PyObject *seq = PySequence_Fast(dests, "dests must be a sequence of rdmax.Dest");
+		if (!seq) {
+			return -1;
+		}
+		Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+		in->dests = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*in->dests));
+		in->descs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*in->descs));
+		if (!in->dests || !in->descs) {
+			Py_DECREF(seq);
+			PyErr_NoMemory();
+			return -1;
+		}
+		for (Py_ssize_t i = 0; i < n; i++) {
+			struct rdmax_scatter_dest *d = &in->dests[i];
+			PyObject *remote;
+			unsigned int index;
+			unsigned long long roff, loff, len;
+			PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+			PyObject *tup = PySequence_Tuple(item);
+			if (!tup ||
+			    !PyArg_ParseTuple(tup, "OIKKK", &remote, &index, &roff, &loff, &len)) {
+				Py_XDECREF(tup);
+				Py_DECREF(seq);
+				return -1;
+			}
+			if (remote != Py_None) {
+				if (!PyObject_TypeCheck(remote, &DescType)) {
+					Py_DECREF(tup);
+					Py_DECREF(seq);
+					PyErr_Format(
+						PyExc_TypeError,
+						"dest %zd: remote must be an rdmax.Desc or None",
+						i);
+					return -1;
+				}
+				in->descs[i] = ((DescObject *)remote)->d;
+				d->remote = &in->descs[i];
+			}
+			Py_DECREF(tup);
+			d->peer_index = index;
+			d->remote_offset = roff;
+			d->local_offset = loff;
+			d->length = len;
+		}
+		Py_DECREF(seq);
+		j->u.scatter.dests = in->dests;
+		j->u.scatter.count = (size_t)n;
+		return 0;
+	}
+	if (op == RDMAX_OP_BARRIER) {
+		if (group_of(self, group, &j->u.barrier.group) < 0) {
+			return -1;
+		}
+		if (remotes == Py_None) {
+			return 0;
+		}
+		PyObject *seq =
+			PySequence_Fast(remotes, "remotes must be a sequence of rdmax.Desc");
+		if (!seq) {
+			return -1;
+		}
+		int r = copy_descs(seq, &in->descs, &j->u.barrier.count);
+		Py_DECREF(seq);
+		j->u.barrier.remotes = in->descs;
+		return r;
+	}
+	PyErr_Format(PyExc_ValueError, "op %d is not SCATTER or BARRIER", op);
+	return -1;
+}
+
+static void release_group(struct group_in *in)
+{
+	PyMem_Free(in->dests);
+	PyMem_Free(in->descs);
+	in->dests = NULL;
+	in->descs = NULL;
+}
+
 /*
  * One job from the tuple (id, op, flags, imm, deadline_ms, local, local_offset,
  * length, remote, remote_offset, page_len, local_pages, local_pages_offset,
@@ -753,6 +917,9 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 	if (!PyTuple_Check(t)) {
 		PyErr_SetString(PyExc_TypeError, "a job is a tuple built by rdmax.Job");
 		return -1;
+	}
+	if (PyTuple_GET_SIZE(t) == GROUP_JOB_FIELDS) {
+		return parse_group_job(self, t, j, &in->grp);
 	}
 	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO", &id, &op, &flags, &imm, &deadline, &local,
 			      &loff, &len, &remote, &roff, &plen, &lpages, &lpo, &lps, &rpages,
@@ -805,6 +972,7 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 
 static void release_job(struct job_in *in)
 {
+	release_group(&in->grp);
 	release_pages(&in->lp);
 	release_pages(&in->rp);
 	if (in->payload.obj) {
@@ -863,6 +1031,130 @@ out:
 	Py_DECREF(seq);
 	return NULL;
 }
+
+/* ------------------------------------------------------------- peer groups */
+
+/*
+ * peer_group(descs): rdmax_peer_group_create() over a sequence of Desc; the
+ * PeerGroup keeps the members (its `members` tuple) and the client.
+ */
+static PyObject *Client_peer_group(ClientObject *self, PyObject *arg)
+{
+	struct rdmax_peer_group *g = NULL;
+	struct rdmax_desc *descs = NULL;
+	size_t n = 0;
+	int r;
+
+	PyObject *seq = PySequence_Fast(arg, "peer_group() takes a sequence of rdmax.Desc");
+	if (!seq) {
+		return NULL;
+	}
+	if (!open_client(self) || copy_descs(seq, &descs, &n) < 0) {
+		PyMem_Free(descs);
+		Py_DECREF(seq);
+		return NULL;
+	}
+	LOCKED(self, r = rdmax_peer_group_create(self->c, descs, n, &g));
+	PyMem_Free(descs);
+	if (r < 0) {
+		Py_DECREF(seq);
+		return raise_err(r, NULL);
+	}
+	PeerGroupObject *pg = PyObject_New(PeerGroupObject, &PeerGroupType);
+	PyObject *members = PySequence_Tuple(seq);
+	Py_DECREF(seq);
+	if (!pg || !members) {
+		Py_XDECREF(members);
+		if (pg) {
+			pg->client = NULL;
+			pg->g = NULL;
+			pg->members = NULL;
+			Py_DECREF(pg);
+		}
+		LOCKED(self, r = rdmax_peer_group_destroy(self->c, g));
+		return NULL;
+	}
+	Py_INCREF(self);
+	pg->client = self;
+	pg->g = g;
+	pg->members = members;
+	return (PyObject *)pg;
+}
+
+/* destroy(): rdmax_peer_group_destroy(); jobs already submitted with the group run on. */
+static PyObject *PeerGroup_destroy(PeerGroupObject *self, PyObject *unused)
+{
+	int r = 0;
+
+	if (!self->g) {
+		Py_RETURN_NONE;
+	}
+	struct rdmax_peer_group *g = self->g;
+	self->g = NULL;
+	/* A closed client freed its groups with it. */
+	if (self->client->c) {
+		LOCKED(self->client, r = rdmax_peer_group_destroy(self->client->c, g));
+	}
+	if (r < 0) {
+		return raise_err(r, NULL);
+	}
+	Py_RETURN_NONE;
+}
+
+static void PeerGroup_dealloc(PeerGroupObject *self)
+{
+	if (self->g && self->client && self->client->c) {
+		int r;
+		ClientObject *c = self->client;
+		LOCKED(c, r = rdmax_peer_group_destroy(c->c, self->g));
+		(void)r;
+	}
+	Py_XDECREF(self->members);
+	Py_XDECREF(self->client);
+	PyObject_Free(self);
+}
+
+static Py_ssize_t PeerGroup_len(PeerGroupObject *self)
+{
+	return self->members ? PyTuple_GET_SIZE(self->members) : 0;
+}
+
+static PyObject *PeerGroup_get_members(PeerGroupObject *self, void *unused)
+{
+	return Py_NewRef(self->members);
+}
+
+static PyObject *PeerGroup_get_alive(PeerGroupObject *self, void *unused)
+{
+	return PyBool_FromLong(self->g && self->client->c && !self->client->closing);
+}
+
+static PyMethodDef PeerGroup_methods[] = {
+	{"destroy", (PyCFunction)PeerGroup_destroy, METH_NOARGS,
+	 "rdmax_peer_group_destroy(); jobs already submitted with the group run on."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef PeerGroup_getset[] = {
+	{"members", (getter)PeerGroup_get_members, NULL, "the member descriptors, in order", NULL},
+	{"alive", (getter)PeerGroup_get_alive, NULL, "not destroyed and its client open", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods PeerGroup_as_sequence = {
+	.sq_length = (lenfunc)PeerGroup_len,
+};
+
+static PyTypeObject PeerGroupType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rdmax._rdmax.PeerGroup",
+	.tp_basicsize = sizeof(PeerGroupObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Remote regions the daemon resolved once, for SCATTER and BARRIER jobs.",
+	.tp_dealloc = (destructor)PeerGroup_dealloc,
+	.tp_methods = PeerGroup_methods,
+	.tp_getset = PeerGroup_getset,
+	.tp_as_sequence = &PeerGroup_as_sequence,
+};
 
 /* ------------------------------------------------------------------ events */
 
@@ -1173,6 +1465,7 @@ static PyMethodDef Client_methods[] = {
 	{"unclaim", (PyCFunction)Client_unclaim, METH_VARARGS, "unclaim(job_id)"},
 	{"mailbox_open", (PyCFunction)Client_mailbox_open, METH_VARARGS, "mailbox_open(name)"},
 	{"mailbox_close", (PyCFunction)Client_mailbox_close, METH_VARARGS, "mailbox_close(name)"},
+	{"peer_group", (PyCFunction)Client_peer_group, METH_O, "peer_group(descs)"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -1391,12 +1684,13 @@ PyMODINIT_FUNC PyInit__rdmax(void)
 		return NULL;
 	}
 	if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&RegionType) < 0 ||
-	    PyType_Ready(&DescType) < 0) {
+	    PyType_Ready(&DescType) < 0 || PyType_Ready(&PeerGroupType) < 0) {
 		goto fail;
 	}
 	PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType);
 	PyModule_AddObjectRef(m, "Region", (PyObject *)&RegionType);
 	PyModule_AddObjectRef(m, "Desc", (PyObject *)&DescType);
+	PyModule_AddObjectRef(m, "PeerGroup", (PyObject *)&PeerGroupType);
 	g_error = PyErr_NewExceptionWithDoc(
 		"rdmax.Error", "An rdmax error: args are (code, reason).", PyExc_Exception, NULL);
 	if (!g_error || PyModule_AddObjectRef(m, "Error", g_error) < 0) {

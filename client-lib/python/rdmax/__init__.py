@@ -11,12 +11,13 @@ protocol's status codes (``rdmax.Timeout``, ``rdmax.NotFound``, ...), carrying
 the daemon's reason. See docs/python.md.
 """
 import asyncio
+import collections
 import itertools
 import threading
 import weakref
 
 from . import _rdmax
-from ._rdmax import Desc, Error, Region, err_name, strerror  # noqa: F401
+from ._rdmax import Desc, Error, PeerGroup, Region, err_name, strerror  # noqa: F401
 from ._rdmax import (  # noqa: F401
     AlreadyExists,
     Cancelled,
@@ -55,6 +56,8 @@ OP_READ = _rdmax.RDMAX_OP_READ
 OP_PAGED_WRITE = _rdmax.RDMAX_OP_PAGED_WRITE
 OP_PAGED_READ = _rdmax.RDMAX_OP_PAGED_READ
 OP_SEND = _rdmax.RDMAX_OP_SEND
+OP_SCATTER = _rdmax.RDMAX_OP_SCATTER
+OP_BARRIER = _rdmax.RDMAX_OP_BARRIER
 
 _ERRORS = {cls.code: cls for cls in Error.__subclasses__() if hasattr(cls, "code")}
 
@@ -73,6 +76,21 @@ def _desc(remote):
     if remote is None or isinstance(remote, Desc):
         return remote
     return Desc(bytes(remote))
+
+
+class Dest(collections.namedtuple("Dest", "remote peer_index remote_offset local_offset length",
+                                  defaults=(None, 0, 0, 0, 0))):
+    """One destination of a SCATTER (struct rdmax_scatter_dest): ``length``
+    bytes at ``local_offset`` of the job's region to ``remote_offset`` of
+    ``remote`` (a descriptor), or, with ``remote`` None, of member
+    ``peer_index`` of the job's PeerGroup."""
+
+    __slots__ = ()
+
+
+def _dest(d):
+    d = d if isinstance(d, Dest) else Dest(*d)
+    return d._replace(remote=_desc(d.remote))
 
 
 class Event:
@@ -106,13 +124,13 @@ class Job:
                  "remote", "remote_offset", "page_len", "local_pages", "local_pages_offset",
                  "local_pages_stride", "remote_pages", "remote_pages_offset",
                  "remote_pages_stride", "mailbox", "payload", "status", "bytes", "reason",
-                 "_client", "__weakref__")
+                 "dests", "group", "remotes", "_client", "__weakref__")
 
     def __init__(self, op, local=None, remote=None, *, local_offset=0, length=0,
                  remote_offset=0, page_len=0, local_pages=None, local_pages_offset=0,
                  local_pages_stride=0, remote_pages=None, remote_pages_offset=0,
                  remote_pages_stride=0, imm=None, deadline=None, mailbox=None, payload=b"",
-                 id=None):
+                 id=None, dests=None, group=None, remotes=None):
         self.id = id
         self.op = op
         self.flags = 0 if imm is None else _rdmax.RDMAX_JOB_IMM
@@ -136,8 +154,17 @@ class Job:
         self.bytes = 0
         self.reason = ""
         self._client = None
+        # SCATTER: dests (and the group their peer_index entries name); BARRIER: group or remotes.
+        self.dests = None if dests is None else [_dest(d) for d in dests]
+        self.group = group
+        self.remotes = None if remotes is None else [_desc(d) for d in remotes]
+        if op == OP_BARRIER and imm is None:
+            raise ValueError("a BARRIER carries an imm")
 
     def _tuple(self):
+        if self.op == OP_SCATTER or self.op == OP_BARRIER:
+            return (self.id, self.op, self.flags, self.imm, self.deadline_ms, self.local,
+                    self.group, self.dests or (), self.remotes)
         return (self.id, self.op, self.flags, self.imm, self.deadline_ms, self.local,
                 self.local_offset, self.length, self.remote, self.remote_offset, self.page_len,
                 self.local_pages, self.local_pages_offset, self.local_pages_stride,
@@ -254,6 +281,25 @@ class Client(_rdmax.Client):
     def send(self, remote, mailbox, payload, *, deadline=None):
         return self.submit(Job(OP_SEND, None, remote, mailbox=mailbox, payload=payload,
                                deadline=deadline))
+
+    def scatter(self, local, dests, *, group=None, imm=None, deadline=None):
+        """One SCATTER: each ``Dest`` (or tuple in its field order) names a
+        descriptor, or with ``remote`` None a member of ``group``. With ``imm``
+        each destination node counts it once for the job."""
+        return self.submit(Job(OP_SCATTER, local, dests=dests, group=group, imm=imm,
+                               deadline=deadline))
+
+    def barrier(self, imm, *, group=None, remotes=None, deadline=None):
+        """One BARRIER: a zero-byte write carrying ``imm`` to each distinct node
+        of ``group`` or of ``remotes`` (descriptors with remote write access).
+        A receiver expecting N senders calls expect_imm(imm, N)."""
+        return self.submit(Job(OP_BARRIER, group=group, remotes=remotes, imm=imm,
+                               deadline=deadline))
+
+    def peer_group(self, descs):
+        """A PeerGroup of remote descriptors the daemon resolves once
+        (rdmax_peer_group_create): ``len(g)``, ``g.members``, ``g.destroy()``."""
+        return _rdmax.Client.peer_group(self, [_desc(d) for d in descs])
 
     def _route(self, t):
         ev = Event(t)

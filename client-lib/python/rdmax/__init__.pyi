@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Type hints of the rdmax package (the C extension and its Python layer).
 import asyncio
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
 __version__: str
 ABI_VERSION: int
@@ -14,6 +14,8 @@ OP_READ: int
 OP_PAGED_WRITE: int
 OP_PAGED_READ: int
 OP_SEND: int
+OP_SCATTER: int
+OP_BARRIER: int
 
 PageList = Union[Sequence[int], Any]  # a 1-d integer buffer (numpy, array.array) or ints
 DescLike = Union["Desc", bytes, bytearray, memoryview]
@@ -53,6 +55,23 @@ class Desc:
     def __init__(self, data: bytes) -> None: ...
     def __bytes__(self) -> bytes: ...
 
+class Dest(NamedTuple):
+    remote: Optional["Desc"] = None
+    peer_index: int = 0
+    remote_offset: int = 0
+    local_offset: int = 0
+    length: int = 0
+
+DestLike = Union[Dest, tuple[Optional[DescLike], int, int, int, int]]
+
+class PeerGroup:
+    @property
+    def members(self) -> tuple["Desc", ...]: ...
+    @property
+    def alive(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def destroy(self) -> None: ...
+
 class Region:
     length: int
     addr: int
@@ -89,7 +108,9 @@ class Job:
                  remote_pages: Optional[PageList] = ..., remote_pages_offset: int = ...,
                  remote_pages_stride: int = ..., imm: Optional[int] = ...,
                  deadline: Optional[float] = ..., mailbox: Optional[str] = ...,
-                 payload: bytes = ..., id: Optional[int] = ...) -> None: ...
+                 payload: bytes = ..., id: Optional[int] = ...,
+                 dests: Optional[Iterable[DestLike]] = ..., group: Optional[PeerGroup] = ...,
+                 remotes: Optional[Iterable[DescLike]] = ...) -> None: ...
     @property
     def done(self) -> bool: ...
     def wait(self, timeout: Optional[float] = ...) -> "Job": ...
@@ -122,6 +143,13 @@ class Client:
                    local_pages: PageList, remote_pages: PageList, **kw: Any) -> Job: ...
     def send(self, remote: DescLike, mailbox: str, payload: bytes, *,
              deadline: Optional[float] = ...) -> Job: ...
+    def scatter(self, local: Region, dests: Iterable[DestLike], *,
+                group: Optional[PeerGroup] = ..., imm: Optional[int] = ...,
+                deadline: Optional[float] = ...) -> Job: ...
+    def barrier(self, imm: int, *, group: Optional[PeerGroup] = ...,
+                remotes: Optional[Iterable[DescLike]] = ...,
+                deadline: Optional[float] = ...) -> Job: ...
+    def peer_group(self, descs: Iterable[DescLike]) -> PeerGroup: ...
     def poll(self, timeout: Optional[float] = ..., max: Optional[int] = ...,
              kinds: Optional[Iterable[int]] = ...) -> list[Event]: ...
     def wait_job(self, job_id: int, timeout: Optional[float] = ...) -> tuple: ...
