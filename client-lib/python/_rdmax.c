@@ -114,6 +114,8 @@ typedef struct {
 	bool allocated;                     /* rdmax_region_free(), not _deregister() */
 	bool host;                          /* mapped here: exports a buffer */
 	Py_ssize_t exports;
+	PyObject *keep;   /* GPU tensors: the object owning the memory, while registered */
+	void *dl_managed; /* a consumed DLPack tensor (DLManagedTensor): its deleter at free */
 } RegionObject;
 
 typedef struct {
@@ -510,6 +512,8 @@ static PyObject *make_region(ClientObject *self, struct rdmax_region *r, bool al
 	reg->allocated = allocated;
 	reg->host = host;
 	reg->exports = 0;
+	reg->keep = NULL;
+	reg->dl_managed = NULL;
 	return (PyObject *)reg;
 }
 
@@ -549,14 +553,16 @@ static PyObject *Client_register_fd(ClientObject *self, PyObject *args)
 	return make_region(self, r, false, false);
 }
 
+/* register_gpu(ptr, length, access=0, keep=None): keep lives as long as the region. */
 static PyObject *Client_register_gpu(ClientObject *self, PyObject *args)
 {
 	unsigned long long ptr, length;
 	unsigned int access = 0;
 	struct rdmax_region *r = NULL;
+	PyObject *keep = Py_None;
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "KK|I", &ptr, &length, &access) || !open_client(self)) {
+	if (!PyArg_ParseTuple(args, "KK|IO", &ptr, &length, &access, &keep) || !open_client(self)) {
 		return NULL;
 	}
 	LOCKED(self, ret = rdmax_region_register_gpu(self->c, (void *)(uintptr_t)ptr, length,
@@ -564,7 +570,11 @@ static PyObject *Client_register_gpu(ClientObject *self, PyObject *args)
 	if (ret < 0) {
 		return raise_err(ret, NULL);
 	}
-	return make_region(self, r, false, false);
+	RegionObject *reg = (RegionObject *)make_region(self, r, false, false);
+	if (reg && keep != Py_None) {
+		reg->keep = Py_NewRef(keep);
+	}
+	return (PyObject *)reg;
 }
 
 static PyObject *Client_alloc_gpu(ClientObject *self, PyObject *args)
@@ -1032,6 +1042,223 @@ out:
 	return NULL;
 }
 
+/* ------------------------------------------------------------------ DLPack */
+
+/*
+ * The DLPack ABI (dlpack.h, version 0.8 and later; stable since 0.6): a
+ * "dltensor" capsule holds a DLManagedTensor. A consumer that takes it
+ * renames the capsule "used_dltensor" and calls the deleter once it is done;
+ * a capsule left unconsumed is the producer's to clean up.
+ */
+enum { DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3, DL_CUDA_MANAGED = 13 };
+
+typedef struct {
+	int32_t device_type;
+	int32_t device_id;
+} DLDevice;
+
+typedef struct {
+	uint8_t code;
+	uint8_t bits;
+	uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+	void *data;
+	DLDevice device;
+	int32_t ndim;
+	DLDataType dtype;
+	int64_t *shape;
+	int64_t *strides; /* in elements; NULL: compact row-major */
+	uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+	DLTensor dl_tensor;
+	void *manager_ctx;
+	void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+/* What a consumed DLPack tensor describes. */
+struct dl_view {
+	DLManagedTensor *mt; /* ours until dl_release() */
+	uintptr_t ptr;       /* data + byte_offset */
+	uint64_t bytes;      /* shape x dtype */
+	int device_type, device_id;
+};
+
+static void dl_release(DLManagedTensor *mt)
+{
+	if (mt && mt->deleter) {
+		mt->deleter(mt);
+	}
+}
+
+/* Bytes of a C-contiguous tensor, or -1 with a ValueError. */
+static int dl_bytes(const DLTensor *t, uint64_t *ret)
+{
+	uint64_t elems = 1, bits = (uint64_t)t->dtype.bits * (t->dtype.lanes ? t->dtype.lanes : 1);
+	int64_t expect = 1;
+
+	if (t->ndim < 0 || (t->ndim > 0 && !t->shape)) {
+		PyErr_SetString(PyExc_ValueError, "DLPack tensor with a malformed shape");
+		return -1;
+	}
+	if (bits == 0 || bits % 8 != 0) {
+		PyErr_Format(PyExc_ValueError,
+			     "DLPack dtype of %u bits x %u lanes is not a whole number of bytes",
+			     t->dtype.bits, t->dtype.lanes);
+		return -1;
+	}
+	for (int32_t i = t->ndim - 1; i >= 0; i--) {
+		int64_t n = t->shape[i];
+		if (n < 0 || __builtin_mul_overflow(elems, (uint64_t)n, &elems)) {
+			PyErr_SetString(PyExc_ValueError, "DLPack tensor with a malformed shape");
+			return -1;
+		}
+		/* Dimensions of one element may carry any stride. */
+		if (t->strides && n != 1 && t->strides[i] != expect) {
+			PyErr_SetString(PyExc_ValueError,
+					"only C-contiguous DLPack tensors can be registered");
+			return -1;
+		}
+		if (__builtin_mul_overflow(expect, n ? n : 1, &expect)) {
+			PyErr_SetString(PyExc_ValueError, "DLPack tensor too large");
+			return -1;
+		}
+	}
+	if (__builtin_mul_overflow(elems, bits / 8, ret)) {
+		PyErr_SetString(PyExc_ValueError, "DLPack tensor too large");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Take obj.__dlpack__(): check the tensor, then consume the capsule (renamed
+ * "used_dltensor"); the caller calls dl_release(view->mt) when done. A
+ * tensor refused by the checks is left to its producer.
+ */
+static int dl_take(PyObject *obj, struct dl_view *v)
+{
+	PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+
+	memset(v, 0, sizeof(*v));
+	if (!cap) {
+		return -1;
+	}
+	if (!PyCapsule_IsValid(cap, "dltensor")) {
+		Py_DECREF(cap);
+		PyErr_SetString(PyExc_TypeError,
+				"__dlpack__() did not return an unused \"dltensor\" capsule");
+		return -1;
+	}
+	DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
+	const DLTensor *t = &mt->dl_tensor;
+	if (dl_bytes(t, &v->bytes) < 0 ||
+	    __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &v->ptr)) {
+		if (!PyErr_Occurred()) {
+			PyErr_SetString(PyExc_ValueError,
+					"DLPack byte_offset past the address space");
+		}
+		Py_DECREF(cap);
+		return -1;
+	}
+	if (PyCapsule_SetName(cap, "used_dltensor") < 0) {
+		Py_DECREF(cap);
+		return -1;
+	}
+	Py_DECREF(cap);
+	v->mt = mt;
+	v->device_type = t->device.device_type;
+	v->device_id = t->device.device_id;
+	return 0;
+}
+
+/*
+ * dlpack_info(obj): (address, bytes, device_type, device_id) of any DLPack
+ * tensor; the capsule is consumed and its deleter called before returning.
+ */
+static PyObject *mod_dlpack_info(PyObject *m, PyObject *obj)
+{
+	struct dl_view v;
+
+	if (dl_take(obj, &v) < 0) {
+		return NULL;
+	}
+	dl_release(v.mt);
+	return Py_BuildValue("(KKii)", (unsigned long long)v.ptr, (unsigned long long)v.bytes,
+			     v.device_type, v.device_id);
+}
+
+/* A refusal of memory that is not CUDA memory, as rdmax.GpuNotDeviceMemory. */
+static PyObject *not_cuda(int device_type)
+{
+	char why[RDMAX_MESSAGE_MAX];
+
+	snprintf(why, sizeof(why),
+		 "the DLPack tensor is on device type %d%s, not CUDA (2) or CUDA pinned host (3)",
+		 device_type,
+		 device_type == DL_CPU            ? " (CPU: use alloc_host memory)"
+		 : device_type == DL_CUDA_MANAGED ? " (CUDA managed)"
+						  : "");
+	return raise_err(RDMAX_E_GPU_NOT_DEVICE_MEMORY, why);
+}
+
+/*
+ * register_dlpack(obj, access=0): register the CUDA memory of a DLPack tensor
+ * (device type CUDA or CUDA pinned host); the consumed tensor is released
+ * (its deleter) when the region is freed.
+ */
+static PyObject *Client_register_dlpack(ClientObject *self, PyObject *args)
+{
+	PyObject *obj;
+	unsigned int access = 0;
+	struct rdmax_region *r = NULL;
+	struct dl_view v;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "O|I", &obj, &access) || !open_client(self)) {
+		return NULL;
+	}
+	/* __dlpack_device__ first: memory of another device is refused without an export. */
+	if (PyObject_HasAttrString(obj, "__dlpack_device__")) {
+		int type, id;
+		PyObject *d = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+		if (!d) {
+			return NULL;
+		}
+		ret = PyArg_Parse(d, "(ii)", &type, &id);
+		Py_DECREF(d);
+		if (!ret) {
+			return NULL;
+		}
+		if (type != DL_CUDA && type != DL_CUDA_HOST) {
+			return not_cuda(type);
+		}
+	}
+	if (dl_take(obj, &v) < 0) {
+		return NULL;
+	}
+	if (v.device_type != DL_CUDA && v.device_type != DL_CUDA_HOST) {
+		dl_release(v.mt);
+		return not_cuda(v.device_type);
+	}
+	LOCKED(self, ret = rdmax_region_register_gpu(self->c, (void *)v.ptr, v.bytes, access, &r));
+	if (ret < 0) {
+		dl_release(v.mt);
+		return raise_err(ret, NULL);
+	}
+	RegionObject *reg = (RegionObject *)make_region(self, r, false, false);
+	if (!reg) {
+		dl_release(v.mt);
+		return NULL;
+	}
+	reg->dl_managed = v.mt;
+	reg->keep = Py_NewRef(obj);
+	return (PyObject *)reg;
+}
+
 /* ------------------------------------------------------------- peer groups */
 
 /*
@@ -1450,6 +1677,8 @@ static PyMethodDef Client_methods[] = {
 	 "register_fd(fd, offset, length, access)"},
 	{"register_gpu", (PyCFunction)Client_register_gpu, METH_VARARGS,
 	 "register_gpu(ptr, length, access)"},
+	{"register_dlpack", (PyCFunction)Client_register_dlpack, METH_VARARGS,
+	 "register_dlpack(tensor, access)"},
 	{"alloc_gpu", (PyCFunction)Client_alloc_gpu, METH_VARARGS,
 	 "alloc_gpu(device, length, access)"},
 	{"submit", (PyCFunction)Client_submit, METH_O, "submit(job_tuples)"},
@@ -1491,6 +1720,16 @@ static struct rdmax_region *live_region(RegionObject *self)
 	return self->r;
 }
 
+/* The object owning a GPU region's memory goes once the region is gone (GIL held). */
+static void region_drop_owner(RegionObject *self)
+{
+	DLManagedTensor *mt = self->dl_managed;
+
+	self->dl_managed = NULL;
+	dl_release(mt);
+	Py_CLEAR(self->keep);
+}
+
 static PyObject *Region_free(RegionObject *self, PyObject *unused)
 {
 	int r;
@@ -1505,12 +1744,14 @@ static PyObject *Region_free(RegionObject *self, PyObject *unused)
 	}
 	if (!self->client->c) {
 		self->r = NULL;
+		region_drop_owner(self);
 		Py_RETURN_NONE;
 	}
 	struct rdmax_region *reg = self->r;
 	self->r = NULL;
 	LOCKED(self->client, r = self->allocated ? rdmax_region_free(self->client->c, reg)
 						 : rdmax_region_deregister(self->client->c, reg));
+	region_drop_owner(self);
 	if (r < 0) {
 		return raise_err(r, NULL);
 	}
@@ -1526,6 +1767,7 @@ static void Region_dealloc(RegionObject *self)
 					      : rdmax_region_deregister(c->c, self->r));
 		(void)r;
 	}
+	region_drop_owner(self);
 	Py_XDECREF(self->client);
 	PyObject_Free(self);
 }
@@ -1668,6 +1910,8 @@ static PyObject *mod_err_name(PyObject *m, PyObject *arg)
 static PyMethodDef mod_methods[] = {
 	{"strerror", mod_strerror, METH_O, "rdmax_strerror()"},
 	{"err_name", mod_err_name, METH_O, "rdmax_err_name()"},
+	{"dlpack_info", mod_dlpack_info, METH_O,
+	 "dlpack_info(obj): (address, bytes, device_type, device_id) of a DLPack tensor"},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -353,10 +353,16 @@ class Client(_rdmax.Client):
 
     def register_gpu_tensor(self, tensor, access=ACCESS_LOCAL):
         """Register the device memory behind a GPU tensor: any object with
-        ``__cuda_array_interface__``, ``__dlpack__`` (DLPack device type CUDA)
-        or ``data_ptr()`` plus ``nbytes``/``numel()*element_size()``."""
+        ``__cuda_array_interface__`` or ``data_ptr()`` plus
+        ``numel()*element_size()``, or a ``__dlpack__`` capsule of device type
+        CUDA (or CUDA pinned host), parsed in C. The region keeps the tensor
+        (and a consumed DLPack tensor until its deleter runs at ``free()``)
+        so the memory cannot go while it is registered. Memory of another
+        device raises rdmax.GpuNotDeviceMemory."""
+        if _dlpack_only(tensor):
+            return _rdmax.Client.register_dlpack(self, tensor, access)
         ptr, length = gpu_pointer(tensor)
-        return self.register_gpu(ptr, length, access)
+        return self.register_gpu(ptr, length, access, tensor)
 
     # ---- asyncio
 
@@ -451,9 +457,24 @@ class _AsyncDispatcher:
         return await fut
 
 
+_DL_CUDA, _DL_CUDA_HOST = 2, 3  # DLPack device types this package registers
+
+
+def _not_cuda(why):
+    return GpuNotDeviceMemory(GpuNotDeviceMemory.code, why)
+
+
+def _dlpack_only(obj):
+    """A DLPack tensor offering neither __cuda_array_interface__ nor data_ptr()."""
+    return (getattr(obj, "__cuda_array_interface__", None) is None
+            and not hasattr(obj, "data_ptr") and hasattr(obj, "__dlpack__"))
+
+
 def gpu_pointer(obj):
     """(device pointer, bytes) of a GPU array: __cuda_array_interface__,
-    __dlpack__ (via the consumer's from_dlpack metadata) or data_ptr()."""
+    data_ptr() (torch), or a DLPack capsule from __dlpack__() (parsed in C;
+    device type CUDA or CUDA pinned host). Memory on another device raises
+    rdmax.GpuNotDeviceMemory; a non-contiguous array raises ValueError."""
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         ptr = cai["data"][0]
@@ -469,12 +490,15 @@ def gpu_pointer(obj):
         if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
             raise ValueError("only contiguous tensors can be registered")
         if hasattr(obj, "is_cuda") and not obj.is_cuda:
-            raise ValueError("the tensor is not on a CUDA device")
+            raise _not_cuda("the tensor is not on a CUDA device")
         return obj.data_ptr(), obj.numel() * obj.element_size()
-    if hasattr(obj, "__dlpack_device__"):
-        dev_type, _ = obj.__dlpack_device__()
-        if dev_type != 2:  # kDLCUDA
-            raise ValueError("the DLPack tensor is not on a CUDA device (type %d)" % dev_type)
-        raise TypeError("DLPack tensors without __cuda_array_interface__ or data_ptr() "
-                        "are not supported yet")
+    if hasattr(obj, "__dlpack__"):
+        if hasattr(obj, "__dlpack_device__"):
+            dev_type, _ = obj.__dlpack_device__()
+            if dev_type not in (_DL_CUDA, _DL_CUDA_HOST):
+                raise _not_cuda("the DLPack tensor is on device type %d, not CUDA" % dev_type)
+        ptr, length, dev_type, _ = _rdmax.dlpack_info(obj)
+        if dev_type not in (_DL_CUDA, _DL_CUDA_HOST):
+            raise _not_cuda("the DLPack tensor is on device type %d, not CUDA" % dev_type)
+        return ptr, length
     raise TypeError("not a GPU array: no __cuda_array_interface__, data_ptr() or __dlpack__")

@@ -302,7 +302,7 @@ def test_gpu_intake_reaches_the_driver(daemon):
 
     assert rdmax.gpu_pointer(FakeCAI()) == (0x7F0000000000, 1024)
     assert rdmax.gpu_pointer(FakeTorch()) == (0x7F0000001000, 200)
-    with pytest.raises(ValueError):
+    with pytest.raises(rdmax.GpuNotDeviceMemory):
         rdmax.gpu_pointer(np.zeros(4))  # DLPack, but on the CPU
     with pytest.raises(TypeError):
         rdmax.gpu_pointer(b"bytes")
