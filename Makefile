@@ -86,6 +86,10 @@ TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c)) $(BUILD)/rdmax-b
 BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 DEVICE_CHECK := $(BUILD)/tests/gpu/device-check-helper
+# The Python tests' GPU path without a GPU: the fake driver as libcuda.so.1, and a daemon
+# stand-in running the daemon's GPU module over it.
+FAKE_LIBCUDA := $(BUILD)/tests/fakecuda/libcuda.so.1
+FAKE_GPU_DAEMON := $(BUILD)/tests/gpu/fake-gpu-daemon
 UNIT_SRCS := $(wildcard tests/unit/*.c)
 EXAMPLES := $(patsubst docs/examples/%.c,$(BUILD)/examples/%,$(wildcard docs/examples/*.c))
 ITEST_SRCS := $(wildcard tests/integration/*.c)
@@ -105,7 +109,7 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREF
 
 all: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(BUILD)/librdmax.a $(BUILD)/librdmax.pc $(TOOLS) \
 	$(BUILD)/tests/unit-tests $(BUILD)/tests/itest $(BENCH_TOOLS) $(GPU_CHECK) $(DEVICE_CHECK) \
-	$(EXAMPLES) $(PYTHON_PKG)
+	$(FAKE_LIBCUDA) $(FAKE_GPU_DAEMON) $(EXAMPLES) $(PYTHON_PKG)
 
 $(GEN_C) $(GEN_H): $(PROTO_SRC)
 	@mkdir -p $(BUILD)/gen
@@ -184,11 +188,26 @@ $(GPU_CHECK): tests/gpu/check-gpu.c proto/common/cuda_table.c proto/common/cuda_
 		$(LDFLAGS_ALL) $(shell pkg-config --libs libibverbs) -ldl
 
 # The device check's helper: the client library and the daemon's GPU module in one program.
-$(DEVICE_CHECK): tests/gpu/device-check.c tests/unit/recv_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
+$(DEVICE_CHECK): tests/gpu/device-check.c tests/gpu/gpu_server.c tests/gpu/gpu_server.h \
+		tests/unit/recv_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/device-check.c $(DAEMON_LIB_OBJS) \
-		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) \
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/device-check.c tests/gpu/gpu_server.c \
+		$(DAEMON_LIB_OBJS) $(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) \
 		$(LDFLAGS_ALL) $(LIBS_DAEMON) -ldl -lpthread
+
+$(FAKE_GPU_DAEMON): tests/gpu/fake-gpu-daemon.c tests/gpu/gpu_server.c tests/gpu/gpu_server.h \
+		tests/unit/recv_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ tests/gpu/fake-gpu-daemon.c tests/gpu/gpu_server.c \
+		$(DAEMON_LIB_OBJS) $(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) \
+		$(LDFLAGS_ALL) $(LIBS_DAEMON) -ldl -lpthread
+
+# Named libcuda.so.1 so that dlopen finds it first under LD_LIBRARY_PATH; only tests set that.
+$(FAKE_LIBCUDA): tests/gpu/fake-libcuda.c tests/unit/fake_cuda.c tests/unit/fake_cuda.h \
+		proto/common/cuda_table.h
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -fvisibility=hidden -shared -Wl,-soname,libcuda.so.1 -o $@ \
+		tests/gpu/fake-libcuda.c tests/unit/fake_cuda.c $(LDFLAGS_ALL)
 
 # Every library the helper needs, the C library and its loader included (libcuda
 # is the GPU machine's own), so that the build folder starts on a bare GPU
@@ -244,7 +263,7 @@ check-unit: $(BUILD)/tests/unit-tests
 	$(BUILD)/tests/unit-tests
 
 # The rdmax Python package's tests (pytest, /usr/bin/python3, real daemons).
-check-python: $(BUILD)/rdmaxd $(PYTHON_PKG)
+check-python: $(BUILD)/rdmaxd $(PYTHON_PKG) $(FAKE_LIBCUDA) $(FAKE_GPU_DAEMON)
 	RDMAX_BUILD=$(BUILD) RDMAX_SAN=$(SAN) PYTHON=$(PYTHON) client-lib/python/run-tests
 
 # The public ABI: exports against the version script, the header as C99/C++, struct growth.
