@@ -10,6 +10,10 @@ Starts two rdmaxd (TCP, 127.0.0.1) in a temporary directory, then measures
    layer's region pair would carry);
 2. small jobs: 64-byte WRITEs, 64 in flight, jobs/s from C and from Python.
 Prints a table (and JSON with --json). RDMAX_BUILD names the build folder.
+--rounds N repeats every measurement N times, interleaved: C then Python in
+even rounds, Python then C in odd ones, so that drift in the machine's load
+falls on both sides; it prints each round, the median and the spread, and
+the load average before and after.
 """
 import json
 import os
@@ -70,9 +74,23 @@ def py_small(c, src, desc, n, window=64):
     return n / (time.perf_counter() - t0)
 
 
+def rounds_arg():
+    if "--rounds" in sys.argv:
+        return int(sys.argv[sys.argv.index("--rounds") + 1])
+    return 1
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def main():
     iters = int(os.environ.get("RDMAX_BENCH_ITERS", "20"))
     small = int(os.environ.get("RDMAX_BENCH_SMALL_JOBS", "20000"))
+    n_rounds = rounds_arg()
+    load_before = os.getloadavg()
     d = tempfile.mkdtemp(prefix="rdmax-pyvc-")
     procs = []
     try:
@@ -97,20 +115,53 @@ def main():
             src = ca.alloc_host(2 * BLOCKS * BB)
             desc = rdmax.Desc(dst.desc())
             py_push(ca, src, desc, 2)  # warm the connection
-            rows = {
-                "push_c_us": c_run("push", LAYERS, BLOCKS, BB, iters)["best_us"],
-                "push_one_job_c_us": c_run("push1", LAYERS, BLOCKS, BB, iters)["best_us"],
-                "push_py_us": py_push(ca, src, desc, iters),
-                "small_c_jobs_s": c_run("small", small, 64)["jobs_per_s"],
-                "small_py_jobs_s": py_small(ca, src, desc, small),
+            steps = {
+                "push_c_us": lambda: c_run("push", LAYERS, BLOCKS, BB, iters)["best_us"],
+                "push_one_job_c_us": lambda: c_run("push1", LAYERS, BLOCKS, BB,
+                                                   iters)["best_us"],
+                "push_py_us": lambda: py_push(ca, src, desc, iters),
+                "small_c_jobs_s": lambda: c_run("small", small, 64)["jobs_per_s"],
+                "small_py_jobs_s": lambda: py_small(ca, src, desc, small),
             }
+            c_first = ["push_c_us", "push_one_job_c_us", "push_py_us", "small_c_jobs_s",
+                       "small_py_jobs_s"]
+            py_first = ["push_py_us", "push_c_us", "push_one_job_c_us", "small_py_jobs_s",
+                        "small_c_jobs_s"]
+            runs = []
+            for r in range(n_rounds):
+                row = {k: steps[k]() for k in (c_first if r % 2 == 0 else py_first)}
+                row["push_ratio"] = row["push_py_us"] / row["push_c_us"]
+                row["small_ratio"] = row["small_py_jobs_s"] / row["small_c_jobs_s"]
+                row["one_job_ratio"] = row["push_one_job_c_us"] / row["push_c_us"]
+                runs.append(row)
             src.free()
     finally:
         for p in procs:
             p.terminate()
             p.wait()
-    rows["push_ratio"] = rows["push_py_us"] / rows["push_c_us"]
-    rows["small_ratio"] = rows["small_py_jobs_s"] / rows["small_c_jobs_s"]
+    load_after = os.getloadavg()
+    if n_rounds > 1:
+        keys = list(runs[0])
+        summary = {k: {"median": median([r[k] for r in runs]), "min": min(r[k] for r in runs),
+                       "max": max(r[k] for r in runs)} for k in keys}
+        if "--json" in sys.argv:
+            print(json.dumps({"rounds": runs, "summary": summary, "load_before": load_before,
+                              "load_after": load_after}))
+            return
+        print("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f" % (load_before +
+                                                                             load_after))
+        print("round  push C us  push Py us  Py/C  one-job C us  1job/32  small C/s  "
+              "small Py/s  Py/C")
+        for i, r in enumerate(runs):
+            print("%5d %10.0f %11.0f %5.2f %13.0f %8.2f %10.0f %11.0f %5.3f" % (
+                i, r["push_c_us"], r["push_py_us"], r["push_ratio"], r["push_one_job_c_us"],
+                r["one_job_ratio"], r["small_c_jobs_s"], r["small_py_jobs_s"],
+                r["small_ratio"]))
+        for k in keys:
+            print("%-18s median %12.3f  min %12.3f  max %12.3f" % (
+                k, summary[k]["median"], summary[k]["min"], summary[k]["max"]))
+        return
+    rows = runs[0]
     if "--json" in sys.argv:
         print(json.dumps(rows))
         return
