@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -97,9 +98,17 @@ typedef struct {
 	PyObject_HEAD struct rdmax_client *c;
 	pthread_mutex_t m; /* every library call, the queue */
 	pthread_cond_t cv; /* the queue grew or the poller left */
-	int wake_fd;       /* eventfd: wakes the thread sleeping in poll() */
-	bool polling;      /* a thread sleeps in poll() on the daemon's fd */
-	struct qevent *q;  /* queued events, oldest first */
+	/*
+	 * Submits between parsing their jobs (GIL held, pointers to regions and
+	 * groups taken) and the library call: close(), Region.free() and
+	 * PeerGroup.destroy() wait for none to be left, under m, before they free
+	 * what such a submit may hold.
+	 */
+	atomic_int submitting;
+	pthread_cond_t submits_done; /* submitting fell to 0 */
+	int wake_fd;                 /* eventfd: wakes the thread sleeping in poll() */
+	bool polling;                /* a thread sleeps in poll() on the daemon's fd */
+	struct qevent *q;            /* queued events, oldest first */
 	size_t q_len, q_cap;
 	int sticky;        /* an error of the library's event path, reported once */
 	uint64_t *waiting; /* job ids a wait_job() waits for: poll() leaves them */
@@ -404,6 +413,7 @@ static PyObject *Client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 	if (self) {
 		pthread_mutex_init(&self->m, NULL);
 		pthread_cond_init(&self->cv, NULL);
+		pthread_cond_init(&self->submits_done, NULL);
 		self->wake_fd = -1;
 	}
 	return (PyObject *)self;
@@ -434,15 +444,33 @@ static void Client_dealloc(ClientObject *self)
 {
 	client_release(self);
 	pthread_cond_destroy(&self->cv);
+	pthread_cond_destroy(&self->submits_done);
 	pthread_mutex_destroy(&self->m);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 /* Close the library's client now (GIL held). */
+/* Under m: a submit's library call is over (or it never came). */
+static void submit_leave_locked(ClientObject *self)
+{
+	if (atomic_fetch_sub(&self->submitting, 1) == 1) {
+		pthread_cond_broadcast(&self->submits_done);
+	}
+}
+
+/* Under m: wait until no submit holds pointers it parsed. */
+static void wait_submits_locked(ClientObject *self)
+{
+	while (atomic_load(&self->submitting) > 0) {
+		pthread_cond_wait(&self->submits_done, &self->m);
+	}
+}
+
 static void close_now(ClientObject *self)
 {
 	if (self->c) {
 		Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->m);
+		wait_submits_locked(self);
 		struct rdmax_client *c = self->c;
 		self->c = NULL;
 		rdmax_client_close(c);
@@ -1013,14 +1041,18 @@ static PyObject *Client_submit(ClientObject *self, PyObject *arg)
 		PyErr_NoMemory();
 		goto out;
 	}
+	atomic_fetch_add(&self->submitting, 1);
 	for (; parsed < n; parsed++) {
 		if (parse_job(self, PySequence_Fast_GET_ITEM(seq, parsed), &jobs[parsed],
 			      &ins[parsed]) < 0) {
 			release_job(&ins[parsed]);
+			LOCKED(self, submit_leave_locked(self));
 			goto out;
 		}
 	}
-	LOCKED(self, ret = rdmax_submit(self->c, jobs, (size_t)n));
+	/* A close() that came first left self->c NULL: nothing parsed is used. */
+	LOCKED(self, ret = self->c ? rdmax_submit(self->c, jobs, (size_t)n) : -ENOTCONN;
+	       submit_leave_locked(self));
 	if (ret < 0) {
 		raise_err(ret, NULL);
 		goto out;
@@ -1320,7 +1352,8 @@ static PyObject *PeerGroup_destroy(PeerGroupObject *self, PyObject *unused)
 	self->g = NULL;
 	/* A closed client freed its groups with it. */
 	if (self->client->c) {
-		LOCKED(self->client, r = rdmax_peer_group_destroy(self->client->c, g));
+		LOCKED(self->client, wait_submits_locked(self->client);
+		       r = self->client->c ? rdmax_peer_group_destroy(self->client->c, g) : 0);
 	}
 	if (r < 0) {
 		return raise_err(r, NULL);
@@ -1749,8 +1782,11 @@ static PyObject *Region_free(RegionObject *self, PyObject *unused)
 	}
 	struct rdmax_region *reg = self->r;
 	self->r = NULL;
-	LOCKED(self->client, r = self->allocated ? rdmax_region_free(self->client->c, reg)
-						 : rdmax_region_deregister(self->client->c, reg));
+	ClientObject *c = self->client;
+	LOCKED(c, wait_submits_locked(c); r = !c->c ? 0
+					      : self->allocated
+						      ? rdmax_region_free(c->c, reg)
+						      : rdmax_region_deregister(c->c, reg));
 	region_drop_owner(self);
 	if (r < 0) {
 		return raise_err(r, NULL);

@@ -310,3 +310,35 @@ def test_gpu_intake_reaches_the_driver(daemon):
         # A TCP-only daemon (or no NVIDIA driver) is named; with both, the fake pointer is refused.
         with pytest.raises((rdmax.GpuNeedsRdma, rdmax.GpuDriverMissing, rdmax.GpuNotDeviceMemory)):
             c.register_gpu_tensor(FakeCAI())
+
+
+@pytest.mark.parametrize("action", ["free", "close"])
+def test_free_and_close_wait_for_a_submit_being_parsed(daemons, action):
+    """Region.free() or Client.close() from another thread while a submit is
+    between taking the region and the library call waits for that submit: the
+    region it parsed is never freed under it."""
+    a, b = daemons
+    with rdmax.Client(a.socket) as ca, rdmax.Client(b.socket) as cb:
+        src = ca.alloc_host(1 << 16)
+        dst = cb.alloc_host(1 << 16, rdmax.ACCESS_REMOTE_WRITE)
+        fill(src, 11)
+        expect = bytes(memoryview(src)[:8192])
+        desc = dst.desc()
+        other = threading.Thread(target=src.free if action == "free" else ca.close)
+        seen = []
+
+        def pages():  # runs inside the submit, after the region was taken
+            other.start()
+            other.join(0.5)
+            seen.append(other.is_alive())
+            yield 0
+            yield 1
+
+        job = ca.paged_write(src, desc, 4096, pages(), [0, 1])
+        other.join(30)
+        assert seen == [True] and not other.is_alive()
+        if action == "free":
+            assert job.wait(10).status == 0
+            assert bytes(memoryview(dst)[:8192]) == expect
+        with pytest.raises(ValueError):
+            src.desc()
