@@ -98,6 +98,11 @@ void job_free_if_done(struct job *job)
 	if (job->local) {
 		region_put(&job->engine->daemon->regions, job->local);
 	}
+	for (uint32_t i = 0; job->dests && i < job->n_dests; i++) {
+		if (job->dests[i].local) {
+			region_put(&job->engine->daemon->regions, job->dests[i].local);
+		}
+	}
 	job_free_memory(job);
 }
 

@@ -61,6 +61,11 @@ struct job_dest {
 	uint32_t node;
 	uint64_t region_id;
 	uint64_t region_key;
+	/*
+	 * The local region of this destination's runs, referenced for the job's
+	 * life (the further pairs of a paged job); NULL: job->local.
+	 */
+	struct region *local;
 };
 
 /*
@@ -173,6 +178,11 @@ struct job {
 	struct remote_desc remote;
 	struct job_xfer window[JOB_WINDOW];
 };
+
+static inline struct region *job_dest_local(const struct job *job, const struct job_dest *dest)
+{
+	return dest->local ? dest->local : job->local;
+}
 
 /* Local copies need no chunks, and a message is never cut. */
 static inline uint64_t job_chunk_bytes(const struct job *job, const struct job_node *node)

@@ -228,6 +228,7 @@ TCase *itest_tcase_dereg_wait(void);
 TCase *itest_tcase_jobs(void);
 TCase *itest_tcase_ring(void);
 TCase *itest_tcase_paged_read(void);
+TCase *itest_tcase_multipair(void);
 TCase *itest_tcase_harden(void);
 TCase *itest_tcase_peer(void);
 TCase *itest_tcase_names(void);
