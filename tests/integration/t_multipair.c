@@ -45,7 +45,8 @@ struct fixture {
 	uint64_t block, len;
 };
 
-static void fixture_start(struct fixture *f, uint64_t block)
+/* old_b: the decode daemon behaves like a release without WRITE_SEGS (TCP). */
+static void fixture_start(struct fixture *f, uint64_t block, bool old_b)
 {
 	uint32_t perm[BLOCKS];
 
@@ -58,7 +59,11 @@ static void fixture_start(struct fixture *f, uint64_t block)
 	itest_daemon_set(f->a, "engine.chunk_bytes=65536");
 	itest_daemon_set(f->b, "engine.chunk_bytes=65536");
 	itest_daemon_start(f->a);
+	if (old_b) {
+		ck_assert_int_eq(setenv("RDMAXD_TEST_NO_WRITE_SEGS", "1", 1), 0);
+	}
 	itest_daemon_start(f->b);
+	unsetenv("RDMAXD_TEST_NO_WRITE_SEGS");
 	f->ca = itest_client(f->a, "prefill");
 	f->cb = itest_client(f->b, "decode");
 	ck_assert_uint_eq(rdmax_client_info(f->ca)->max_paged_pairs, RDMAX_PAGED_PAIRS_MAX);
@@ -144,7 +149,7 @@ START_TEST(multipair_write)
 	struct fixture f;
 	struct rdmax_event ev;
 
-	fixture_start(&f, 16 * KiB);
+	fixture_start(&f, 16 * KiB, false);
 	for (int r = 0; r < PAIRS; r++) {
 		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 30 + (uint64_t)r);
 	}
@@ -171,7 +176,7 @@ START_TEST(multipair_read)
 	struct fixture f;
 	struct rdmax_event ev;
 
-	fixture_start(&f, 8 * KiB);
+	fixture_start(&f, 8 * KiB, false);
 	for (int r = 0; r < PAIRS; r++) {
 		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 40 + (uint64_t)r);
 	}
@@ -193,7 +198,7 @@ START_TEST(multipair_errors)
 	struct fixture f;
 	struct rdmax_event ev;
 
-	fixture_start(&f, 4 * KiB);
+	fixture_start(&f, 4 * KiB, false);
 	for (int r = 0; r < PAIRS; r++) {
 		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 50 + (uint64_t)r);
 	}
@@ -309,6 +314,59 @@ START_TEST(multipair_errors)
 }
 END_TEST
 
+/*
+ * A peer that predates WRITE_SEGS (it closes the connection on one) does not
+ * announce them in its HELLO: the sender cuts its grouped pages into WRITEs.
+ */
+START_TEST(multipair_write_to_peer_without_segs)
+{
+	struct fixture f;
+	struct rdmax_event ev;
+
+	fixture_start(&f, 16 * KiB, true);
+	for (int r = 0; r < PAIRS; r++) {
+		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 60 + (uint64_t)r);
+	}
+	ck_assert_int_eq(rdmax_expect_imm(f.cb, 78, 1), 0);
+	struct rdmax_job job =
+		paged(&f, 1, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
+	job.flags = RDMAX_JOB_IMM;
+	job.imm = 78;
+	ev = itest_run_job(f.ca, &job, 60000);
+	ck_assert_msg(ev.status == 0, "write to a peer without WRITE_SEGS: %s ('%s')",
+		      rdmax_err_name(ev.status), ev.reason);
+	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f.block);
+	ck_assert_int_eq(rdmax_wait_imm(f.cb, 78, 10000), 0);
+	check_moved(&f, f.ra, f.a_ids, f.rb, f.b_ids);
+
+	/* A refused WRITE in the middle of a cut group fails the job by name, once. */
+	struct rdmax_region *ro = itest_alloc(f.cb, f.len, RDMAX_ACCESS_REMOTE_READ);
+	struct rdmax_desc ro_desc = itest_desc(ro);
+	job = paged(&f, 2, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
+	f.pairs[3].remote = &ro_desc;
+	ck_assert_int_eq(rdmax_submit(f.ca, &job, 1), 0);
+	ck_assert_uint_eq(itest_collect(f.ca, &ev, 1, 60000, NULL), 1);
+	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_msg(strstr(ev.reason, "not registered for remote write"), "reason: '%s'",
+		      ev.reason);
+	itest_assert_quiet(f.ca, 200);
+
+	/* The connection lived on: a plain paged write still lands. */
+	job = paged(&f, 3, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
+	job.n_pairs = 0;
+	job.pairs = NULL;
+	memset(itest_bytes(f.rb[0]), 0, f.len);
+	ev = itest_run_job(f.ca, &job, 60000);
+	ck_assert_msg(ev.status == 0, "%s ('%s')", rdmax_err_name(ev.status), ev.reason);
+	for (int i = 0; i < MOVE; i++) {
+		itest_assert_mem_eq(itest_bytes(f.rb[0]) + f.b_ids[i] * f.block,
+				    itest_bytes(f.ra[0]) + f.a_ids[i] * f.block, f.block,
+				    "block after the refusal");
+	}
+	fixture_stop(&f);
+}
+END_TEST
+
 TCase *itest_tcase_multipair(void)
 {
 	TCase *tc = tcase_create("multipair");
@@ -316,5 +374,7 @@ TCase *itest_tcase_multipair(void)
 	tcase_add_test(tc, multipair_write);
 	tcase_add_test(tc, multipair_read);
 	tcase_add_test(tc, multipair_errors);
+	ITEST_ADD_TEST_IF(tc, multipair_write_to_peer_without_segs,
+			  strcmp(itest_transport(), "tcp") == 0, "WRITE_SEGS is a TCP frame");
 	return tc;
 }
