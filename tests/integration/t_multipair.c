@@ -17,23 +17,6 @@
 
 enum { PAIRS = 8, BLOCKS = 96, MOVE = 40 };
 
-static void shuffle(uint32_t *out, size_t n, uint64_t seed)
-{
-	uint64_t x = seed | 1;
-	for (size_t i = 0; i < n; i++) {
-		out[i] = (uint32_t)i;
-	}
-	for (size_t i = n - 1; i > 0; i--) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		size_t j = (size_t)(x % (i + 1));
-		uint32_t t = out[i];
-		out[i] = out[j];
-		out[j] = t;
-	}
-}
-
 /* Two daemons, a prefill and a decode client, PAIRS regions on each side. */
 struct fixture {
 	struct itest_daemon *a, *b;
@@ -76,9 +59,9 @@ static void fixture_start(struct fixture *f, uint64_t block, bool old_b)
 		f->db[r] = itest_desc(f->rb[r]);
 	}
 	/* Non-contiguous random blocks on both sides (some neighbours coalesce). */
-	shuffle(perm, BLOCKS, itest_seed() + 21);
+	itest_permute(perm, BLOCKS, itest_seed() + 21);
 	memcpy(f->a_ids, perm, sizeof(f->a_ids));
-	shuffle(perm, BLOCKS, itest_seed() + 22);
+	itest_permute(perm, BLOCKS, itest_seed() + 22);
 	memcpy(f->b_ids, perm, sizeof(f->b_ids));
 }
 
@@ -144,29 +127,36 @@ static struct rdmax_job paged(const struct fixture *f, uint64_t id, enum rdmax_o
 	return job;
 }
 
+/* One PAGED_WRITE of every pair with an imm: one completion, the sum of bytes, one imm. */
+static void write_all_pairs(struct fixture *f, uint64_t id, uint32_t imm, uint64_t seed)
+{
+	struct rdmax_event ev;
+
+	for (int r = 0; r < PAIRS; r++) {
+		itest_fill(itest_bytes(f->ra[r]), f->len, seed + (uint64_t)r);
+	}
+	ck_assert_int_eq(rdmax_expect_imm(f->cb, imm, 1), 0);
+	struct rdmax_job job =
+		paged(f, id, RDMAX_OP_PAGED_WRITE, f->ra, f->db, f->a_ids, f->b_ids, f->pairs);
+	job.flags = RDMAX_JOB_IMM;
+	job.imm = imm;
+	ck_assert_int_eq(rdmax_submit(f->ca, &job, 1), 0);
+	ck_assert_uint_eq(itest_collect(f->ca, &ev, 1, 60000, NULL), 1);
+	ck_assert_msg(ev.status == 0, "multi-pair write: %s ('%s')", rdmax_err_name(ev.status),
+		      ev.reason);
+	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f->block);
+	/* One imm for the whole job, counted once every pair landed. */
+	ck_assert_int_eq(rdmax_wait_imm(f->cb, imm, 10000), 0);
+	check_moved(f, f->ra, f->a_ids, f->rb, f->b_ids);
+	itest_assert_quiet(f->cb, 100);
+}
+
 START_TEST(multipair_write)
 {
 	struct fixture f;
-	struct rdmax_event ev;
 
 	fixture_start(&f, 16 * KiB, false);
-	for (int r = 0; r < PAIRS; r++) {
-		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 30 + (uint64_t)r);
-	}
-	ck_assert_int_eq(rdmax_expect_imm(f.cb, 77, 1), 0);
-	struct rdmax_job job =
-		paged(&f, 1, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
-	job.flags = RDMAX_JOB_IMM;
-	job.imm = 77;
-	ck_assert_int_eq(rdmax_submit(f.ca, &job, 1), 0);
-	ck_assert_uint_eq(itest_collect(f.ca, &ev, 1, 60000, NULL), 1);
-	ck_assert_msg(ev.status == 0, "multi-pair write: %s ('%s')", rdmax_err_name(ev.status),
-		      ev.reason);
-	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f.block);
-	/* One imm for the whole job, counted once every pair landed. */
-	ck_assert_int_eq(rdmax_wait_imm(f.cb, 77, 10000), 0);
-	check_moved(&f, f.ra, f.a_ids, f.rb, f.b_ids);
-	itest_assert_quiet(f.cb, 100);
+	write_all_pairs(&f, 1, 77, itest_seed() + 30);
 	fixture_stop(&f);
 }
 END_TEST
@@ -324,25 +314,13 @@ START_TEST(multipair_write_to_peer_without_segs)
 	struct rdmax_event ev;
 
 	fixture_start(&f, 16 * KiB, true);
-	for (int r = 0; r < PAIRS; r++) {
-		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 60 + (uint64_t)r);
-	}
-	ck_assert_int_eq(rdmax_expect_imm(f.cb, 78, 1), 0);
-	struct rdmax_job job =
-		paged(&f, 1, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
-	job.flags = RDMAX_JOB_IMM;
-	job.imm = 78;
-	ev = itest_run_job(f.ca, &job, 60000);
-	ck_assert_msg(ev.status == 0, "write to a peer without WRITE_SEGS: %s ('%s')",
-		      rdmax_err_name(ev.status), ev.reason);
-	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f.block);
-	ck_assert_int_eq(rdmax_wait_imm(f.cb, 78, 10000), 0);
-	check_moved(&f, f.ra, f.a_ids, f.rb, f.b_ids);
+	write_all_pairs(&f, 1, 78, itest_seed() + 60);
 
 	/* A refused WRITE in the middle of a cut group fails the job by name, once. */
 	struct rdmax_region *ro = itest_alloc(f.cb, f.len, RDMAX_ACCESS_REMOTE_READ);
 	struct rdmax_desc ro_desc = itest_desc(ro);
-	job = paged(&f, 2, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
+	struct rdmax_job job =
+		paged(&f, 2, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
 	f.pairs[3].remote = &ro_desc;
 	ck_assert_int_eq(rdmax_submit(f.ca, &job, 1), 0);
 	ck_assert_uint_eq(itest_collect(f.ca, &ev, 1, 60000, NULL), 1);

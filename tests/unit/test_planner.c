@@ -654,12 +654,25 @@ static ProtobufCBinaryData desc_of(int i)
 	return (ProtobufCBinaryData){.len = F.desc_len[i], .data = F.desc[i]};
 }
 
-static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, const uint32_t *di,
-			 size_t n, int desc, int imm)
+/*
+ * A PAGED_WRITE of F.local's pages si onto descriptor desc's pages di, with
+ * n_pairs more region pairs (local region ids, descriptor indices).
+ */
+static void submit_paged_pairs(uint64_t id, uint64_t page_len, const uint32_t *si,
+			       const uint32_t *di, size_t n, int desc, int imm,
+			       const uint64_t *locals, const int *descs, size_t n_pairs)
 {
 	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
 	Rdmax__V1__PagedWriteJob pw = RDMAX__V1__PAGED_WRITE_JOB__INIT;
 	Rdmax__V1__PageList src = RDMAX__V1__PAGE_LIST__INIT, dst = RDMAX__V1__PAGE_LIST__INIT;
+	Rdmax__V1__PagedPair pairs[4], *ptrs[4];
+	ck_assert_uint_le(n_pairs, 4);
+	for (size_t k = 0; k < n_pairs; k++) {
+		rdmax__v1__paged_pair__init(&pairs[k]);
+		pairs[k].local_region = locals[k];
+		pairs[k].remote_desc = desc_of(descs[k]);
+		ptrs[k] = &pairs[k];
+	}
 	src.indices = (uint32_t *)si;
 	src.n_indices = n;
 	dst.indices = (uint32_t *)di;
@@ -669,6 +682,8 @@ static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, con
 	pw.src = &src;
 	pw.dst = &dst;
 	pw.remote_desc = desc_of(desc);
+	pw.pairs = n_pairs ? ptrs : NULL;
+	pw.n_pairs = n_pairs;
 	if (imm >= 0) {
 		pw.has_imm = 1;
 		pw.imm = (uint32_t)imm;
@@ -677,6 +692,12 @@ static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, con
 	job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
 	job.paged_write = &pw;
 	engine_submit(F.engine, &F.owner, &job);
+}
+
+static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, const uint32_t *di,
+			 size_t n, int desc, int imm)
+{
+	submit_paged_pairs(id, page_len, si, di, n, desc, imm, NULL, NULL, 0);
 }
 
 static void submit_paged_read(uint64_t id, uint64_t page_len, const uint32_t *li,
@@ -1220,40 +1241,11 @@ START_TEST(send_is_never_chunked)
 }
 END_TEST
 
-/* A PAGED_WRITE whose pairs 1.. are (local region id, descriptor index). */
+/* A PAGED_WRITE of PAGE pages to descriptor 0 whose pairs 1.. are (local id, descriptor). */
 static void submit_paired(uint64_t id, const uint32_t *si, const uint32_t *di, size_t n,
 			  const uint64_t *locals, const int *descs, size_t n_pairs, int imm)
 {
-	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
-	Rdmax__V1__PagedWriteJob pw = RDMAX__V1__PAGED_WRITE_JOB__INIT;
-	Rdmax__V1__PageList src = RDMAX__V1__PAGE_LIST__INIT, dst = RDMAX__V1__PAGE_LIST__INIT;
-	Rdmax__V1__PagedPair pairs[4], *ptrs[4];
-	ck_assert_uint_le(n_pairs, 4);
-	for (size_t k = 0; k < n_pairs; k++) {
-		rdmax__v1__paged_pair__init(&pairs[k]);
-		pairs[k].local_region = locals[k];
-		pairs[k].remote_desc = desc_of(descs[k]);
-		ptrs[k] = &pairs[k];
-	}
-	src.indices = (uint32_t *)si;
-	src.n_indices = n;
-	dst.indices = (uint32_t *)di;
-	dst.n_indices = n;
-	pw.local_region = F.local->id;
-	pw.page_len = PAGE;
-	pw.src = &src;
-	pw.dst = &dst;
-	pw.remote_desc = desc_of(0);
-	pw.pairs = ptrs;
-	pw.n_pairs = n_pairs;
-	if (imm >= 0) {
-		pw.has_imm = 1;
-		pw.imm = (uint32_t)imm;
-	}
-	job.job_id = id;
-	job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
-	job.paged_write = &pw;
-	engine_submit(F.engine, &F.owner, &job);
+	submit_paged_pairs(id, PAGE, si, di, n, 0, imm, locals, descs, n_pairs);
 }
 
 START_TEST(paged_pairs_one_job)
