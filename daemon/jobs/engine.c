@@ -75,6 +75,9 @@ static void job_free_memory(struct job *job)
 		free(job->nodes);
 	}
 	if (job->dests != &job->dest1) {
+		for (uint32_t i = 0; i < job->n_dests; i++) {
+			free(job->dests[i].eps);
+		}
 		free(job->dests);
 	}
 	if (job->runs != &job->run1) {

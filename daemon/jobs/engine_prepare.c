@@ -308,11 +308,42 @@ static int take_pair(struct job *job, const struct paged_req *pr, size_t k, uint
 			 k, remote_end, desc.region_id, desc.length);
 		return RDMAX_E_OUT_OF_RANGE;
 	}
+	struct job_node *node = &job->node1;
+	struct endpoint *eps = NULL;
+	if (node->transport && node->transport->kind == ENDPOINT_VERBS) {
+		/*
+		 * RDMA addresses each region by its own iova and rkey on every device:
+		 * this pair's descriptor needs them for the node's peer and each rail.
+		 */
+		struct job_dest probe = {.eps = desc.endpoints, .n_eps = desc.n_endpoints};
+		struct endpoint ep;
+		for (int32_t i = -1; i < DESC_MAX_ENDPOINTS; i++) {
+			const struct endpoint *via = i < 0 ? &node->peer : &node->rail_eps[i];
+			if (i >= 0 && (node->n_rails < 2 || !(node->rails & (1u << i)))) {
+				continue;
+			}
+			if (!job_dest_endpoint(&probe, via, &ep)) {
+				snprintf(why, why_size,
+					 "pair %zu: its descriptor has no key for device '%s' at "
+					 "%s port %u, which pair 0's uses",
+					 k, via->device, via->addr, via->port);
+				return RDMAX_E_INVALID_ARGUMENT;
+			}
+		}
+		eps = malloc(desc.n_endpoints * sizeof(*eps));
+		if (!eps) {
+			snprintf(why, why_size, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(eps, desc.endpoints, desc.n_endpoints * sizeof(*eps));
+	}
 	region_get(region);
 	*ret_dest = (struct job_dest){.node = 0,
 				      .region_id = desc.region_id,
 				      .region_key = desc.region_key,
-				      .local = region};
+				      .local = region,
+				      .eps = eps,
+				      .n_eps = eps ? desc.n_endpoints : 0};
 	return 0;
 }
 

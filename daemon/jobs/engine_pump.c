@@ -56,7 +56,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 
 	memset(xfer, 0, sizeof(*xfer));
 	xfer->op = job->op;
-	xfer->peer = *rail_pick(job, node, NULL);
+	job_dest_endpoint(dest, rail_pick(job, node, NULL), &xfer->peer); /* checked at prepare */
 	xfer->remote_instance = node->instance;
 	xfer->remote_region = dest->region_id;
 	xfer->remote_key = dest->region_key;
@@ -73,6 +73,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	xfer->ctx = job;
 	slot->job = job;
 	slot->node = dest->node;
+	slot->dest = piece->dest;
 	slot->busy = true;
 	slot->finishing = false;
 	slot->tries = 0;

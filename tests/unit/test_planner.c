@@ -1305,6 +1305,69 @@ START_TEST(paged_pairs_one_job)
 }
 END_TEST
 
+/* A verbs descriptor of region `region` of node 4 on `device`, with its iova and rkey. */
+static size_t encode_verbs(uint8_t *buf, uint64_t region, const char *device, uint64_t iova,
+			   uint32_t rkey)
+{
+	struct remote_desc rd;
+	memset(&rd, 0, sizeof(rd));
+	rd.instance_id = 4;
+	rd.region_id = region;
+	rd.region_key = region * 100;
+	rd.length = REMOTE_LEN;
+	rd.access = RDMAX_ACCESS_REMOTE_WRITE;
+	snprintf(rd.node_name, sizeof(rd.node_name), "node-4");
+	rd.n_endpoints = 1;
+	rd.endpoints[0] = (struct endpoint){.transport = ENDPOINT_VERBS,
+					    .addr = "10.0.0.4",
+					    .port = 7004,
+					    .iova = iova,
+					    .rkey = rkey};
+	snprintf(rd.endpoints[0].device, sizeof(rd.endpoints[0].device), "%s", device);
+	int len = desc_encode(&rd, buf, DESC_MAX_BYTES);
+	ck_assert_int_gt(len, 0);
+	return (size_t)len;
+}
+
+START_TEST(paged_pairs_verbs_keys_per_pair)
+{
+	/* Over RDMA each pair's WRs carry its own region's iova and rkey. */
+	const uint32_t si[] = {0, 2}, di[] = {1, 3};
+	F.desc_len[0] = encode_verbs(F.desc[0], 10, "rxe0", 0x1000000, 111);
+	F.desc_len[1] = encode_verbs(F.desc[1], 11, "rxe0", 0x2000000, 222);
+	F.desc_len[2] = encode_verbs(F.desc[2], 12, "rxe9", 0x3000000, 333);
+	const uint64_t locals[] = {F.local->id};
+
+	/* Pair 1 registered on another device than pair 0's: no key for it there. */
+	const int other_device[] = {2};
+	submit_paired(1, si, di, 2, locals, other_device, 1, -1);
+	ck_assert_int_eq(F.verbs.n, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(g_done[0].message, "pair 1: its descriptor has no key for "
+							"device 'rxe0'"));
+
+	const int second[] = {1};
+	submit_paired(2, si, di, 2, locals, second, 1, 5);
+	/* Unordered: the imm's xfer waits for the other three. */
+	ck_assert_int_eq(F.verbs.n, 3);
+	fake_transport_finish_all(&F.verbs, 0);
+	ck_assert_int_eq(F.verbs.n, 4);
+	ck_assert_int_eq(F.verbs.snap[3].has_imm, 1);
+	for (int i = 0; i < 4; i++) {
+		bool pair1 = i >= 2;
+		ck_assert_uint_eq(F.verbs.snap[i].remote_region, pair1 ? 11 : 10);
+		ck_assert_uint_eq(F.verbs.snap[i].peer.iova, pair1 ? 0x2000000 : 0x1000000);
+		ck_assert_uint_eq(F.verbs.snap[i].peer.rkey, pair1 ? 222 : 111);
+		ck_assert_str_eq(F.verbs.snap[i].peer.device, "rxe0");
+	}
+	fake_transport_finish_all(&F.verbs, 0);
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, 0);
+	ck_assert_uint_eq(g_done[1].bytes, 2 * 2 * PAGE);
+}
+END_TEST
+
 START_TEST(cancel_paged_in_flight)
 {
 	enum { N = 64 };
@@ -1413,6 +1476,7 @@ Suite *planner_jobs_suite(void)
 	tcase_add_test(tc, send_is_never_chunked);
 	tcase_add_test(tc, cancel_paged_in_flight);
 	tcase_add_test(tc, paged_pairs_one_job);
+	tcase_add_test(tc, paged_pairs_verbs_keys_per_pair);
 	suite_add_tcase(s, tc);
 	return s;
 }
