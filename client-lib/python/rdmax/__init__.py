@@ -133,6 +133,8 @@ class Job:
         self.mailbox = mailbox
         self.payload = payload
         # Paged jobs: more (Region, Desc) pairs moved with the same page lists, one job.
+        if pairs and op not in (OP_PAGED_WRITE, OP_PAGED_READ):
+            raise ValueError("only PAGED_WRITE and PAGED_READ jobs carry region pairs")
         self.pairs = None if not pairs else tuple((r, _desc(d)) for r, d in pairs)
         self.status = None
         self.bytes = 0

@@ -247,4 +247,7 @@ def test_request_is_one_job_of_region_pairs(daemons):
         with pytest.raises(rdmax.OutOfRange, match="pair 2: the pages reach byte"):
             bad.wait(10)
         assert not dst[0].reshape(16, 4096)[12].any()
+        with pytest.raises(ValueError, match="region pairs"):
+            rdmax.Job(rdmax.OP_WRITE, pre.regions[0], to_dec.descs[0], length=8,
+                      pairs=[(pre.regions[1], to_dec.descs[1])])
         del src, dst, s, d
