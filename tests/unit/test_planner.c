@@ -1276,11 +1276,41 @@ START_TEST(paged_pairs_one_job)
 	ck_assert_int_eq(g_done[1].err, RDMAX_E_INVALID_ARGUMENT);
 	ck_assert_uint_eq(second->refs, 1);
 
+	/* 257 pairs in all: over the limit, refused before any lookup. */
+	{
+		static Rdmax__V1__PagedPair pair, *many[RDMAX_PAGED_PAIRS_MAX];
+		Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+		Rdmax__V1__PagedWriteJob pw = RDMAX__V1__PAGED_WRITE_JOB__INIT;
+		Rdmax__V1__PageList src = RDMAX__V1__PAGE_LIST__INIT,
+				    dst = RDMAX__V1__PAGE_LIST__INIT;
+		rdmax__v1__paged_pair__init(&pair);
+		pair.local_region = second->id;
+		pair.remote_desc = desc_of(1);
+		for (size_t k = 0; k < RDMAX_PAGED_PAIRS_MAX; k++) {
+			many[k] = &pair;
+		}
+		pw.local_region = F.local->id;
+		pw.page_len = PAGE;
+		pw.src = &src;
+		pw.dst = &dst;
+		pw.remote_desc = desc_of(0);
+		pw.pairs = many;
+		pw.n_pairs = RDMAX_PAGED_PAIRS_MAX;
+		job.job_id = 9;
+		job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
+		job.paged_write = &pw;
+		engine_submit(F.engine, &F.owner, &job);
+		ck_assert_int_eq(g_n_done, 3);
+		ck_assert_int_eq(g_done[2].err, RDMAX_E_RESOURCE_EXHAUSTED);
+		ck_assert_ptr_nonnull(
+			strstr(g_done[2].message, "257 region pairs exceed the limit of 256"));
+	}
+
 	/* An unknown local region in pair 1. */
 	const uint64_t unknown[] = {second->id + 100};
 	submit_paired(3, si, di, 3, unknown, descs, 1, -1);
-	ck_assert_int_eq(g_n_done, 3);
-	ck_assert_int_eq(g_done[2].err, RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(g_n_done, 4);
+	ck_assert_int_eq(g_done[3].err, RDMAX_E_NOT_FOUND);
 
 	/* Two pairs: runs of pair 0 to region 5 from F.local, then pair 1's to 6 from second. */
 	F.d.cfg.chunk_bytes = 1 << 20;
@@ -1296,9 +1326,9 @@ START_TEST(paged_pairs_one_job)
 		ck_assert_int_eq(F.tcp.snap[i].has_imm, i == 3);
 	}
 	fake_transport_finish_all(&F.tcp, 0);
-	ck_assert_int_eq(g_n_done, 4);
-	ck_assert_int_eq(g_done[3].err, 0);
-	ck_assert_uint_eq(g_done[3].bytes, 2 * 3 * PAGE);
+	ck_assert_int_eq(g_n_done, 5);
+	ck_assert_int_eq(g_done[4].err, 0);
+	ck_assert_uint_eq(g_done[4].bytes, 2 * 3 * PAGE);
 	ck_assert_uint_eq(F.owner.runs, 0);
 	ck_assert_uint_eq(second->refs, 1);
 	ck_assert_uint_eq(F.local->refs, 1);
