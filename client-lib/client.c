@@ -769,6 +769,8 @@ static void info_from_welcome(struct rdmax_daemon_info *info, const Rdmax__V1__W
 	info->max_registered_bytes = l->max_registered_bytes;
 	info->max_outstanding_jobs = l->max_outstanding_jobs;
 	info->max_jobs_per_submit = l->max_jobs_per_submit;
+	info->max_paged_pairs =
+		l->has_max_paged_pairs && l->max_paged_pairs ? l->max_paged_pairs : 1;
 }
 
 static int hello(struct rdmax_client *c, const char *client_name)

@@ -55,6 +55,32 @@ static int check_barrier(const struct rdmax_client *c, const struct rdmax_job *j
 	return 0;
 }
 
+/* The further region pairs of a paged job, against what the daemon announced. */
+static int check_pairs(const struct rdmax_client *c, const struct rdmax_job *j)
+{
+	uint32_t max = c->info.max_paged_pairs ? c->info.max_paged_pairs : 1;
+
+	if (j->n_pairs == 0) {
+		return j->pairs ? RDMAX_E_INVALID_ARGUMENT : 0;
+	}
+	if (!j->pairs) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (max == 1) {
+		return RDMAX_E_UNIMPLEMENTED; /* an older daemon would move pair 0 only */
+	}
+	if (j->n_pairs > max - 1) {
+		return RDMAX_E_RESOURCE_EXHAUSTED;
+	}
+	for (size_t i = 0; i < j->n_pairs; i++) {
+		if (!owned_region(c, j->pairs[i].local) ||
+		    !client_desc_usable(j->pairs[i].remote)) {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+	}
+	return 0;
+}
+
 /*
  * What can be refused without asking the daemon: what cannot be encoded.
  * Ranges, page lists and names are the daemon's to judge: it says why.
@@ -68,6 +94,10 @@ static int check_job(const struct rdmax_client *c, const struct rdmax_job *j)
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	if ((j->flags & RDMAX_JOB_IMM) && !imm_ok) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if ((j->pairs || j->n_pairs) && j->op != RDMAX_OP_PAGED_WRITE &&
+	    j->op != RDMAX_OP_PAGED_READ) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	switch (j->op) {
@@ -88,7 +118,7 @@ static int check_job(const struct rdmax_client *c, const struct rdmax_job *j)
 		    (j->u.paged.remote_pages.count && !j->u.paged.remote_pages.indices)) {
 			return RDMAX_E_INVALID_ARGUMENT;
 		}
-		return 0;
+		return check_pairs(c, j);
 	case RDMAX_OP_SCATTER:
 		return check_scatter(c, j);
 	case RDMAX_OP_BARRIER:
@@ -146,9 +176,12 @@ struct submit_buf {
 	struct pb_job *pbs;
 	Rdmax__V1__ScatterDest *dests;
 	Rdmax__V1__ScatterDest **dest_ptrs;
-	ProtobufCBinaryData *descs; /* barrier descriptors */
+	ProtobufCBinaryData *descs;  /* barrier descriptors */
+	Rdmax__V1__PagedPair *pairs; /* further region pairs of paged jobs */
+	Rdmax__V1__PagedPair **pair_ptrs;
 	size_t next_dest;
 	size_t next_desc;
+	size_t next_pair;
 };
 
 static bool add_size(size_t *total, size_t count, size_t each)
@@ -160,7 +193,7 @@ static bool add_size(size_t *total, size_t count, size_t each)
 
 static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct submit_buf *ret)
 {
-	size_t n_dests = 0, n_descs = 0, total = 0;
+	size_t n_dests = 0, n_descs = 0, n_pairs = 0, total = 0;
 	char *mem;
 
 	for (size_t i = 0; i < count; i++) {
@@ -172,12 +205,17 @@ static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct sub
 		    __builtin_add_overflow(n_descs, jobs[i].u.barrier.count, &n_descs)) {
 			return NULL;
 		}
+		if (__builtin_add_overflow(n_pairs, jobs[i].n_pairs, &n_pairs)) {
+			return NULL;
+		}
 	}
 	if (!add_size(&total, count, sizeof(struct pb_job)) ||
 	    !add_size(&total, count, sizeof(Rdmax__V1__Job *)) ||
 	    !add_size(&total, n_dests, sizeof(Rdmax__V1__ScatterDest)) ||
 	    !add_size(&total, n_dests, sizeof(Rdmax__V1__ScatterDest *)) ||
-	    !add_size(&total, n_descs, sizeof(ProtobufCBinaryData))) {
+	    !add_size(&total, n_descs, sizeof(ProtobufCBinaryData)) ||
+	    !add_size(&total, n_pairs, sizeof(Rdmax__V1__PagedPair)) ||
+	    !add_size(&total, n_pairs, sizeof(Rdmax__V1__PagedPair *))) {
 		return NULL;
 	}
 	mem = malloc(total ? total : 1);
@@ -188,10 +226,13 @@ static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct sub
 	ret->pbs = (struct pb_job *)mem;
 	ret->dests = (Rdmax__V1__ScatterDest *)(ret->pbs + count);
 	ret->descs = (ProtobufCBinaryData *)(ret->dests + n_dests);
-	ret->ptrs = (Rdmax__V1__Job **)(ret->descs + n_descs);
+	ret->pairs = (Rdmax__V1__PagedPair *)(ret->descs + n_descs);
+	ret->ptrs = (Rdmax__V1__Job **)(ret->pairs + n_pairs);
 	ret->dest_ptrs = (Rdmax__V1__ScatterDest **)(ret->ptrs + count);
+	ret->pair_ptrs = (Rdmax__V1__PagedPair **)(ret->dest_ptrs + n_dests);
 	ret->next_dest = 0;
 	ret->next_desc = 0;
+	ret->next_pair = 0;
 	return mem;
 }
 
@@ -206,7 +247,22 @@ static void encode_pages(Rdmax__V1__PageList *pl, const struct rdmax_pages *page
 	pl->indices = (uint32_t *)pages->indices;
 }
 
-static void encode_paged(const struct rdmax_job *j, struct pb_job *pb)
+/* The job's further region pairs from b's arrays; *ret_n of them at *ret_pairs. */
+static void encode_pairs(const struct rdmax_job *j, struct submit_buf *b,
+			 Rdmax__V1__PagedPair ***ret_pairs, size_t *ret_n)
+{
+	*ret_pairs = j->n_pairs ? &b->pair_ptrs[b->next_pair] : NULL;
+	*ret_n = j->n_pairs;
+	for (size_t i = 0; i < j->n_pairs; i++) {
+		Rdmax__V1__PagedPair *x = &b->pairs[b->next_pair];
+		rdmax__v1__paged_pair__init(x);
+		x->local_region = j->pairs[i].local->id;
+		x->remote_desc = client_desc_bytes(j->pairs[i].remote);
+		b->pair_ptrs[b->next_pair++] = x;
+	}
+}
+
+static void encode_paged(const struct rdmax_job *j, struct pb_job *pb, struct submit_buf *b)
 {
 	Rdmax__V1__PagedWriteJob *pw = &pb->k.paged;
 
@@ -222,11 +278,12 @@ static void encode_paged(const struct rdmax_job *j, struct pb_job *pb)
 		pw->has_imm = 1;
 		pw->imm = j->imm;
 	}
+	encode_pairs(j, b, &pw->pairs, &pw->n_pairs);
 	pb->job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
 	pb->job.paged_write = pw;
 }
 
-static void encode_paged_read(const struct rdmax_job *j, struct pb_job *pb)
+static void encode_paged_read(const struct rdmax_job *j, struct pb_job *pb, struct submit_buf *b)
 {
 	Rdmax__V1__PagedReadJob *pr = &pb->k.paged_read;
 
@@ -238,6 +295,7 @@ static void encode_paged_read(const struct rdmax_job *j, struct pb_job *pb)
 	pr->dst = &pb->dst;
 	pr->src = &pb->src;
 	pr->remote_desc = client_desc_bytes(j->remote);
+	encode_pairs(j, b, &pr->pairs, &pr->n_pairs);
 	pb->job.kind_case = RDMAX__V1__JOB__KIND_PAGED_READ;
 	pb->job.paged_read = pr;
 }
@@ -352,10 +410,10 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
 		break;
 	}
 	case RDMAX_OP_PAGED_WRITE:
-		encode_paged(j, pb);
+		encode_paged(j, pb, b);
 		break;
 	case RDMAX_OP_PAGED_READ:
-		encode_paged_read(j, pb);
+		encode_paged_read(j, pb, b);
 		break;
 	case RDMAX_OP_SCATTER:
 		encode_scatter(j, pb, b);
@@ -402,6 +460,7 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 			/* The socket path encodes again from the start. */
 			b->next_dest = 0;
 			b->next_desc = 0;
+			b->next_pair = 0;
 			return -ENOSPC;
 		}
 	}

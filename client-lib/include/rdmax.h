@@ -120,6 +120,13 @@ extern "C" {
 /** Largest SEND payload in bytes. */
 #define RDMAX_MESSAGE_PAYLOAD_MAX (64u * 1024)
 
+/**
+ * Region pairs one PAGED_WRITE or PAGED_READ may carry (its own
+ * \c local / \c remote and \c n_pairs more). A daemon announces its own
+ * bound as rdmax_daemon_info.max_paged_pairs.
+ */
+#define RDMAX_PAGED_PAIRS_MAX 256u
+
 /** Bytes of a node name, including the terminating NUL. */
 #define RDMAX_NODE_NAME_MAX 64
 
@@ -172,6 +179,16 @@ struct rdmax_pages {
 	size_t count;            /**< entries in \c indices */
 };
 
+/**
+ * One more region pair of a PAGED_WRITE or PAGED_READ: the job's page lists
+ * move between \c local and \c remote too (every layer's K and V of a KV
+ * cache, with the same block ids).
+ */
+struct rdmax_region_pair {
+	struct rdmax_region *local;      /**< a region of this client */
+	const struct rdmax_desc *remote; /**< a region of the same node as the job's \c remote */
+};
+
 /** One destination of a SCATTER. */
 struct rdmax_scatter_dest {
 	/** destination region; NULL to use member \c peer_index of the job's group */
@@ -202,6 +219,9 @@ struct rdmax_scatter_dest {
  *   \c remote are read into \c u.paged.local_pages of \c local (the local
  *   pages are the destination and must not repeat; remote pages may). Takes
  *   no imm: the reader learns of the landing from the completion itself.
+ * - Both paged kinds may carry more region pairs (\c pairs, \c n_pairs):
+ *   the same page lists then move between each pair's regions too, as one
+ *   job.
  * - SCATTER: from \c local to each of \c u.scatter.dests (descriptors, or
  *   members of \c u.scatter.group); with RDMAX_JOB_IMM each destination
  *   node counts the imm once for the job.
@@ -257,6 +277,18 @@ struct rdmax_job {
 			size_t length;       /**< at most RDMAX_MESSAGE_PAYLOAD_MAX */
 		} send;
 	} u;
+	/**
+	 * PAGED_WRITE and PAGED_READ (after RDMAX_2.0's first layout): \c n_pairs
+	 * more region pairs moved with the same page lists, in this order after
+	 * (\c local, \c remote); NULL and 0 for none. One completion for the
+	 * whole job, its bytes the sum over all pairs; the imm is counted once,
+	 * after every pair landed. Every remote must name the node of \c remote,
+	 * and every region must hold the pages (the daemon names the pair it
+	 * refuses). At most max_paged_pairs - 1 (rdmax_daemon_info): a daemon
+	 * that does not announce the field takes none (RDMAX_E_UNIMPLEMENTED).
+	 */
+	const struct rdmax_region_pair *pairs;
+	size_t n_pairs; /**< entries in \c pairs */
 };
 
 /** Event kinds returned by rdmax_poll_events(). */
@@ -305,6 +337,9 @@ struct rdmax_daemon_info {
 	uint64_t max_registered_bytes; /**< per-client limit */
 	uint32_t max_outstanding_jobs; /**< per-client limit */
 	uint32_t max_jobs_per_submit;  /**< per-client limit */
+	/** region pairs of one paged job (1 + rdmax_job.n_pairs); 1 when the daemon predates them
+	 */
+	uint32_t max_paged_pairs;
 };
 
 /** Whether \p info (a struct rdmax_daemon_info pointer) has \p field. */

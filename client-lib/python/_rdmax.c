@@ -514,14 +514,15 @@ static PyObject *Client_info(ClientObject *self, PyObject *unused)
 	}
 	const struct rdmax_daemon_info *i = rdmax_client_info(self->c);
 	return Py_BuildValue(
-		"{s:I,s:s,s:s,s:K,s:I,s:I,s:I,s:I,s:K,s:I,s:I,s:O}", "protocol_version",
+		"{s:I,s:s,s:s,s:K,s:I,s:I,s:I,s:I,s:K,s:I,s:I,s:I,s:O}", "protocol_version",
 		i->protocol_version, "daemon_version", i->daemon_version, "node_name", i->node_name,
 		"instance_id", (unsigned long long)i->instance_id, "capabilities", i->capabilities,
 		"max_message_bytes", i->max_message_bytes, "max_fds_per_message",
 		i->max_fds_per_message, "max_regions", i->max_regions, "max_registered_bytes",
 		(unsigned long long)i->max_registered_bytes, "max_outstanding_jobs",
-		i->max_outstanding_jobs, "max_jobs_per_submit", i->max_jobs_per_submit, "ring",
-		rdmax_client_uses_ring(self->c) == 1 ? Py_True : Py_False);
+		i->max_outstanding_jobs, "max_jobs_per_submit", i->max_jobs_per_submit,
+		"max_paged_pairs", RDMAX_INFO_HAS(i, max_paged_pairs) ? i->max_paged_pairs : 1,
+		"ring", rdmax_client_uses_ring(self->c) == 1 ? Py_True : Py_False);
 }
 
 static PyObject *make_region(ClientObject *self, struct rdmax_region *r, bool allocated, bool host)
@@ -751,6 +752,7 @@ struct group_in {
 /* Everything one parsed job holds until the submit returned. */
 struct job_in {
 	struct pages_in lp, rp;
+	struct rdmax_region_pair *pairs; /* PyMem; the regions and descs stay the tuple's */
 	Py_buffer payload;
 	PyObject *mailbox; /* bytes */
 	struct group_in grp;
@@ -941,11 +943,49 @@ static void release_group(struct group_in *in)
  * One job from the tuple (id, op, flags, imm, deadline_ms, local, local_offset,
  * length, remote, remote_offset, page_len, local_pages, local_pages_offset,
  * local_pages_stride, remote_pages, remote_pages_offset, remote_pages_stride,
- * mailbox, payload) that rdmax/__init__.py builds.
+ * mailbox, payload[, pairs]) that rdmax/__init__.py builds; pairs: None or a
+ * sequence of (Region, Desc) of a paged job.
  */
+/* The further region pairs of a paged job, into in->pairs. */
+static int take_pairs(ClientObject *self, PyObject *pairs, struct rdmax_job *j, struct job_in *in)
+{
+	if (pairs == Py_None) {
+		return 0;
+	}
+	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (Region, Desc)");
+	if (!seq) {
+		return -1;
+	}
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	in->pairs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*in->pairs));
+	if (!in->pairs) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *p = PySequence_Fast_GET_ITEM(seq, i), *local, *remote;
+		if (!PyTuple_Check(p) || !PyArg_ParseTuple(p, "OO", &local, &remote) ||
+		    region_of(self, local, &in->pairs[i].local) < 0 ||
+		    desc_of(remote, &in->pairs[i].remote) < 0) {
+			if (!PyErr_Occurred()) {
+				PyErr_SetString(PyExc_TypeError,
+						"a pair is a (Region, Desc) tuple");
+			}
+			Py_DECREF(seq);
+			return -1;
+		}
+	}
+	/* The tuple holds the sequence and its items for the submit's duration. */
+	Py_DECREF(seq);
+	j->pairs = in->pairs;
+	j->n_pairs = (size_t)n;
+	return 0;
+}
+
 static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struct job_in *in)
 {
-	PyObject *local, *remote, *lpages, *rpages, *mailbox, *payload;
+	PyObject *local, *remote, *lpages, *rpages, *mailbox, *payload, *pairs = Py_None;
 	unsigned long long id, loff, len, roff, plen, lpo, lps, rpo, rps;
 	int op;
 	unsigned int flags, imm, deadline;
@@ -959,9 +999,9 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 	if (PyTuple_GET_SIZE(t) == GROUP_JOB_FIELDS) {
 		return parse_group_job(self, t, j, &in->grp);
 	}
-	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO", &id, &op, &flags, &imm, &deadline, &local,
+	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO|O", &id, &op, &flags, &imm, &deadline, &local,
 			      &loff, &len, &remote, &roff, &plen, &lpages, &lpo, &lps, &rpages,
-			      &rpo, &rps, &mailbox, &payload)) {
+			      &rpo, &rps, &mailbox, &payload, &pairs)) {
 		return -1;
 	}
 	j->id = id;
@@ -989,6 +1029,9 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 		j->u.paged.local_pages.stride = lps;
 		j->u.paged.remote_pages.offset = rpo;
 		j->u.paged.remote_pages.stride = rps;
+		if (take_pairs(self, pairs, j, in) < 0) {
+			return -1;
+		}
 	} else if (op == RDMAX_OP_SEND) {
 		if (!PyUnicode_Check(mailbox)) {
 			PyErr_SetString(PyExc_TypeError, "a SEND needs a mailbox name");
@@ -1013,6 +1056,7 @@ static void release_job(struct job_in *in)
 	release_group(&in->grp);
 	release_pages(&in->lp);
 	release_pages(&in->rp);
+	PyMem_Free(in->pairs);
 	if (in->payload.obj) {
 		PyBuffer_Release(&in->payload);
 	}

@@ -75,6 +75,9 @@ static void job_free_memory(struct job *job)
 		free(job->nodes);
 	}
 	if (job->dests != &job->dest1) {
+		for (uint32_t i = 0; i < job->n_dests; i++) {
+			free(job->dests[i].eps);
+		}
 		free(job->dests);
 	}
 	if (job->runs != &job->run1) {
@@ -97,6 +100,11 @@ void job_free_if_done(struct job *job)
 	}
 	if (job->local) {
 		region_put(&job->engine->daemon->regions, job->local);
+	}
+	for (uint32_t i = 0; job->dests && i < job->n_dests; i++) {
+		if (job->dests[i].local) {
+			region_put(&job->engine->daemon->regions, job->dests[i].local);
+		}
 	}
 	job_free_memory(job);
 }

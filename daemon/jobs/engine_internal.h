@@ -61,6 +61,19 @@ struct job_dest {
 	uint32_t node;
 	uint64_t region_id;
 	uint64_t region_key;
+	/*
+	 * The local region of this destination's runs, referenced for the job's
+	 * life (the further pairs of a paged job); NULL: job->local.
+	 */
+	struct region *local;
+	/*
+	 * Verbs: the endpoints of this destination's own descriptor (an
+	 * allocation of n_eps), whose iova and rkey replace those of the node's
+	 * endpoint an xfer is sent through (a region pair other than pair 0 on
+	 * the same node); NULL: the node's endpoints are this region's.
+	 */
+	struct endpoint *eps;
+	uint32_t n_eps;
 };
 
 /*
@@ -111,6 +124,7 @@ struct job_xfer {
 	struct xfer xfer;
 	struct job *job;
 	uint32_t node; /* index in job->nodes */
+	uint32_t dest; /* index in job->dests */
 	bool busy;
 	bool finishing; /* withdrawn mid-wire: its done ends the job's deferred completion */
 	uint8_t tries;  /* rails this xfer was issued on before the current one */
@@ -173,6 +187,34 @@ struct job {
 	struct remote_desc remote;
 	struct job_xfer window[JOB_WINDOW];
 };
+
+static inline struct region *job_dest_local(const struct job *job, const struct job_dest *dest)
+{
+	return dest->local ? dest->local : job->local;
+}
+
+/*
+ * The endpoint an xfer to dest goes through: `via` (a rail or the node's
+ * peer) with dest's own iova and rkey on that device when dest has them.
+ * False when dest's descriptor has no key for via's device.
+ */
+static inline bool job_dest_endpoint(const struct job_dest *dest, const struct endpoint *via,
+				     struct endpoint *ret_ep)
+{
+	*ret_ep = *via;
+	if (!dest->eps) {
+		return true;
+	}
+	for (uint32_t i = 0; i < dest->n_eps; i++) {
+		const struct endpoint *e = &dest->eps[i];
+		if (endpoint_same_peer(e, via) && __builtin_strcmp(e->device, via->device) == 0) {
+			ret_ep->iova = e->iova;
+			ret_ep->rkey = e->rkey;
+			return true;
+		}
+	}
+	return false;
+}
 
 /* Local copies need no chunks, and a message is never cut. */
 static inline uint64_t job_chunk_bytes(const struct job *job, const struct job_node *node)

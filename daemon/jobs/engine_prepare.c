@@ -253,7 +253,158 @@ struct paged_req {
 	const Rdmax__V1__PageList *local_pages;
 	const Rdmax__V1__PageList *remote_pages;
 	ProtobufCBinaryData remote_desc;
+	Rdmax__V1__PagedPair **pairs; /* pairs 1..n_pairs */
+	size_t n_pairs;
 };
+
+/*
+ * Pair k (1-based into pr->pairs) of a paged job: its local region taken,
+ * its descriptor decoded, both checked to hold the plan's extent, its
+ * descriptor naming pair 0's node.
+ */
+static int take_pair(struct job *job, const struct paged_req *pr, size_t k, uint64_t local_end,
+		     uint64_t remote_end, struct job_dest *ret_dest, char *why, size_t why_size)
+{
+	struct rdmaxd *daemon = job->engine->daemon;
+	const Rdmax__V1__PagedPair *pp = pr->pairs[k - 1];
+	bool read = job->op == XFER_READ;
+	struct remote_desc desc;
+	struct region *region;
+
+	region = region_find_owned(&daemon->regions, job->owner, pp->local_region);
+	if (!region) {
+		snprintf(why, why_size,
+			 "pair %zu: local region %" PRIu64 " is not registered by this client", k,
+			 pp->local_region);
+		return RDMAX_E_NOT_FOUND;
+	}
+	if (read && !region->writable) {
+		snprintf(why, why_size, "pair %zu: local region %" PRIu64 " is mapped read-only", k,
+			 pp->local_region);
+		return RDMAX_E_PERMISSION_DENIED;
+	}
+	if (region->length < local_end) {
+		snprintf(why, why_size,
+			 "pair %zu: the pages reach byte %" PRIu64 " but local region %" PRIu64
+			 " has %" PRIu64 " bytes",
+			 k, local_end, pp->local_region, region->length);
+		return RDMAX_E_OUT_OF_RANGE;
+	}
+	if (engine_desc_decode(job->engine, pp->remote_desc.data, pp->remote_desc.len, &desc) < 0) {
+		snprintf(why, why_size, "pair %zu: remote descriptor is malformed", k);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (desc.instance_id != job->remote.instance_id) {
+		snprintf(why, why_size,
+			 "pair %zu: its region is on node '%.63s' but pair 0's on '%.63s': every "
+			 "pair of a paged job goes to one node",
+			 k, desc.node_name, job->remote.node_name);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (desc.length < remote_end) {
+		snprintf(why, why_size,
+			 "pair %zu: the pages reach byte %" PRIu64 " but remote region %" PRIu64
+			 " has %" PRIu64 " bytes",
+			 k, remote_end, desc.region_id, desc.length);
+		return RDMAX_E_OUT_OF_RANGE;
+	}
+	struct job_node *node = &job->node1;
+	struct endpoint *eps = NULL;
+	if (node->transport && node->transport->kind == ENDPOINT_VERBS) {
+		/*
+		 * RDMA addresses each region by its own iova and rkey on every device:
+		 * this pair's descriptor needs them for the node's peer and each rail.
+		 */
+		struct job_dest probe = {.eps = desc.endpoints, .n_eps = desc.n_endpoints};
+		struct endpoint ep;
+		for (int32_t i = -1; i < DESC_MAX_ENDPOINTS; i++) {
+			const struct endpoint *via = i < 0 ? &node->peer : &node->rail_eps[i];
+			if (i >= 0 && (node->n_rails < 2 || !(node->rails & (1u << i)))) {
+				continue;
+			}
+			if (!job_dest_endpoint(&probe, via, &ep)) {
+				snprintf(why, why_size,
+					 "pair %zu: its descriptor has no key for device '%s' at "
+					 "%s port %u, which pair 0's uses",
+					 k, via->device, via->addr, via->port);
+				return RDMAX_E_INVALID_ARGUMENT;
+			}
+		}
+		eps = malloc(desc.n_endpoints * sizeof(*eps));
+		if (!eps) {
+			snprintf(why, why_size, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(eps, desc.endpoints, desc.n_endpoints * sizeof(*eps));
+	}
+	region_get(region);
+	*ret_dest = (struct job_dest){.node = 0,
+				      .region_id = desc.region_id,
+				      .region_key = desc.region_key,
+				      .local = region,
+				      .eps = eps,
+				      .n_eps = eps ? desc.n_endpoints : 0};
+	return 0;
+}
+
+/* Pairs 1.. of a paged job whose plan (for pair 0) is in job->runs: dests and repeated runs. */
+static int prepare_pairs(struct job *job, const struct paged_req *pr, char *why, size_t why_size)
+{
+	uint32_t n_pairs = (uint32_t)pr->n_pairs + 1;
+	uint64_t local_end, remote_end;
+	struct plan_run *runs;
+	size_t n;
+	int ret;
+
+	planner_extent(job->runs, job->n_runs, &local_end, &remote_end);
+	job->dests = calloc(n_pairs, sizeof(*job->dests));
+	if (!job->dests) {
+		job->dests = &job->dest1;
+		snprintf(why, why_size, "out of memory for %u region pairs", n_pairs);
+		return -ENOMEM;
+	}
+	job->dests[0] = job->dest1;
+	job->n_dests = 1;
+	for (size_t k = 1; k < n_pairs; k++) {
+		ret = take_pair(job, pr, k, local_end, remote_end, &job->dests[k], why, why_size);
+		if (ret < 0) {
+			return ret;
+		}
+		job->n_dests++;
+		/* The rule of one list (destination pages must not overlap) across pairs. */
+		for (size_t j = 0; j < k; j++) {
+			const struct job_dest *a = &job->dests[j], *b = &job->dests[k];
+			bool same = job->op == XFER_READ
+					    ? job_dest_local(job, a) == job_dest_local(job, b)
+					    : a->region_id == b->region_id;
+			if (same && job->n_runs > 0 && job->runs[0].length > 0) {
+				snprintf(why, why_size,
+					 "pair %zu: its destination region is pair %zu's: the "
+					 "destination pages of one job must not overlap",
+					 k, j);
+				return RDMAX_E_INVALID_ARGUMENT;
+			}
+		}
+	}
+	if (job->n_runs == 0 || job->runs[0].length == 0) {
+		return 0; /* no pages: nothing to repeat (an imm alone still goes once) */
+	}
+	ret = planner_pairs(job->runs, job->n_runs, n_pairs, &runs, &n);
+	if (ret < 0) {
+		snprintf(why, why_size, "%s while planning %u region pairs",
+			 ret == -ENOMEM ? "out of memory" : "too many runs", n_pairs);
+		return ret;
+	}
+	if (job->runs != &job->run1) {
+		free(job->runs);
+	}
+	job->runs = runs;
+	job->n_runs = n;
+	/* The node's xfers and the job's length count every pair. */
+	job->node1.xfers_left *= n_pairs;
+	job->length *= n_pairs;
+	return 0;
+}
 
 static int prepare_paged(struct job *job, const struct paged_req *pr, char *why, size_t why_size)
 {
@@ -269,6 +420,11 @@ static int prepare_paged(struct job *job, const struct paged_req *pr, char *why,
 		snprintf(why, why_size, "%s needs a src and a dst page list",
 			 engine_job_kind_name(job->kind));
 		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (pr->n_pairs >= RDMAX_PAGED_PAIRS_MAX) {
+		snprintf(why, why_size, "%zu region pairs exceed the limit of %u per paged job",
+			 pr->n_pairs + 1, RDMAX_PAGED_PAIRS_MAX);
+		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
 	ret = job_take_local(job, pr->local_region, 0, 0, read, why, why_size);
 	if (ret < 0) {
@@ -307,7 +463,11 @@ static int prepare_paged(struct job *job, const struct paged_req *pr, char *why,
 	if (ret < 0) {
 		return ret;
 	}
-	return remote_node(job, transport, &peer, why, why_size);
+	ret = remote_node(job, transport, &peer, why, why_size);
+	if (ret < 0 || pr->n_pairs == 0) {
+		return ret;
+	}
+	return prepare_pairs(job, pr, why, why_size);
 }
 
 static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why, size_t why_size)
@@ -387,7 +547,9 @@ int job_prepare(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t why
 				       .page_len = pw->page_len,
 				       .local_pages = pw->src,
 				       .remote_pages = pw->dst,
-				       .remote_desc = pw->remote_desc};
+				       .remote_desc = pw->remote_desc,
+				       .pairs = pw->pairs,
+				       .n_pairs = pw->n_pairs};
 		return prepare_paged(job, &pr, why, why_size);
 	}
 	case RDMAX__V1__JOB__KIND_PAGED_READ: {
@@ -398,7 +560,9 @@ int job_prepare(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t why
 				       .page_len = prj->page_len,
 				       .local_pages = prj->dst,
 				       .remote_pages = prj->src,
-				       .remote_desc = prj->remote_desc};
+				       .remote_desc = prj->remote_desc,
+				       .pairs = prj->pairs,
+				       .n_pairs = prj->n_pairs};
 		return prepare_paged(job, &pr, why, why_size);
 	}
 	case RDMAX__V1__JOB__KIND_SCATTER:

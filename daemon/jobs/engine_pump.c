@@ -56,12 +56,12 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 
 	memset(xfer, 0, sizeof(*xfer));
 	xfer->op = job->op;
-	xfer->peer = *rail_pick(job, node, NULL);
+	job_dest_endpoint(dest, rail_pick(job, node, NULL), &xfer->peer); /* checked at prepare */
 	xfer->remote_instance = node->instance;
 	xfer->remote_region = dest->region_id;
 	xfer->remote_key = dest->region_key;
 	xfer->remote_offset = piece->remote_offset;
-	xfer->local = job->local;
+	xfer->local = job_dest_local(job, dest);
 	xfer->local_offset = piece->local_offset;
 	xfer->length = piece->length;
 	xfer->runs = n_group ? group : NULL;
@@ -73,6 +73,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	xfer->ctx = job;
 	slot->job = job;
 	slot->node = dest->node;
+	slot->dest = piece->dest;
 	slot->busy = true;
 	slot->finishing = false;
 	slot->tries = 0;
@@ -167,7 +168,8 @@ static int run_local_piece(struct job *job, const struct plan_run *piece)
 						      : rdmax_strerror(ret));
 		return ret;
 	}
-	if (piece->length > 0 && (!target->addr || !job->local->addr)) {
+	struct region *local = job_dest_local(job, dest);
+	if (piece->length > 0 && (!target->addr || !local->addr)) {
 		/* GPU memory has no host mapping here: only a NIC moves it (docs/gpu.md). */
 		region_put(&daemon->regions, target);
 		job_complete(job, RDMAX_E_GPU_NEEDS_RDMA,
@@ -177,10 +179,10 @@ static int run_local_piece(struct job *job, const struct plan_run *piece)
 		return RDMAX_E_GPU_NEEDS_RDMA;
 	}
 	if (piece->length > 0 && job->op == XFER_WRITE) {
-		memmove(target->addr + piece->remote_offset, job->local->addr + piece->local_offset,
+		memmove(target->addr + piece->remote_offset, local->addr + piece->local_offset,
 			piece->length);
 	} else if (piece->length > 0) {
-		memmove(job->local->addr + piece->local_offset, target->addr + piece->remote_offset,
+		memmove(local->addr + piece->local_offset, target->addr + piece->remote_offset,
 			piece->length);
 	}
 	job->nodes[dest->node].landing_owner = region_imm_owner(target);

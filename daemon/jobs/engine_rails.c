@@ -130,7 +130,7 @@ bool rail_reissue(struct job_xfer *slot, int err, const char *message)
 	if (!next) {
 		return false;
 	}
-	xfer->peer = *next;
+	job_dest_endpoint(&job->dests[slot->dest], next, &xfer->peer);
 	xfer->bytes_done = 0;
 	if (node->transport->ops->submit(node->transport, xfer) < 0) {
 		xfer->peer = failed;

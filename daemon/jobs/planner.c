@@ -236,6 +236,47 @@ int planner_paged_read(uint64_t page_len, const struct plan_pages *local, uint64
 			  ret_n, why, why_size);
 }
 
+void planner_extent(const struct plan_run *runs, size_t n, uint64_t *ret_local_end,
+		    uint64_t *ret_remote_end)
+{
+	uint64_t local_end = 0, remote_end = 0;
+
+	/* Planned runs lie inside their regions, so the sums cannot wrap. */
+	for (size_t i = 0; i < n; i++) {
+		local_end = MAX(local_end, runs[i].local_offset + runs[i].length);
+		remote_end = MAX(remote_end, runs[i].remote_offset + runs[i].length);
+	}
+	*ret_local_end = local_end;
+	*ret_remote_end = remote_end;
+}
+
+int planner_pairs(const struct plan_run *runs, size_t n, uint32_t n_pairs,
+		  struct plan_run **ret_runs, size_t *ret_n)
+{
+	struct plan_run *out = NULL;
+	size_t total, bytes;
+
+	if (n_pairs == 0 || __builtin_mul_overflow(n, (size_t)n_pairs, &total) ||
+	    __builtin_mul_overflow(total, sizeof(*out), &bytes)) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (total > 0) {
+		out = malloc(bytes);
+		if (!out) {
+			return -ENOMEM;
+		}
+	}
+	for (uint32_t k = 0; k < n_pairs; k++) {
+		for (size_t i = 0; i < n; i++) {
+			out[k * n + i] = runs[i];
+			out[k * n + i].dest = k;
+		}
+	}
+	*ret_runs = out;
+	*ret_n = total;
+	return 0;
+}
+
 int planner_scatter(const struct plan_dest *dests, size_t n, uint64_t local_len,
 		    struct plan_run *runs, char *why, size_t why_size)
 {

@@ -51,6 +51,25 @@ int planner_paged_read(uint64_t page_len, const struct plan_pages *local, uint64
 		       const struct plan_pages *remote, uint64_t remote_len, uint64_t max_run,
 		       struct plan_run **ret_runs, size_t *ret_n, char *why, size_t why_size);
 
+/*
+ * The bytes a plan reaches on each side: the largest offset + length of its
+ * runs (0 and 0 for none). A paged job's further region pairs must be at
+ * least this long on their side.
+ */
+void planner_extent(const struct plan_run *runs, size_t n, uint64_t *ret_local_end,
+		    uint64_t *ret_remote_end);
+
+/*
+ * The plan of a paged job of n_pairs region pairs that share one pair of
+ * page lists: the n runs repeated once per pair, pair-major (every run of
+ * pair 0, then of pair 1, ...), each copy's dest the pair's index. Errors:
+ * RDMAX_E_INVALID_ARGUMENT for n_pairs 0 or a plan whose size overflows,
+ * -ENOMEM. On success *ret_runs (malloc'd, NULL when n is 0) holds *ret_n
+ * runs.
+ */
+int planner_pairs(const struct plan_run *runs, size_t n, uint32_t n_pairs,
+		  struct plan_run **ret_runs, size_t *ret_n);
+
 /* One destination of a scatter, as the engine resolved it. */
 struct plan_dest {
 	uint64_t local_offset;

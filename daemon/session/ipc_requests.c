@@ -100,6 +100,8 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 	limits.max_registered_bytes = cfg->max_registered_bytes;
 	limits.max_outstanding_jobs = cfg->max_outstanding_jobs;
 	limits.max_jobs_per_submit = cfg->max_jobs_per_submit;
+	limits.has_max_paged_pairs = 1;
+	limits.max_paged_pairs = RDMAX_PAGED_PAIRS_MAX;
 	welcome.protocol_version = RDMAX_PROTOCOL_VERSION;
 	welcome.daemon_version = RDMAXD_VERSION;
 	welcome.instance_id = daemon->instance_id;

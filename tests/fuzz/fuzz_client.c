@@ -137,6 +137,18 @@ static void map_job(Rdmax__V1__Job *j)
 	case RDMAX__V1__JOB__KIND_PAGED_WRITE:
 		map_region(&j->paged_write->local_region);
 		map_desc(&j->paged_write->remote_desc);
+		for (size_t i = 0; i < j->paged_write->n_pairs; i++) {
+			map_region(&j->paged_write->pairs[i]->local_region);
+			map_desc(&j->paged_write->pairs[i]->remote_desc);
+		}
+		break;
+	case RDMAX__V1__JOB__KIND_PAGED_READ:
+		map_region(&j->paged_read->local_region);
+		map_desc(&j->paged_read->remote_desc);
+		for (size_t i = 0; i < j->paged_read->n_pairs; i++) {
+			map_region(&j->paged_read->pairs[i]->local_region);
+			map_desc(&j->paged_read->pairs[i]->remote_desc);
+		}
 		break;
 	case RDMAX__V1__JOB__KIND_SCATTER:
 		map_region(&j->scatter->local_region);

@@ -183,6 +183,12 @@ static void client_seeds(void)
 	pw.src = &src;
 	pw.dst = &dst;
 	pw.remote_desc = bd_self;
+	/* A second region pair with the same page lists (refused: it repeats the destination). */
+	Rdmax__V1__PagedPair pair = RDMAX__V1__PAGED_PAIR__INIT, *pairp = &pair;
+	pair.local_region = 1;
+	pair.remote_desc = bd_self;
+	pw.n_pairs = 1;
+	pw.pairs = &pairp;
 	j[2].kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
 	j[2].paged_write = &pw;
 	sd.has_remote_desc = 1;

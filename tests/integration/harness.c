@@ -928,6 +928,23 @@ uint64_t itest_seed(void)
 	return g_seed;
 }
 
+void itest_permute(uint32_t *out, size_t n, uint64_t seed)
+{
+	uint64_t x = seed | 1;
+	for (size_t i = 0; i < n; i++) {
+		out[i] = (uint32_t)i;
+	}
+	for (size_t i = n ? n - 1 : 0; i > 0; i--) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		size_t j = (size_t)(x % (i + 1));
+		uint32_t t = out[i];
+		out[i] = out[j];
+		out[j] = t;
+	}
+}
+
 void itest_fill(void *buf, size_t len, uint64_t seed)
 {
 	uint64_t x = (seed ^ itest_seed()) * 0x9e3779b97f4a7c15ull + 1;

@@ -187,6 +187,8 @@ void itest_assert_quiet(struct rdmax_client *c, int ms);
 
 /* Deterministic pseudo-random bytes from a seed (xorshift64*). */
 void itest_fill(void *buf, size_t len, uint64_t seed);
+/* A random permutation of 0..n-1 from a seed (Fisher-Yates over xorshift): block tables. */
+void itest_permute(uint32_t *out, size_t n, uint64_t seed);
 /* Seed for this test run (RDMAX_TEST_SEED or the clock); printed once. */
 uint64_t itest_seed(void);
 /*
@@ -228,6 +230,7 @@ TCase *itest_tcase_dereg_wait(void);
 TCase *itest_tcase_jobs(void);
 TCase *itest_tcase_ring(void);
 TCase *itest_tcase_paged_read(void);
+TCase *itest_tcase_multipair(void);
 TCase *itest_tcase_harden(void);
 TCase *itest_tcase_peer(void);
 TCase *itest_tcase_names(void);

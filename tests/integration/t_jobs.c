@@ -45,24 +45,6 @@ static void expect_imm(struct rdmax_client *c, uint32_t imm)
 		      itest_daemon_deaths());
 }
 
-/* A random permutation of 0..n-1 (Fisher-Yates over xorshift). */
-static void permute(uint32_t *out, size_t n, uint64_t seed)
-{
-	uint64_t x = seed | 1;
-	for (size_t i = 0; i < n; i++) {
-		out[i] = (uint32_t)i;
-	}
-	for (size_t i = n - 1; i > 0; i--) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		size_t j = (size_t)(x % (i + 1));
-		uint32_t t = out[i];
-		out[i] = out[j];
-		out[j] = t;
-	}
-}
-
 /* ------------------------------------------------------------ paged write */
 
 START_TEST(jobs_paged_write_many_pages)
@@ -92,8 +74,8 @@ START_TEST(jobs_paged_write_many_pages)
 	ck_assert_int_eq(rdmax_expect_imm(recv, IMM_PAGED, 2), 0);
 
 	/* Job 1: n scattered source blocks to n of 2n destination pages, in random order. */
-	permute(si, n, itest_seed() + 1);
-	permute(di, 2 * n, itest_seed() + 2);
+	itest_permute(si, n, itest_seed() + 1);
+	itest_permute(di, 2 * n, itest_seed() + 2);
 	struct rdmax_job job = itest_job(1, RDMAX_OP_PAGED_WRITE, src, 0, &desc, 0, 0);
 	job.flags = RDMAX_JOB_IMM;
 	job.imm = IMM_PAGED;

@@ -16,23 +16,6 @@
 
 #include "harness.h"
 
-static void shuffle(uint32_t *out, size_t n, uint64_t seed)
-{
-	uint64_t x = seed | 1;
-	for (size_t i = 0; i < n; i++) {
-		out[i] = (uint32_t)i;
-	}
-	for (size_t i = n - 1; i > 0; i--) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		size_t j = (size_t)(x % (i + 1));
-		uint32_t t = out[i];
-		out[i] = out[j];
-		out[j] = t;
-	}
-}
-
 static void expect_ok(struct rdmax_client *c, const struct rdmax_job *job, uint64_t bytes)
 {
 	struct rdmax_event ev = itest_run_job(c, job, 60000);
@@ -73,8 +56,8 @@ START_TEST(paged_read_many_pages)
 	itest_fill(itest_bytes(src), r_len, itest_seed());
 
 	/* Job 1: n random remote blocks into n of 2n local pages, in random order. */
-	shuffle(ri, 2 * n, itest_seed() + 1);
-	shuffle(li, 2 * n, itest_seed() + 2);
+	itest_permute(ri, 2 * n, itest_seed() + 1);
+	itest_permute(li, 2 * n, itest_seed() + 2);
 	struct rdmax_job job = paged_read(1, dst, &desc, page);
 	job.u.paged.remote_pages = (struct rdmax_pages){
 		.offset = r_off, .stride = r_stride, .indices = ri, .count = n};
@@ -131,9 +114,9 @@ START_TEST(paged_read_layers_in_one_submit)
 	itest_daemon_start(b);
 	struct rdmax_client *owner = itest_client(a, "prefill");
 	struct rdmax_client *reader = itest_client(b, "decode");
-	shuffle(perm, BLOCKS, itest_seed() + 3);
+	itest_permute(perm, BLOCKS, itest_seed() + 3);
 	memcpy(remote_ids, perm, sizeof(remote_ids));
-	shuffle(perm, BLOCKS, itest_seed() + 4);
+	itest_permute(perm, BLOCKS, itest_seed() + 4);
 	memcpy(local_ids, perm, sizeof(local_ids));
 	for (int r = 0; r < REGIONS; r++) {
 		src[r] = itest_alloc(owner, len, RDMAX_ACCESS_REMOTE_READ);

@@ -396,6 +396,44 @@ static int record_deliver(void *owner, const char *name, const uint8_t *payload,
 	return 0;
 }
 
+START_TEST(planner_pairs_repeat_runs_per_pair)
+{
+	const uint32_t si[] = {0, 1, 5}, di[] = {3, 4, 9};
+	struct plan_run *runs, *rep;
+	uint64_t local_end, remote_end;
+	size_t n, n_rep;
+
+	ck_assert_int_eq(plan(PAGE, si, di, 3, 16 * PAGE, 16 * PAGE, 1 << 20, &runs, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	planner_extent(runs, n, &local_end, &remote_end);
+	ck_assert_uint_eq(local_end, 6 * PAGE);
+	ck_assert_uint_eq(remote_end, 10 * PAGE);
+	planner_extent(NULL, 0, &local_end, &remote_end);
+	ck_assert_uint_eq(local_end, 0);
+	ck_assert_uint_eq(remote_end, 0);
+
+	/* Pair-major: every run of pair 0, then of pair 1, ...; dest is the pair. */
+	ck_assert_int_eq(planner_pairs(runs, n, 3, &rep, &n_rep), 0);
+	ck_assert_uint_eq(n_rep, 6);
+	for (size_t k = 0; k < 3; k++) {
+		for (size_t i = 0; i < n; i++) {
+			ck_assert_uint_eq(rep[k * n + i].dest, k);
+			ck_assert_uint_eq(rep[k * n + i].local_offset, runs[i].local_offset);
+			ck_assert_uint_eq(rep[k * n + i].remote_offset, runs[i].remote_offset);
+			ck_assert_uint_eq(rep[k * n + i].length, runs[i].length);
+		}
+	}
+	free(rep);
+	ck_assert_int_eq(planner_pairs(runs, n, 0, &rep, &n_rep), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(planner_pairs(runs, SIZE_MAX / 2, 3, &rep, &n_rep),
+			 RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(planner_pairs(NULL, 0, 5, &rep, &n_rep), 0);
+	ck_assert_ptr_null(rep);
+	ck_assert_uint_eq(n_rep, 0);
+	free(runs);
+}
+END_TEST
+
 START_TEST(mailbox_open_close_deliver)
 {
 	struct mailbox_table t;
@@ -616,12 +654,25 @@ static ProtobufCBinaryData desc_of(int i)
 	return (ProtobufCBinaryData){.len = F.desc_len[i], .data = F.desc[i]};
 }
 
-static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, const uint32_t *di,
-			 size_t n, int desc, int imm)
+/*
+ * A PAGED_WRITE of F.local's pages si onto descriptor desc's pages di, with
+ * n_pairs more region pairs (local region ids, descriptor indices).
+ */
+static void submit_paged_pairs(uint64_t id, uint64_t page_len, const uint32_t *si,
+			       const uint32_t *di, size_t n, int desc, int imm,
+			       const uint64_t *locals, const int *descs, size_t n_pairs)
 {
 	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
 	Rdmax__V1__PagedWriteJob pw = RDMAX__V1__PAGED_WRITE_JOB__INIT;
 	Rdmax__V1__PageList src = RDMAX__V1__PAGE_LIST__INIT, dst = RDMAX__V1__PAGE_LIST__INIT;
+	Rdmax__V1__PagedPair pairs[4], *ptrs[4];
+	ck_assert_uint_le(n_pairs, 4);
+	for (size_t k = 0; k < n_pairs; k++) {
+		rdmax__v1__paged_pair__init(&pairs[k]);
+		pairs[k].local_region = locals[k];
+		pairs[k].remote_desc = desc_of(descs[k]);
+		ptrs[k] = &pairs[k];
+	}
 	src.indices = (uint32_t *)si;
 	src.n_indices = n;
 	dst.indices = (uint32_t *)di;
@@ -631,6 +682,8 @@ static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, con
 	pw.src = &src;
 	pw.dst = &dst;
 	pw.remote_desc = desc_of(desc);
+	pw.pairs = n_pairs ? ptrs : NULL;
+	pw.n_pairs = n_pairs;
 	if (imm >= 0) {
 		pw.has_imm = 1;
 		pw.imm = (uint32_t)imm;
@@ -639,6 +692,12 @@ static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, con
 	job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
 	job.paged_write = &pw;
 	engine_submit(F.engine, &F.owner, &job);
+}
+
+static void submit_paged(uint64_t id, uint64_t page_len, const uint32_t *si, const uint32_t *di,
+			 size_t n, int desc, int imm)
+{
+	submit_paged_pairs(id, page_len, si, di, n, desc, imm, NULL, NULL, 0);
 }
 
 static void submit_paged_read(uint64_t id, uint64_t page_len, const uint32_t *li,
@@ -1182,6 +1241,163 @@ START_TEST(send_is_never_chunked)
 }
 END_TEST
 
+/* A PAGED_WRITE of PAGE pages to descriptor 0 whose pairs 1.. are (local id, descriptor). */
+static void submit_paired(uint64_t id, const uint32_t *si, const uint32_t *di, size_t n,
+			  const uint64_t *locals, const int *descs, size_t n_pairs, int imm)
+{
+	submit_paged_pairs(id, PAGE, si, di, n, 0, imm, locals, descs, n_pairs);
+}
+
+START_TEST(paged_pairs_one_job)
+{
+	/* Pages 0, 1 -> 2, 3 (one run) and 6 -> 0: two runs per pair, three pairs. */
+	const uint32_t si[] = {0, 1, 6}, di[] = {2, 3, 0};
+	struct region *second;
+	int fd = unit_sealed_memfd(1 << 20, F_SEAL_SHRINK);
+	ck_assert_int_eq(
+		region_register_host_fd(&F.d.regions, &F.owner, fd, 0, 1 << 20, 0, &second), 0);
+	close(fd);
+	/* Pair 1: (second, node 2 region 6); pair 2: (F.local, node 2 region 5 again). */
+	const uint64_t locals[] = {second->id, F.local->id};
+	const int descs[] = {1, 1};
+
+	/* Region 6 twice: the destination pages of the pairs would overlap. */
+	submit_paired(1, si, di, 3, locals, descs, 2, 9);
+	ck_assert_int_eq(F.tcp.n, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_uint_eq(second->refs, 1);
+
+	/* A pair on node 3: one node per job, refused by pair before any xfer. */
+	const int other_node[] = {1, 2};
+	submit_paired(2, si, di, 3, locals, other_node, 2, 9);
+	ck_assert_int_eq(F.tcp.n, 0);
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_uint_eq(second->refs, 1);
+
+	/* 257 pairs in all: over the limit, refused before any lookup. */
+	{
+		static Rdmax__V1__PagedPair pair, *many[RDMAX_PAGED_PAIRS_MAX];
+		Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
+		Rdmax__V1__PagedWriteJob pw = RDMAX__V1__PAGED_WRITE_JOB__INIT;
+		Rdmax__V1__PageList src = RDMAX__V1__PAGE_LIST__INIT,
+				    dst = RDMAX__V1__PAGE_LIST__INIT;
+		rdmax__v1__paged_pair__init(&pair);
+		pair.local_region = second->id;
+		pair.remote_desc = desc_of(1);
+		for (size_t k = 0; k < RDMAX_PAGED_PAIRS_MAX; k++) {
+			many[k] = &pair;
+		}
+		pw.local_region = F.local->id;
+		pw.page_len = PAGE;
+		pw.src = &src;
+		pw.dst = &dst;
+		pw.remote_desc = desc_of(0);
+		pw.pairs = many;
+		pw.n_pairs = RDMAX_PAGED_PAIRS_MAX;
+		job.job_id = 9;
+		job.kind_case = RDMAX__V1__JOB__KIND_PAGED_WRITE;
+		job.paged_write = &pw;
+		engine_submit(F.engine, &F.owner, &job);
+		ck_assert_int_eq(g_n_done, 3);
+		ck_assert_int_eq(g_done[2].err, RDMAX_E_RESOURCE_EXHAUSTED);
+		ck_assert_ptr_nonnull(
+			strstr(g_done[2].message, "257 region pairs exceed the limit of 256"));
+	}
+
+	/* An unknown local region in pair 1. */
+	const uint64_t unknown[] = {second->id + 100};
+	submit_paired(3, si, di, 3, unknown, descs, 1, -1);
+	ck_assert_int_eq(g_n_done, 4);
+	ck_assert_int_eq(g_done[3].err, RDMAX_E_NOT_FOUND);
+
+	/* Two pairs: runs of pair 0 to region 5 from F.local, then pair 1's to 6 from second. */
+	F.d.cfg.chunk_bytes = 1 << 20;
+	submit_paired(4, si, di, 3, locals, descs, 1, 9);
+	ck_assert_int_eq(F.tcp.n, 4);
+	ck_assert_uint_eq(second->refs, 2);
+	for (int i = 0; i < 4; i++) {
+		bool pair1 = i >= 2;
+		ck_assert_uint_eq(F.tcp.snap[i].remote_region, pair1 ? 6 : 5);
+		ck_assert_ptr_eq(F.tcp.snap[i].local, pair1 ? second : F.local);
+		ck_assert_uint_eq(F.tcp.snap[i].local_offset, i % 2 ? 6 * PAGE : 0);
+		ck_assert_uint_eq(F.tcp.snap[i].remote_offset, i % 2 ? 0 : 2 * PAGE);
+		ck_assert_int_eq(F.tcp.snap[i].has_imm, i == 3);
+	}
+	fake_transport_finish_all(&F.tcp, 0);
+	ck_assert_int_eq(g_n_done, 5);
+	ck_assert_int_eq(g_done[4].err, 0);
+	ck_assert_uint_eq(g_done[4].bytes, 2 * 3 * PAGE);
+	ck_assert_uint_eq(F.owner.runs, 0);
+	ck_assert_uint_eq(second->refs, 1);
+	ck_assert_uint_eq(F.local->refs, 1);
+}
+END_TEST
+
+/* A verbs descriptor of region `region` of node 4 on `device`, with its iova and rkey. */
+static size_t encode_verbs(uint8_t *buf, uint64_t region, const char *device, uint64_t iova,
+			   uint32_t rkey)
+{
+	struct remote_desc rd;
+	memset(&rd, 0, sizeof(rd));
+	rd.instance_id = 4;
+	rd.region_id = region;
+	rd.region_key = region * 100;
+	rd.length = REMOTE_LEN;
+	rd.access = RDMAX_ACCESS_REMOTE_WRITE;
+	snprintf(rd.node_name, sizeof(rd.node_name), "node-4");
+	rd.n_endpoints = 1;
+	rd.endpoints[0] = (struct endpoint){.transport = ENDPOINT_VERBS,
+					    .addr = "10.0.0.4",
+					    .port = 7004,
+					    .iova = iova,
+					    .rkey = rkey};
+	snprintf(rd.endpoints[0].device, sizeof(rd.endpoints[0].device), "%s", device);
+	int len = desc_encode(&rd, buf, DESC_MAX_BYTES);
+	ck_assert_int_gt(len, 0);
+	return (size_t)len;
+}
+
+START_TEST(paged_pairs_verbs_keys_per_pair)
+{
+	/* Over RDMA each pair's WRs carry its own region's iova and rkey. */
+	const uint32_t si[] = {0, 2}, di[] = {1, 3};
+	F.desc_len[0] = encode_verbs(F.desc[0], 10, "rxe0", 0x1000000, 111);
+	F.desc_len[1] = encode_verbs(F.desc[1], 11, "rxe0", 0x2000000, 222);
+	F.desc_len[2] = encode_verbs(F.desc[2], 12, "rxe9", 0x3000000, 333);
+	const uint64_t locals[] = {F.local->id};
+
+	/* Pair 1 registered on another device than pair 0's: no key for it there. */
+	const int other_device[] = {2};
+	submit_paired(1, si, di, 2, locals, other_device, 1, -1);
+	ck_assert_int_eq(F.verbs.n, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(g_done[0].message, "pair 1: its descriptor has no key for "
+							"device 'rxe0'"));
+
+	const int second[] = {1};
+	submit_paired(2, si, di, 2, locals, second, 1, 5);
+	/* Unordered: the imm's xfer waits for the other three (finished here, then it). */
+	ck_assert_int_eq(F.verbs.n, 3);
+	ck_assert_int_eq(g_n_done, 1);
+	fake_transport_finish_all(&F.verbs, 0);
+	ck_assert_int_eq(F.verbs.n, 4);
+	ck_assert_int_eq(F.verbs.snap[3].has_imm, 1);
+	for (int i = 0; i < 4; i++) {
+		bool pair1 = i >= 2;
+		ck_assert_uint_eq(F.verbs.snap[i].remote_region, pair1 ? 11 : 10);
+		ck_assert_uint_eq(F.verbs.snap[i].peer.iova, pair1 ? 0x2000000 : 0x1000000);
+		ck_assert_uint_eq(F.verbs.snap[i].peer.rkey, pair1 ? 222 : 111);
+		ck_assert_str_eq(F.verbs.snap[i].peer.device, "rxe0");
+	}
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, 0);
+	ck_assert_uint_eq(g_done[1].bytes, 2 * 2 * PAGE);
+}
+END_TEST
+
 START_TEST(cancel_paged_in_flight)
 {
 	enum { N = 64 };
@@ -1262,6 +1478,7 @@ Suite *planner_jobs_suite(void)
 	tcase_add_test(tc, planner_rejects_overflow);
 	tcase_add_test(tc, planner_many_pages);
 	tcase_add_test(tc, planner_scatter_and_helpers);
+	tcase_add_test(tc, planner_pairs_repeat_runs_per_pair);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("mailbox");
@@ -1288,6 +1505,8 @@ Suite *planner_jobs_suite(void)
 	tcase_add_test(tc, send_remote_local_and_unimplemented);
 	tcase_add_test(tc, send_is_never_chunked);
 	tcase_add_test(tc, cancel_paged_in_flight);
+	tcase_add_test(tc, paged_pairs_one_job);
+	tcase_add_test(tc, paged_pairs_verbs_keys_per_pair);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -14,6 +14,8 @@
  *   rdmax-bench kv --socket A.sock --decode-socket B.sock ...   prefill
  *       clients push paged KV requests with per-request imm into one decode
  *       client that checks every byte (see "kv" below)
+ *   rdmax-bench pairs --socket A.sock --peer-socket B.sock ...   one paged
+ *       job of region pairs against per-layer and per-region jobs (pairs.c)
  *
  * Per size it reports bandwidth, job rate, per-job submit-to-completion
  * latency percentiles, and the CPU time the daemon(s) spent per GB moved
@@ -178,5 +180,8 @@ int bench_run_requester(struct opts *o);
 
 /* kv.c: the serving-pattern benchmark */
 int bench_kv_main(int argc, char **argv);
+
+/* pairs.c: one job of region pairs against per-layer and per-region jobs */
+int bench_pairs_main(int argc, char **argv);
 
 #endif /* RDMAX_BENCH_H */

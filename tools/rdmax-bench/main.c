@@ -382,6 +382,11 @@ int main(int argc, char **argv)
 		.sizes = {64 << 10},
 	};
 
+	if (argc > 1 && strcmp(argv[1], "pairs") == 0) {
+		signal(SIGPIPE, SIG_IGN);
+		signal(SIGTERM, bench_on_stop_signal);
+		return bench_pairs_main(argc - 1, argv + 1);
+	}
 	if (argc > 1 && strcmp(argv[1], "kv") == 0) {
 		signal(SIGPIPE, SIG_IGN);
 		signal(SIGTERM, bench_on_stop_signal);

@@ -123,14 +123,14 @@ class Job:
     __slots__ = ("id", "op", "flags", "imm", "deadline_ms", "local", "local_offset", "length",
                  "remote", "remote_offset", "page_len", "local_pages", "local_pages_offset",
                  "local_pages_stride", "remote_pages", "remote_pages_offset",
-                 "remote_pages_stride", "mailbox", "payload", "status", "bytes", "reason",
+                 "remote_pages_stride", "mailbox", "payload", "pairs", "status", "bytes", "reason",
                  "dests", "group", "remotes", "_client", "__weakref__")
 
     def __init__(self, op, local=None, remote=None, *, local_offset=0, length=0,
                  remote_offset=0, page_len=0, local_pages=None, local_pages_offset=0,
                  local_pages_stride=0, remote_pages=None, remote_pages_offset=0,
                  remote_pages_stride=0, imm=None, deadline=None, mailbox=None, payload=b"",
-                 id=None, dests=None, group=None, remotes=None):
+                 id=None, dests=None, group=None, remotes=None, pairs=None):
         self.id = id
         self.op = op
         self.flags = 0 if imm is None else _rdmax.RDMAX_JOB_IMM
@@ -150,6 +150,10 @@ class Job:
         self.remote_pages_stride = remote_pages_stride
         self.mailbox = mailbox
         self.payload = payload
+        # Paged jobs: more (Region, Desc) pairs moved with the same page lists, one job.
+        if pairs and op not in (OP_PAGED_WRITE, OP_PAGED_READ):
+            raise ValueError("only PAGED_WRITE and PAGED_READ jobs carry region pairs")
+        self.pairs = None if not pairs else tuple((r, _desc(d)) for r, d in pairs)
         self.status = None
         self.bytes = 0
         self.reason = ""
@@ -169,7 +173,7 @@ class Job:
                 self.local_offset, self.length, self.remote, self.remote_offset, self.page_len,
                 self.local_pages, self.local_pages_offset, self.local_pages_stride,
                 self.remote_pages, self.remote_pages_offset, self.remote_pages_stride,
-                self.mailbox, self.payload)
+                self.mailbox, self.payload, self.pairs)
 
     def _finish(self, ev):
         self.status, self.bytes, self.reason = ev.status, ev.bytes, ev.reason

@@ -5,7 +5,9 @@ An ``Agent`` holds one worker's KV caches (one region per layer, or a K and a
 V region per layer; each region is ``num_blocks`` blocks of ``block_bytes``),
 describes them in a compact versioned handshake (``Agent.handshake()``,
 plain bytes a peer passes to ``Agent.add_peer()``), and moves blocks as
-batches of paged jobs, one job per cache region, all with the same block ids:
+paged jobs that carry every cache region as a region pair with the same
+block ids (one job per head slice; a daemon that predates region pairs gets
+one job per cache region instead):
 
 - ``push(req, local_blocks, peer, remote_blocks)``: the prefill side writes;
 - ``pull(req, local_blocks, peer, remote_blocks)``: the decode side reads.
@@ -178,6 +180,8 @@ class Agent:
         self._active = {}
         self._sending, self._recving, self._failed = set(), set(), {}
         self._expected = {}  # request -> deadline (monotonic) of a push we wait for
+        # Region pairs one paged job may carry (1: a daemon that predates them).
+        self._max_pairs = client.info().get("max_paged_pairs", 1)
         client.mailbox_open(self.mailbox)
 
     # ---- caches
@@ -219,14 +223,19 @@ class Agent:
     def _jobs(self, op, local_blocks, peers, remote_blocks, deadline):
         slices = head_slices(self.layout, peers[0].layout)
         jobs = []
+        step = max(1, self._max_pairs)
         for rank, l_off, r_off, length in slices:
             peer = peers[rank] if len(peers) > 1 else peers[0]
-            for i, region in enumerate(self.regions):
+            # Every layer's K and V with the same block ids: one job of region pairs.
+            for first in range(0, len(self.regions), step):
+                group = range(first, min(first + step, len(self.regions)))
                 jobs.append(rdmax.Job(
-                    op, region, peer.descs[i], page_len=length, local_pages=local_blocks,
-                    local_pages_offset=l_off, local_pages_stride=self.layout.block_bytes,
-                    remote_pages=remote_blocks, remote_pages_offset=r_off,
-                    remote_pages_stride=peer.layout.block_bytes, deadline=deadline))
+                    op, self.regions[first], peer.descs[first], page_len=length,
+                    local_pages=local_blocks, local_pages_offset=l_off,
+                    local_pages_stride=self.layout.block_bytes, remote_pages=remote_blocks,
+                    remote_pages_offset=r_off, remote_pages_stride=peer.layout.block_bytes,
+                    deadline=deadline,
+                    pairs=[(self.regions[i], peer.descs[i]) for i in group[1:]]))
         return jobs
 
     def _start(self, rid, kind, op, local_blocks, peer, remote_blocks, deadline, msg):

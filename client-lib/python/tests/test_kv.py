@@ -205,3 +205,49 @@ def test_two_process_example(daemons):
     assert b"verified" in out
     sums = {line.split()[-1] for line in (pre.stdout + out).splitlines() if b"checksum" in line}
     assert len(sums) == 1
+
+
+def test_request_is_one_job_of_region_pairs(daemons):
+    """Every layer's K and V move as one job of region pairs; against a daemon that
+    predates pairs (max_paged_pairs 1) the agent falls back to one job per region."""
+    a, b = daemons
+    lay = kv.Layout(2, 16, 4096, kv_per_layer=2)
+    with rdmax.Client(a.socket) as ca, rdmax.Client(b.socket) as cb:
+        assert ca.info()["max_paged_pairs"] == 256
+        pre, dec = kv.Agent(ca, lay, "prefill"), kv.Agent(cb, lay, "decode")
+        pre.alloc_caches()
+        dec.alloc_caches()
+        src = fill_all(pre, 9)
+        dst = [np.frombuffer(r, dtype=np.uint8) for r in dec.regions]
+        to_dec = pre.add_peer(dec.handshake())
+        jobs = pre._jobs(rdmax.OP_PAGED_WRITE, [1, 5, 6], [to_dec], [2, 9, 3], None)
+        assert len(jobs) == 1 and len(jobs[0].pairs) == lay.regions - 1
+        # One completion carrying the bytes of every region.
+        ca.submit(jobs)
+        for j in jobs:
+            j.wait(10)
+        assert jobs[0].bytes == lay.regions * 3 * 4096
+        for i in range(lay.regions):
+            s, d = src[i].reshape(16, 4096), dst[i].reshape(16, 4096)
+            assert np.array_equal(d[[2, 9, 3]], s[[1, 5, 6]])
+        pre._max_pairs = 1
+        jobs = pre._jobs(rdmax.OP_PAGED_WRITE, [7], [to_dec], [11], None)
+        assert len(jobs) == lay.regions and all(j.pairs is None for j in jobs)
+        ca.submit(jobs)
+        for j in jobs:
+            j.wait(10)
+        for i in range(lay.regions):
+            assert np.array_equal(dst[i].reshape(16, 4096)[11], src[i].reshape(16, 4096)[7])
+        # A pair whose region is too short is refused by its index, nothing moved.
+        small = cb.alloc_host(4096, rdmax.ACCESS_REMOTE_WRITE)
+        bad = rdmax.Job(rdmax.OP_PAGED_WRITE, pre.regions[0], to_dec.descs[0], page_len=4096,
+                        local_pages=[0], remote_pages=[12],
+                        pairs=[(pre.regions[1], to_dec.descs[1]), (pre.regions[2], small.desc())])
+        ca.submit([bad])
+        with pytest.raises(rdmax.OutOfRange, match="pair 2: the pages reach byte"):
+            bad.wait(10)
+        assert not dst[0].reshape(16, 4096)[12].any()
+        with pytest.raises(ValueError, match="region pairs"):
+            rdmax.Job(rdmax.OP_WRITE, pre.regions[0], to_dec.descs[0], length=8,
+                      pairs=[(pre.regions[1], to_dec.descs[1])])
+        del src, dst, s, d

@@ -278,8 +278,11 @@ void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message)
 		struct frame *frame = container_of(pos, struct frame, link);
 		struct xfer *xfer = frame->xfer;
 		list_del(pos);
+		bool more = frame->more;
 		tcp_frame_release(tt, frame);
-		xfer->done(xfer, err, message);
+		if (!more) { /* a cut xfer completes once, with its last frame */
+			xfer->done(xfer, err, message);
+		}
 	}
 }
 
@@ -378,12 +381,73 @@ struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *
 	frame->table_len = 0;
 	frame->runs = NULL;
 	frame->n_runs = 0;
+	frame->more = false;
 	wire_header_encode(header, frame->head);
 	if (body_len > 0) {
 		memcpy(frame->head + WIRE_HEADER_BYTES, body, body_len);
 	}
 	frame->head_len = (uint32_t)(WIRE_HEADER_BYTES + body_len);
 	return frame;
+}
+
+/*
+ * A WRITE_SEGS as one WRITE per segment, for a peer that predates WRITE_SEGS
+ * (it would close the connection on one): the same request id on each (the
+ * answers come back in order), the imm on the last, whose answer alone
+ * completes the xfer.
+ */
+static int queue_cut(struct tcp_conn *conn, struct frame *segs)
+{
+	const struct xfer *xfer = segs->xfer;
+	struct list_node parts;
+	struct list_node *pos, *tmp;
+
+	list_init(&parts);
+	for (uint32_t i = 0; i < segs->n_runs; i++) {
+		const struct plan_run *run = &segs->runs[i];
+		bool last = i + 1 == segs->n_runs;
+		struct wire_header h = {
+			.type = WIRE_WRITE,
+			.flags = last && xfer->has_imm ? WIRE_F_HAS_IMM : 0,
+			.imm = last && xfer->has_imm ? xfer->imm : 0,
+			.request_id = xfer->wire_id,
+			.instance = xfer->remote_instance,
+			.region_id = xfer->remote_region,
+			.region_key = xfer->remote_key,
+			.offset = run->remote_offset,
+			.length = run->length,
+		};
+		struct frame *part = tcp_frame_new(conn->tt, &h, NULL, 0);
+		if (!part) {
+			list_for_each_safe(pos, tmp, &parts)
+			{
+				list_del(pos);
+				tcp_frame_release(conn->tt, container_of(pos, struct frame, link));
+			}
+			return -ENOMEM;
+		}
+		part->xfer = segs->xfer;
+		part->payload = segs->base + run->local_offset;
+		part->payload_len = run->length;
+		part->more = !last;
+		list_add_tail(&parts, &part->link);
+	}
+	list_for_each_safe(pos, tmp, &parts)
+	{
+		list_del(pos);
+		tcp_queue_frame(conn, container_of(pos, struct frame, link));
+	}
+	tcp_frame_release(conn->tt, segs);
+	return 0;
+}
+
+int tcp_queue_request(struct tcp_conn *conn, struct frame *frame)
+{
+	if (frame->n_runs > 0 && (!conn->peer_segs || conn->tt->no_segs)) {
+		return queue_cut(conn, frame);
+	}
+	tcp_queue_frame(conn, frame);
+	return 0;
 }
 
 /* Queue a frame with a small body (status from err); false when out of memory (conn failed). */

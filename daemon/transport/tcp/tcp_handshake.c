@@ -53,7 +53,8 @@ bool tcp_queue_hello(struct tcp_conn *conn)
 	struct rdmaxd *d = conn->tt->daemon;
 	struct wire_hello hello = {
 		.version = WIRE_VERSION,
-		.flags = auth_on(conn) ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND : 0,
+		.flags = (auth_on(conn) ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND : 0) |
+			 (conn->tt->no_segs ? 0 : WIRE_HELLO_F_SEGS),
 		.instance_id = d->instance_id,
 	};
 	uint8_t body[WIRE_HELLO_BYTES];
@@ -116,8 +117,13 @@ static void conn_ready(struct tcp_conn *conn)
 	uv_timer_stop(&conn->timer);
 	list_for_each_safe(pos, tmp, &conn->pendq)
 	{
+		struct frame *frame = container_of(pos, struct frame, link);
 		list_del(pos);
-		tcp_queue_frame(conn, container_of(pos, struct frame, link));
+		if (tcp_queue_request(conn, frame) < 0) {
+			struct xfer *xfer = frame->xfer;
+			tcp_frame_release(conn->tt, frame);
+			xfer->done(xfer, -ENOMEM, "out of memory while queueing a request");
+		}
 	}
 	log_info("connection %s %s (node '%s') up%s", conn->outgoing ? "to" : "from", conn->name,
 		 conn->node_name, auth_on(conn) ? ", authenticated" : "");
@@ -136,6 +142,7 @@ void tcp_on_hello(struct tcp_conn *conn)
 		return;
 	}
 	copy_string(conn->node_name, sizeof(conn->node_name), hello.node_name);
+	conn->peer_segs = hello.flags & WIRE_HELLO_F_SEGS;
 	bool mine = auth_on(conn), theirs = hello.flags & WIRE_HELLO_F_AUTH;
 	if (hello.version != WIRE_VERSION) {
 		snprintf(version, sizeof(version), "unsupported wire version %u (expected %u)",

@@ -72,6 +72,11 @@ struct frame {
 	const struct plan_run *runs;
 	uint32_t n_runs;
 	const uint8_t *base;
+	/*
+	 * A WRITE cut from a WRITE_SEGS for a peer that does not take them: not
+	 * the last frame of its xfer, whose answer alone completes the xfer.
+	 */
+	bool more;
 	uint32_t head_len;
 	uint8_t head[WIRE_HEADER_BYTES + WIRE_BODY_MAX];
 };
@@ -110,6 +115,12 @@ struct tcp_conn {
 	 */
 	struct frame *withdrawn;
 	bool withdrawn_out;
+	/* requester: the peer's HELLO announced WRITE_SEGS (WIRE_HELLO_F_SEGS) */
+	bool peer_segs;
+	/* requester: the first refusal among the WRITEs of a cut xfer (wire id part_id) */
+	int part_err;
+	uint64_t part_id;
+	char part_msg[MSG_BYTES];
 
 	struct list_node outq;     /* frames to send, in order */
 	struct list_node pendq;    /* requester: frames waiting for the handshake */
@@ -161,6 +172,11 @@ struct tcp_transport {
 	struct list_node frame_cache;  /* freed frames: one per request and answer otherwise */
 	uint32_t n_cached;
 	uint64_t next_id;
+	/*
+	 * RDMAXD_TEST_NO_WRITE_SEGS=1: behave like a release without WRITE_SEGS
+	 * (not announced, refused as an unknown type, never sent), for tests.
+	 */
+	bool no_segs;
 	struct log_ratelimit rl;
 	/* The last peer parsed: clients send to few peers, and parsing per xfer costs. */
 	char last_peer_addr[sizeof(((struct endpoint *)0)->addr)];
@@ -227,6 +243,13 @@ struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *
 bool tcp_queue_small(struct tcp_conn *conn, uint8_t type, int err, const void *body,
 		     size_t body_len);
 bool tcp_flush(struct tcp_conn *conn);
+
+/*
+ * Queue a request frame on a ready connection; a WRITE_SEGS for a peer that
+ * did not announce them goes as one WRITE per segment. 0, or -ENOMEM with
+ * nothing queued (the frame stays the caller's).
+ */
+int tcp_queue_request(struct tcp_conn *conn, struct frame *frame);
 
 /* tcp_handshake.c */
 int tcp_bind_transcript(struct tcp_conn *conn);

@@ -64,8 +64,23 @@ void tcp_complete_request(struct tcp_conn *conn)
 		}
 	}
 	list_del(&frame->link);
+	bool more = frame->more;
 	tcp_frame_release(conn->tt, frame);
 	conn->rx_req = NULL;
+	if (more) {
+		/* A WRITE cut from a WRITE_SEGS: its xfer completes with the last one. */
+		if (err && conn->part_id != xfer->wire_id) {
+			conn->part_id = xfer->wire_id;
+			conn->part_err = err;
+			copy_string(conn->part_msg, sizeof(conn->part_msg), message);
+		}
+		return;
+	}
+	if (conn->part_id == xfer->wire_id && conn->part_id != 0) {
+		conn->part_id = 0; /* an earlier WRITE of the cut xfer was refused */
+		xfer->done(xfer, conn->part_err, conn->part_msg);
+		return;
+	}
 	xfer->done(xfer, err, message);
 }
 
@@ -359,6 +374,11 @@ void tcp_on_request(struct tcp_conn *conn)
 
 	if (h->type == WIRE_MESSAGE) {
 		on_message_request(conn);
+		return;
+	}
+	if (h->type == WIRE_WRITE_SEGS && conn->tt->no_segs) {
+		tcp_protocol_error(conn, "unknown frame type %u",
+				   h->type); /* as before WRITE_SEGS */
 		return;
 	}
 	if (h->type == WIRE_WRITE_SEGS) {

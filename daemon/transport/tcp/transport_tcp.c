@@ -189,7 +189,10 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 		conn->last_io_ms = xfer->started_ms; /* the no-progress clock starts now */
 	}
 	if (conn->state == TCP_CONN_READY) {
-		tcp_queue_frame(conn, frame);
+		if (tcp_queue_request(conn, frame) < 0) {
+			tcp_frame_release(tt, frame);
+			return -ENOMEM;
+		}
 		tcp_update_poll(conn); /* sent from the loop: done must never run inside submit */
 	} else {
 		list_add_tail(&conn->pendq, &frame->link);
@@ -419,37 +422,51 @@ static int tcp_withdraw(struct transport *transport, struct xfer *xfer)
 	struct tcp_transport *tt = container_of(transport, struct tcp_transport, base);
 	struct list_node *pos;
 
+	/* One frame per xfer, except a WRITE_SEGS cut into WRITEs: all on one connection. */
 	for (pos = tt->conns.next; pos != &tt->conns; pos = pos->next) {
 		struct tcp_conn *conn = container_of(pos, struct tcp_conn, link);
-		struct frame *frame = find_frame(&conn->pendq, xfer);
-		if (frame) {
+		struct frame *frame;
+		bool found = false;
+		int ret = 0;
+
+		while ((frame = find_frame(&conn->pendq, xfer))) {
 			list_del(&frame->link);
 			tcp_frame_release(tt, frame);
-			return 0;
+			found = true;
 		}
-		frame = find_frame(&conn->outq, xfer);
-		if (frame) {
-			bool head = conn->outq.next == &frame->link;
-			if (!head || conn->out_sent == 0) {
-				list_del(&frame->link);
-				conn->n_out--;
-				tcp_frame_release(tt, frame);
-				tcp_update_poll(conn);
-				return 0;
-			}
-			/* Only the head can be half sent, so a connection has one at a time. */
-			conn->withdrawn = frame;
-			conn->withdrawn_out = false;
-			uv_timer_start(&conn->timer, tcp_on_conn_timer, TCP_WITHDRAW_GRACE_MS, 0);
-			return -EINPROGRESS;
-		}
-		frame = find_frame(&conn->inflight, xfer);
-		if (frame) {
+		while ((frame = find_frame(&conn->inflight, xfer))) {
 			tcp_frame_orphan(frame);
 			if (conn->rx_req == frame && conn->rx_state == RX_DATA) {
 				conn->rx_state = RX_DISCARD;
 			}
-			return 0;
+			found = true;
+		}
+		for (struct list_node *q = conn->outq.next, *next; q != &conn->outq; q = next) {
+			next = q->next;
+			frame = container_of(q, struct frame, link);
+			if (frame->xfer != xfer) {
+				continue;
+			}
+			found = true;
+			if (q != conn->outq.next || conn->out_sent == 0) {
+				list_del(&frame->link);
+				conn->n_out--;
+				tcp_frame_release(tt, frame);
+				continue;
+			}
+			/*
+			 * Only the head can be half sent, so a connection has one at a time;
+			 * it becomes the xfer's last frame (the later ones are dropped).
+			 */
+			frame->more = false;
+			conn->withdrawn = frame;
+			conn->withdrawn_out = false;
+			uv_timer_start(&conn->timer, tcp_on_conn_timer, TCP_WITHDRAW_GRACE_MS, 0);
+			ret = -EINPROGRESS;
+		}
+		if (found) {
+			tcp_update_poll(conn);
+			return ret;
 		}
 	}
 	return -EBUSY;
@@ -531,6 +548,12 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	tt->base.ordered = true;           /* one stream per peer, answered in order */
 	tt->base.max_runs = WIRE_SEGS_MAX; /* paged jobs: one WRITE_SEGS frame per chunk */
 	tt->daemon = daemon;
+	const char *no_segs = getenv("RDMAXD_TEST_NO_WRITE_SEGS");
+	tt->no_segs = no_segs && strcmp(no_segs, "1") == 0;
+	if (tt->no_segs) {
+		log_warn("RDMAXD_TEST_NO_WRITE_SEGS=1: the TCP transport behaves like a release "
+			 "without WRITE_SEGS; never set this in production");
+	}
 	list_init(&tt->conns);
 	list_init(&tt->frame_cache);
 	err = listen_open(tt, &fd);

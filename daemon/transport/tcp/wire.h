@@ -51,6 +51,7 @@ enum wire_type {
 #define WIRE_F_HAS_IMM     0x01u /* WRITE, WRITE_SEGS: count one landing under `imm` */
 #define WIRE_HELLO_F_AUTH  0x1u  /* HELLO: the sender requires HMAC authentication */
 #define WIRE_HELLO_F_BOUND 0x2u  /* HELLO: its proof binds both ends of the connection */
+#define WIRE_HELLO_F_SEGS  0x4u  /* HELLO: the sender takes WRITE_SEGS (else: WRITEs only) */
 
 struct wire_header {
 	uint8_t type;        /* enum wire_type */
