@@ -233,6 +233,7 @@ int job_prepare_scatter(struct job *job, const Rdmax__V1__ScatterJob *sj, char *
 		} else {
 			target_from_member(&job->group->members[d->peer_index], &t);
 		}
+		uint32_t before = job->n_nodes;
 		int64_t node = node_for(job, &map, &t, why, why_size);
 		if (node < 0) {
 			ret = (int)node;
@@ -241,6 +242,18 @@ int job_prepare_scatter(struct job *job, const Rdmax__V1__ScatterJob *sj, char *
 		job->dests[i] = (struct job_dest){.node = (uint32_t)node,
 						  .region_id = t.region_id,
 						  .region_key = t.region_key};
+		job->n_dests = (uint32_t)(i + 1); /* so a refusal below frees what dests hold */
+		if (job->n_nodes == before) {
+			/* A node seen before: its endpoints carry another region's keys. */
+			char which[32];
+			snprintf(which, sizeof(which), "destination %zu", i);
+			ret = job_dest_own_endpoints(&job->nodes[node], t.endpoints, t.n_endpoints,
+						     which, &job->dests[i].eps,
+						     &job->dests[i].n_eps, why, why_size);
+			if (ret < 0) {
+				goto out;
+			}
+		}
 		plan[i] = (struct plan_dest){.local_offset = d->local_offset,
 					     .remote_offset = d->remote_offset,
 					     .length = d->length,

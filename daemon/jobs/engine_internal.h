@@ -216,6 +216,10 @@ static inline bool job_dest_endpoint(const struct job_dest *dest, const struct e
 	return false;
 }
 
+int job_dest_own_endpoints(const struct job_node *node, const struct endpoint *endpoints,
+			   uint32_t n_endpoints, const char *which, struct endpoint **ret_eps,
+			   uint32_t *ret_n, char *why, size_t why_size);
+
 /* Local copies need no chunks, and a message is never cut. */
 static inline uint64_t job_chunk_bytes(const struct job *job, const struct job_node *node)
 {

@@ -258,6 +258,48 @@ struct paged_req {
 };
 
 /*
+ * A destination region on a node whose endpoints are another region's (a
+ * further pair of a paged job, a second region of one node in a SCATTER):
+ * over verbs each region has its own iova and rkey on every device, so the
+ * destination keeps a copy of its descriptor's endpoints, which must cover
+ * the node's peer device and every rail. Other transports address regions
+ * by id: *ret_eps stays NULL.
+ */
+int job_dest_own_endpoints(const struct job_node *node, const struct endpoint *endpoints,
+			   uint32_t n_endpoints, const char *which, struct endpoint **ret_eps,
+			   uint32_t *ret_n, char *why, size_t why_size)
+{
+	*ret_eps = NULL;
+	*ret_n = 0;
+	if (!node->transport || node->transport->kind != ENDPOINT_VERBS) {
+		return 0;
+	}
+	struct job_dest probe = {.eps = (struct endpoint *)endpoints, .n_eps = n_endpoints};
+	struct endpoint ep;
+	for (int32_t i = -1; i < DESC_MAX_ENDPOINTS; i++) {
+		const struct endpoint *via = i < 0 ? &node->peer : &node->rail_eps[i];
+		if (i >= 0 && (node->n_rails < 2 || !(node->rails & (1u << i)))) {
+			continue;
+		}
+		if (!job_dest_endpoint(&probe, via, &ep)) {
+			snprintf(why, why_size,
+				 "%s: its descriptor has no key for device '%s' at %s port %u, "
+				 "which the node's first region uses",
+				 which, via->device, via->addr, via->port);
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+	}
+	*ret_eps = malloc((n_endpoints ? n_endpoints : 1) * sizeof(**ret_eps));
+	if (!*ret_eps) {
+		snprintf(why, why_size, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(*ret_eps, endpoints, n_endpoints * sizeof(**ret_eps));
+	*ret_n = n_endpoints;
+	return 0;
+}
+
+/*
  * Pair k (1-based into pr->pairs) of a paged job: its local region taken,
  * its descriptor decoded, both checked to hold the plan's extent, its
  * descriptor naming pair 0's node.
@@ -308,34 +350,14 @@ static int take_pair(struct job *job, const struct paged_req *pr, size_t k, uint
 			 k, remote_end, desc.region_id, desc.length);
 		return RDMAX_E_OUT_OF_RANGE;
 	}
-	struct job_node *node = &job->node1;
 	struct endpoint *eps = NULL;
-	if (node->transport && node->transport->kind == ENDPOINT_VERBS) {
-		/*
-		 * RDMA addresses each region by its own iova and rkey on every device:
-		 * this pair's descriptor needs them for the node's peer and each rail.
-		 */
-		struct job_dest probe = {.eps = desc.endpoints, .n_eps = desc.n_endpoints};
-		struct endpoint ep;
-		for (int32_t i = -1; i < DESC_MAX_ENDPOINTS; i++) {
-			const struct endpoint *via = i < 0 ? &node->peer : &node->rail_eps[i];
-			if (i >= 0 && (node->n_rails < 2 || !(node->rails & (1u << i)))) {
-				continue;
-			}
-			if (!job_dest_endpoint(&probe, via, &ep)) {
-				snprintf(why, why_size,
-					 "pair %zu: its descriptor has no key for device '%s' at "
-					 "%s port %u, which pair 0's uses",
-					 k, via->device, via->addr, via->port);
-				return RDMAX_E_INVALID_ARGUMENT;
-			}
-		}
-		eps = malloc(desc.n_endpoints * sizeof(*eps));
-		if (!eps) {
-			snprintf(why, why_size, "out of memory");
-			return -ENOMEM;
-		}
-		memcpy(eps, desc.endpoints, desc.n_endpoints * sizeof(*eps));
+	uint32_t n_eps = 0;
+	char which[32];
+	snprintf(which, sizeof(which), "pair %zu", k);
+	int ret = job_dest_own_endpoints(&job->node1, desc.endpoints, desc.n_endpoints, which, &eps,
+					 &n_eps, why, why_size);
+	if (ret < 0) {
+		return ret;
 	}
 	region_get(region);
 	*ret_dest = (struct job_dest){.node = 0,
@@ -343,7 +365,7 @@ static int take_pair(struct job *job, const struct paged_req *pr, size_t k, uint
 				      .region_key = desc.region_key,
 				      .local = region,
 				      .eps = eps,
-				      .n_eps = eps ? desc.n_endpoints : 0};
+				      .n_eps = n_eps};
 	return 0;
 }
 

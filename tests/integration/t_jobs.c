@@ -318,6 +318,25 @@ START_TEST(jobs_scatter_three_nodes)
 	itest_expect_job_error(sender, &job, RDMAX_E_OUT_OF_RANGE, ITEST_WAIT_MS);
 	ck_assert_int_eq(rdmax_peer_group_destroy(sender, group), 0);
 
+	/* Two regions of one node in one job: each lands through its own keys. */
+	struct rdmax_region *dst1b = itest_alloc(recv[1], len, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc desc1b = itest_desc(dst1b);
+	itest_fill(itest_bytes(src), len, itest_seed() + 2);
+	struct rdmax_scatter_dest two[2] = {
+		{.remote = &desc[1], .remote_offset = 0, .local_offset = 0, .length = 96 * KiB},
+		{.remote = &desc1b,
+		 .remote_offset = 3,
+		 .local_offset = 96 * KiB,
+		 .length = 96 * KiB},
+	};
+	job = itest_job(4, RDMAX_OP_SCATTER, src, 0, NULL, 0, 0);
+	job.u.scatter.dests = two;
+	job.u.scatter.count = 2;
+	expect_ok(sender, &job, 192 * KiB);
+	itest_assert_mem_eq(itest_bytes(dst[1]), itest_bytes(src), 96 * KiB, "node 1 region a");
+	itest_assert_mem_eq(itest_bytes(dst1b) + 3, itest_bytes(src) + 96 * KiB, 96 * KiB,
+			    "node 1 region b");
+
 	rdmax_client_close(sender);
 	for (int i = 0; i < 3; i++) {
 		rdmax_client_close(recv[i]);
