@@ -278,6 +278,31 @@ void itest_child_setup(pid_t parent)
 
 /* ----------------------------------------------------------------- daemons */
 
+/* The whole log is read, so a needle never falls between two reads. */
+bool itest_log_contains(const struct itest_daemon *d, const char *needle)
+{
+	FILE *f = fopen(d->log_path, "re");
+	char *text = NULL;
+	size_t size = 0;
+	bool found = false;
+
+	if (!f) {
+		return false;
+	}
+	FILE *mem = open_memstream(&text, &size);
+	char buf[65536];
+	size_t n;
+	while (mem && (n = fread(buf, 1, sizeof(buf), f)) > 0) {
+		fwrite(buf, 1, n, mem);
+	}
+	fclose(f);
+	if (mem && fclose(mem) == 0) {
+		found = strstr(text, needle) != NULL;
+	}
+	free(text);
+	return found;
+}
+
 static const char *daemon_binary(void)
 {
 	static char path[512];

@@ -51,6 +51,7 @@ enum wire_type {
 #define WIRE_F_HAS_IMM     0x01u /* WRITE, WRITE_SEGS: count one landing under `imm` */
 #define WIRE_HELLO_F_AUTH  0x1u  /* HELLO: the sender requires HMAC authentication */
 #define WIRE_HELLO_F_BOUND 0x2u  /* HELLO: its proof binds both ends of the connection */
+#define WIRE_HELLO_F_TLS   0x4u  /* HELLO: sent inside TLS 1.3 with the shared key's PSK */
 
 struct wire_header {
 	uint8_t type;        /* enum wire_type */
