@@ -165,15 +165,27 @@ void tcp_tls_free(struct tcp_conn *conn)
 	conn->tls_peeked = conn->tls_ktx = conn->tls_krx = false;
 }
 
-/* The connection now waits for the TLS handshake instead of the plain HELLO. */
+/*
+ * The connection now waits for the TLS handshake instead of the plain HELLO.
+ * OpenSSL writes to the socket from the start but reads from an empty memory
+ * BIO until the peer's first byte is known to be TLS (tcp_tls_drive()): a
+ * peer with tcp_encryption = off answers in plain frames, which must reach
+ * the frame parser, not the record layer.
+ */
 int tcp_tls_start(struct tcp_conn *conn)
 {
 	SSL *ssl = SSL_new(conn->tt->tls_ctx);
+	BIO *wbio = BIO_new_socket(conn->fd, BIO_NOCLOSE);
+	BIO *hold = BIO_new(BIO_s_mem());
 
-	if (!ssl || !SSL_set_ex_data(ssl, g_conn_index, conn) || !SSL_set_fd(ssl, conn->fd)) {
+	if (!ssl || !wbio || !hold || !SSL_set_ex_data(ssl, g_conn_index, conn)) {
+		BIO_free(wbio);
+		BIO_free(hold);
 		SSL_free(ssl);
 		return -ENOMEM;
 	}
+	BIO_set_mem_eof_return(hold, -1); /* empty: "try again", not end of stream */
+	SSL_set_bio(ssl, hold, wbio);
 	if (conn->outgoing) {
 		SSL_set_connect_state(ssl);
 	} else {
@@ -278,7 +290,16 @@ void tcp_tls_drive(struct tcp_conn *conn)
 			plain_peer(conn);
 			return;
 		}
-		conn->tls_peeked = n == 1;
+		if (n >= 0) {
+			/* TLS, or the end of the stream, which OpenSSL is to see too. */
+			BIO *rbio = BIO_new_socket(conn->fd, BIO_NOCLOSE);
+			if (!rbio) {
+				tcp_conn_lost(conn, LOG_ERR, "out of memory");
+				return;
+			}
+			SSL_set0_rbio(conn->tls, rbio);
+			conn->tls_peeked = true;
+		}
 	}
 	conn->tt->tls_reason[0] = '\0';
 	ERR_clear_error();
