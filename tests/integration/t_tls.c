@@ -39,6 +39,18 @@ static struct itest_daemon *tls_daemon(const char *name, const char *addr, const
 	return d;
 }
 
+/* Both clients closed, both daemons stopped (exit status 0) and freed. */
+static void close_pair(struct rdmax_client *c1, struct rdmax_client *c2, struct itest_daemon *d1,
+		       struct itest_daemon *d2)
+{
+	rdmax_client_close(c1);
+	rdmax_client_close(c2);
+	itest_daemon_stop(d1);
+	itest_daemon_stop(d2);
+	itest_daemon_free(d1);
+	itest_daemon_free(d2);
+}
+
 static void run_ok(struct rdmax_client *c, const struct rdmax_job *job, uint64_t bytes,
 		   const char *what)
 {
@@ -144,12 +156,7 @@ START_TEST(tls_transfers)
 			      "TLS data path is not '%s' on both daemons", want);
 		fprintf(stderr, "itest tls: data path %s on both daemons\n", want);
 	}
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	close_pair(ca, cb, a, b);
 }
 END_TEST
 
@@ -228,12 +235,7 @@ static void sniff(bool on)
 		      size, 2 * len);
 	ck_assert_msg(seen == !on, "the pattern was %s in the relayed bytes with encryption %s",
 		      seen ? "seen" : "not seen", on ? "on" : "off");
-	rdmax_client_close(cv);
-	rdmax_client_close(cd);
-	itest_daemon_stop(v);
-	itest_daemon_stop(d);
-	itest_daemon_free(v);
-	itest_daemon_free(d);
+	close_pair(cv, cd, v, d);
 }
 
 START_TEST(tls_sniff_off)
@@ -295,12 +297,7 @@ START_TEST(tls_refusals)
 		ck_assert_msg(itest_log_contains(v, "another [auth] key_file"),
 			      "the acceptor did not log that the key differs");
 	}
-	rdmax_client_close(cv);
-	rdmax_client_close(cd);
-	itest_daemon_stop(v);
-	itest_daemon_stop(d);
-	itest_daemon_free(v);
-	itest_daemon_free(d);
+	close_pair(cv, cd, v, d);
 }
 END_TEST
 
@@ -330,12 +327,7 @@ START_TEST(tls_own_instance_refused)
 	run_refused(cd, &job, RDMAX_E_PERMISSION_DENIED, "own instance id");
 	job = itest_job(2, RDMAX_OP_WRITE, src, 0, &real, 0, 4096);
 	run_ok(cd, &job, 4096, "direct WRITE after the refusal");
-	rdmax_client_close(cv);
-	rdmax_client_close(cd);
-	itest_daemon_stop(v);
-	itest_daemon_stop(d);
-	itest_daemon_free(v);
-	itest_daemon_free(d);
+	close_pair(cv, cd, v, d);
 }
 END_TEST
 
