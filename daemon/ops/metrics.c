@@ -618,11 +618,11 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 		}
 	}
 	json_arr_close(j);
-	json_obj_open(j, "tcp_tls_connections");
 	for (size_t i = 0; i < COUNTERS_TLS_MODE_MAX; i++) {
-		json_u64(j, counters_tls_mode_names[i], m->tcp_tls[i]);
+		char name[48];
+		snprintf(name, sizeof(name), "tcp_tls_connections_%s", counters_tls_mode_names[i]);
+		json_u64(j, name, m->tcp_tls[i]);
 	}
-	json_obj_close(j);
 	json_u64(j, "regions", metrics->daemon->regions.count);
 	json_u64(j, "registered_bytes", metrics->daemon->regions.total_bytes);
 	json_u64(j, "registrations_total",

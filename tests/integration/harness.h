@@ -108,6 +108,8 @@ bool itest_daemon_maps(const struct itest_daemon *d, const char *needle);
  */
 void itest_wait_status(const struct itest_daemon *d, const char *field, uint64_t want);
 /* Wait (up to ITEST_WAIT_MS) until itest_daemon_maps(d, needle) is want. */
+/* A numeric field of the daemon's admin "stats" reply; UINT64_MAX when it cannot be read. */
+uint64_t itest_stats_field(const struct itest_daemon *d, const char *field);
 void itest_wait_maps(const struct itest_daemon *d, const char *needle, bool want);
 /* A TCP port on addr that nobody listens on right now. */
 uint16_t itest_free_port(const char *addr);

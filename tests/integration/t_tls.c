@@ -148,12 +148,16 @@ START_TEST(tls_transfers)
 		      "the dialer did not log its TLS data path");
 	ck_assert_msg(itest_log_contains(a, "TLSv1.3 TLS_AES_128_GCM_SHA256, data path"),
 		      "the acceptor did not log its TLS data path");
+	/* One connection each way counted under the data path the log names. */
 	static const char *const paths[] = {"ktls", "ktls_tx", "user"};
 	const char *want = getenv("RDMAX_TEST_TLS_PATH");
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-		char needle[64];
+		char needle[64], field[64];
 		snprintf(needle, sizeof(needle), "data path %s (", paths[i]);
+		snprintf(field, sizeof(field), "tcp_tls_connections_%s", paths[i]);
 		bool on_a = itest_log_contains(a, needle), on_b = itest_log_contains(b, needle);
+		ck_assert_uint_eq(itest_stats_field(a, field), on_a ? 1 : 0);
+		ck_assert_uint_eq(itest_stats_field(b, field), on_b ? 1 : 0);
 		if (on_a || on_b) {
 			fprintf(stderr, "itest tls: data path %s on %s\n", paths[i],
 				on_a && on_b ? "both daemons"
