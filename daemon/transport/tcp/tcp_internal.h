@@ -260,8 +260,8 @@ void tcp_tls_free(struct tcp_conn *conn);
 /* sendmsg()/recvmsg() of the connection, whatever carries its bytes; -1 and errno on failure */
 ssize_t tcp_io_send(struct tcp_conn *conn, const struct iovec *iov, size_t n_iov);
 ssize_t tcp_io_recv(struct tcp_conn *conn, struct iovec *iov, size_t n_iov);
-/* Decrypted bytes held by OpenSSL that no readiness event will announce. */
-bool tcp_io_pending(const struct tcp_conn *conn);
+/* Decrypted bytes held by OpenSSL, which no readiness event will announce. */
+size_t tcp_io_pending(const struct tcp_conn *conn);
 /* Text for an errno from tcp_io_send() / tcp_io_recv(). */
 const char *tcp_io_strerror(const struct tcp_conn *conn, int err);
 

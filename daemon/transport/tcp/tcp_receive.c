@@ -153,7 +153,7 @@ static void rx_progress(struct tcp_conn *conn, uint64_t n)
 static bool rx_pending(const struct tcp_conn *conn)
 {
 	return conn->rx_end != conn->rx_start || conn->rx_got == conn->rx_len ||
-	       tcp_io_pending(conn);
+	       tcp_io_pending(conn) > 0;
 }
 
 /*
@@ -241,10 +241,21 @@ void tcp_receive(struct tcp_conn *conn)
 				ahead = WIRE_HEADER_BYTES;
 			}
 		}
+		size_t n_direct = n_iov;
 		if (ahead > 0) {
 			iov[n_iov].iov_base = conn->rx_stage;
 			iov[n_iov].iov_len = ahead;
 			n_iov++;
+		}
+		if (calls >= RX_BUDGET) {
+			/* Past the budget only what OpenSSL holds, so the socket is not read. */
+			uint64_t left = tcp_io_pending(conn);
+			direct = 0;
+			for (size_t i = 0; i < n_iov; i++) {
+				iov[i].iov_len = MIN((uint64_t)iov[i].iov_len, left);
+				left -= iov[i].iov_len;
+				direct += i < n_direct ? iov[i].iov_len : 0;
+			}
 		}
 		ssize_t n = tcp_io_recv(conn, iov, n_iov);
 		if (n == 0) {

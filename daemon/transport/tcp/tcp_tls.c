@@ -437,10 +437,13 @@ ssize_t tcp_io_recv(struct tcp_conn *conn, struct iovec *iov, size_t n_iov)
 	return (ssize_t)total;
 }
 
-bool tcp_io_pending(const struct tcp_conn *conn)
+size_t tcp_io_pending(const struct tcp_conn *conn)
 {
-	return conn->tls && !conn->tls_krx && conn->state != TCP_CONN_TLS &&
-	       SSL_pending(conn->tls) > 0;
+	if (!conn->tls || conn->tls_krx || conn->state == TCP_CONN_TLS) {
+		return 0;
+	}
+	int n = SSL_pending(conn->tls);
+	return n > 0 ? (size_t)n : 0;
 }
 
 const char *tcp_io_strerror(const struct tcp_conn *conn, int err)
