@@ -42,7 +42,7 @@ Q :=
 QUIET_CC =
 QUIET_LD =
 endif
-PKGS := libibverbs librdmacm libuv libprotobuf-c libsystemd check inih libsodium jansson libcurl
+PKGS := libibverbs librdmacm libuv libprotobuf-c libsystemd check inih libsodium libssl libcrypto jansson libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 CUDA_INC := $(firstword $(wildcard /usr/local/cuda/include))
 CUDA_CFLAGS := $(if $(CUDA_INC),-I$(CUDA_INC) -DRDMAX_HAVE_CUDA_H=1,)
@@ -57,7 +57,7 @@ CPPFLAGS_ALL := -D_GNU_SOURCE -I$(BUILD)/gen -Iclient-lib/include $(addprefix -I
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC $(CPPFLAGS_ALL)
 LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
 
-LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-c libsystemd inih libsodium jansson libcurl) -ldl -lm
+LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-c libsystemd inih libsodium libssl libcrypto jansson libcurl) -ldl -lm
 LIBS_CLIENT := $(shell pkg-config --libs libprotobuf-c) -ldl
 LIBS_CHECK := $(shell pkg-config --libs check)
 LIBS_JSON := $(shell pkg-config --libs jansson)

@@ -405,6 +405,7 @@ static void show_status(const json_t *r)
 	   jbool(r, "socket_activated", false) ? " (socket-activated)" : "");
 	kv("admin socket", "%s", jstr(r, "admin_socket", "?"));
 	kv("authentication", "%s", jbool(r, "authentication", false) ? "on" : "off");
+	kv("tcp encryption", "%s", jbool(r, "tcp_encryption", false) ? "on (TLS 1.3)" : "off");
 	kv("log level", "%s", jstr(r, "log_level", "?"));
 	kv("clients", "%" PRIu64, ju64(r, "clients", 0));
 	human_bytes(ju64(r, "registered_bytes", 0), b1, sizeof(b1));

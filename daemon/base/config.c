@@ -43,6 +43,7 @@ enum key_type {
 	KEY_LEVEL,     /* log level name in an int */
 	KEY_TRANSPORT, /* enum config_transport */
 	KEY_GPU_REG,   /* enum config_gpu_registration */
+	KEY_ONOFF,     /* off or on in a bool */
 	KEY_TYPE_MAX,  /* terminator */
 };
 
@@ -119,6 +120,11 @@ static const struct config_key g_keys[] = {
 	 KEY_EMPTY | KEY_NO_WILDCARD,
 	 "Numeric address written into region descriptors for peers to connect to. Empty means "
 	 "the listen address, so it must be set when listen is 0.0.0.0 or ::."},
+	{"transport", "tcp_encryption", KEY_ONOFF, FIELD(tcp_encryption), 0, 1, 0,
+	 "on wraps every TCP connection between daemons in TLS 1.3 with a pre-shared key derived "
+	 "from [auth] key_file (required then): the payload is encrypted and the key proven "
+	 "inside the channel. off keeps the plain wire. Both ends must use the same setting. "
+	 "RDMA verbs traffic is never encrypted."},
 
 	{"auth", "key_file", KEY_PATH, FIELD(auth_key_file), 0, 0, KEY_EMPTY | KEY_RELOAD,
 	 "Absolute path of the file holding the shared key with which daemons authenticate each "
@@ -822,6 +828,13 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 		}
 		*ret_why = "expected auto, tcp or verbs";
 		return -EINVAL;
+	case KEY_ONOFF:
+		if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0) {
+			*ret_why = "expected off or on";
+			return -EINVAL;
+		}
+		*(bool *)field(cfg, k) = value[1] == 'n';
+		return 0;
 	case KEY_GPU_REG:
 		for (int g = 0; g < CONFIG_GPU_REG_MAX; g++) {
 			if (strcmp(value, g_gpu_reg_names[g]) == 0) {
@@ -867,6 +880,9 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 		snprintf(buf, size, "%s",
 			 config_transport_name(*(const enum config_transport *)cfield(cfg, k)));
 		return;
+	case KEY_ONOFF:
+		snprintf(buf, size, "%s", *(const bool *)cfield(cfg, k) ? "on" : "off");
+		return;
 	case KEY_GPU_REG:
 		snprintf(buf, size, "%s",
 			 config_gpu_registration_name(
@@ -908,6 +924,7 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 	case KEY_LEVEL:
 	case KEY_TRANSPORT:
 	case KEY_GPU_REG:
+	case KEY_ONOFF:
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -1350,6 +1367,12 @@ int config_validate(const struct config *cfg, char *err, size_t err_size)
 	     strcmp(cfg->auth_key_file, cfg->admin_socket_path) == 0)) {
 		set_err(err, err_size, "[auth] key_file '%s' is also a socket path",
 			cfg->auth_key_file);
+		return -EINVAL;
+	}
+	if (cfg->tcp_encryption && cfg->auth_key_file[0] == '\0') {
+		set_err(err, err_size,
+			"[transport] tcp_encryption = on needs [auth] key_file: the TLS key is "
+			"derived from it");
 		return -EINVAL;
 	}
 	if (cfg->advertise_addr[0] == '\0' && is_wildcard(cfg->listen_addr)) {

@@ -44,6 +44,7 @@ struct config {
 	char listen_addr[64];    /* numeric address daemons connect to (TCP and rdma_cm) */
 	uint16_t listen_port;    /* TCP transport port; 0 = ephemeral */
 	char advertise_addr[64]; /* address put in descriptors; default listen_addr */
+	bool tcp_encryption;     /* TLS 1.3 with a PSK from the auth key on TCP peer links */
 
 	/* [auth] */
 	char auth_key_file[256]; /* shared key for daemon-to-daemon HMAC; empty = off */

@@ -31,6 +31,12 @@ const char *const counters_conn_event_names[COUNTERS_CONN_EVENT_MAX] = {
 	[COUNTERS_CONN_CLOSED] = "closed",
 };
 
+const char *const counters_tls_mode_names[COUNTERS_TLS_MODE_MAX] = {
+	[COUNTERS_TLS_KTLS] = "ktls",
+	[COUNTERS_TLS_KTLS_TX] = "ktls_tx",
+	[COUNTERS_TLS_USER] = "user",
+};
+
 _Static_assert(RDMAX__V1__STATUS__GPU_ADDRESS_REUSED < COUNTERS_STATUSES,
 	       "COUNTERS_STATUSES too small");
 

@@ -26,6 +26,14 @@ enum counters_conn_event {
 	COUNTERS_CONN_EVENT_MAX,   /* terminator */
 };
 
+/* How a TLS-wrapped TCP connection moves its bytes ([transport] tcp_encryption = on). */
+enum counters_tls_mode {
+	COUNTERS_TLS_KTLS,     /* kernel TLS both ways: plain sendmsg()/recvmsg() on the socket */
+	COUNTERS_TLS_KTLS_TX,  /* kernel TLS for sending, OpenSSL for receiving */
+	COUNTERS_TLS_USER,     /* OpenSSL both ways (no kernel TLS) */
+	COUNTERS_TLS_MODE_MAX, /* terminator */
+};
+
 /* Upper bounds of the latency (seconds) and size (bytes) buckets; +Inf is implicit. */
 extern const double counters_latency_bounds[];
 extern const size_t counters_latency_buckets;
@@ -34,6 +42,8 @@ extern const size_t counters_size_buckets;
 /* "tcp", "verbs", "other": the names of conn_events' first index. */
 extern const char *const counters_transport_names[COUNTERS_TRANSPORTS];
 extern const char *const counters_conn_event_names[COUNTERS_CONN_EVENT_MAX];
+/* "ktls", "ktls_tx", "user" */
+extern const char *const counters_tls_mode_names[COUNTERS_TLS_MODE_MAX];
 
 struct histogram {
 	uint64_t buckets[32]; /* non-cumulative counts; last used slot is +Inf */
@@ -61,8 +71,9 @@ struct counters {
 	uint32_t n_peers;
 	struct peer_stats other; /* peers beyond COUNTERS_PEERS */
 	uint64_t conn_events[COUNTERS_TRANSPORTS][COUNTERS_CONN_EVENT_MAX];
-	uint64_t imm_writes; /* jobs carrying an imm that completed OK here */
-	uint64_t imm_fired;  /* ExpectImm claims that reached their count */
+	uint64_t tcp_tls[COUNTERS_TLS_MODE_MAX]; /* TLS handshakes completed, by data path */
+	uint64_t imm_writes;                     /* jobs carrying an imm that completed OK here */
+	uint64_t imm_fired;                      /* ExpectImm claims that reached their count */
 	uint64_t total_jobs;
 	uint64_t total_bytes;
 };

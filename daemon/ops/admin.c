@@ -308,6 +308,7 @@ static int cmd_status(struct admin *a, struct json *j, int argc, char **argv, ch
 	json_bool(j, "socket_activated", d->client_listen_fd > 0);
 	json_str(j, "log_level", log_level_name(log_get_level()));
 	json_bool(j, "authentication", d->auth_key_len > 0);
+	json_bool(j, "tcp_encryption", d->cfg.tcp_encryption);
 	json_str(j, "configured_transport", config_transport_name(d->cfg.transport));
 	struct discovery_stats ds;
 	discovery_get_stats(d->discovery, &ds);

@@ -454,6 +454,17 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 				    m->conn_events[k][e]);
 		}
 	}
+	if (daemon->cfg.tcp_encryption) {
+		family(&t, "rdmaxd_tcp_tls_connections_total", "counter",
+		       "TCP connections to peer daemons whose TLS handshake completed, by data "
+		       "path: ktls (kernel TLS both ways), ktls_tx (kernel sends, OpenSSL "
+		       "receives), user (OpenSSL both ways).");
+		for (size_t i = 0; i < COUNTERS_TLS_MODE_MAX; i++) {
+			text_printf(&t,
+				    "rdmaxd_tcp_tls_connections_total{mode=\"%s\"} %" PRIu64 "\n",
+				    counters_tls_mode_names[i], m->tcp_tls[i]);
+		}
+	}
 	struct conn_count counts[ENDPOINT_MAX] = {0};
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		struct transport *tr = daemon->transports[k];
@@ -607,6 +618,11 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 		}
 	}
 	json_arr_close(j);
+	for (size_t i = 0; i < COUNTERS_TLS_MODE_MAX; i++) {
+		char name[48];
+		snprintf(name, sizeof(name), "tcp_tls_connections_%s", counters_tls_mode_names[i]);
+		json_u64(j, name, m->tcp_tls[i]);
+	}
 	json_u64(j, "regions", metrics->daemon->regions.count);
 	json_u64(j, "registered_bytes", metrics->daemon->regions.total_bytes);
 	json_u64(j, "registrations_total",

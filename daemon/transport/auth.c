@@ -12,6 +12,10 @@
  * (u16 LE), the two ends of the TCP connection. The HMAC key
  * is SHA-256 of the shared key, because HMAC pads short keys with zeros and
  * would otherwise treat "k" and "k\0" as the same key.
+ *
+ * With [transport] tcp_encryption = on the key also yields, by HKDF-SHA256
+ * with the labels "rdmaxd-tcp-tls-psk-v1" and "rdmaxd-tcp-tls-id-v1", the
+ * TLS 1.3 external PSK and the key fingerprint sent as its identity.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -113,6 +117,58 @@ int auth_verify(const uint8_t *key, size_t key_len, enum auth_role role,
 	err = sodium_memcmp(expected, mac, AUTH_MAC_BYTES) == 0 ? 0 : RDMAX_E_PERMISSION_DENIED;
 	sodium_memzero(expected, sizeof(expected));
 	return err;
+}
+
+int auth_hkdf_sha256(const uint8_t *salt, size_t salt_len, const uint8_t *ikm, size_t ikm_len,
+		     const uint8_t *info, size_t info_len, uint8_t *out, size_t out_len)
+{
+	static const uint8_t zero_salt[crypto_auth_hmacsha256_BYTES];
+	crypto_auth_hmacsha256_state state;
+	uint8_t prk[crypto_auth_hmacsha256_BYTES];
+	uint8_t t[crypto_auth_hmacsha256_BYTES];
+	size_t done = 0;
+
+	if (out_len > 255 * sizeof(t)) {
+		return -EINVAL;
+	}
+	if (!salt || salt_len == 0) {
+		salt = zero_salt;
+		salt_len = sizeof(zero_salt);
+	}
+	crypto_auth_hmacsha256_init(&state, salt, salt_len);
+	crypto_auth_hmacsha256_update(&state, ikm, ikm_len);
+	crypto_auth_hmacsha256_final(&state, prk);
+	for (uint8_t i = 1; done < out_len; i++) {
+		crypto_auth_hmacsha256_init(&state, prk, sizeof(prk));
+		if (i > 1) {
+			crypto_auth_hmacsha256_update(&state, t, sizeof(t));
+		}
+		crypto_auth_hmacsha256_update(&state, info, info_len);
+		crypto_auth_hmacsha256_update(&state, &i, 1);
+		crypto_auth_hmacsha256_final(&state, t);
+		size_t n = MIN(sizeof(t), out_len - done);
+		memcpy(out + done, t, n);
+		done += n;
+	}
+	sodium_memzero(&state, sizeof(state));
+	sodium_memzero(prk, sizeof(prk));
+	sodium_memzero(t, sizeof(t));
+	return 0;
+}
+
+int auth_tls_psk(const uint8_t *key, size_t key_len, uint8_t *ret_psk, uint8_t *ret_id)
+{
+	static const char psk_label[] = "rdmaxd-tcp-tls-psk-v1";
+	static const char id_label[] = "rdmaxd-tcp-tls-id-v1";
+
+	if (!key || key_len == 0) {
+		return -EINVAL;
+	}
+	auth_hkdf_sha256(NULL, 0, key, key_len, (const uint8_t *)psk_label, strlen(psk_label),
+			 ret_psk, AUTH_TLS_PSK_BYTES);
+	auth_hkdf_sha256(NULL, 0, key, key_len, (const uint8_t *)id_label, strlen(id_label), ret_id,
+			 AUTH_TLS_ID_BYTES);
+	return 0;
 }
 
 bool auth_equal(const uint8_t *a, const uint8_t *b, size_t n)

@@ -16,8 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AUTH_NONCE_BYTES 32
-#define AUTH_MAC_BYTES   32
+#define AUTH_NONCE_BYTES   32
+#define AUTH_MAC_BYTES     32
+#define AUTH_TLS_PSK_BYTES 32 /* TLS 1.3 external PSK derived from the shared key */
+#define AUTH_TLS_ID_BYTES  8  /* key fingerprint in the PSK identity */
 
 /* Which side of a connection computes the proof. */
 enum auth_role {
@@ -74,6 +76,24 @@ int auth_compute(const uint8_t *key, size_t key_len, enum auth_role role,
  */
 int auth_verify(const uint8_t *key, size_t key_len, enum auth_role role,
 		const struct auth_transcript *transcript, const uint8_t *mac);
+
+/*
+ * HKDF-SHA256 (RFC 5869): extract with salt (NULL or empty: 32 zero bytes),
+ * expand with info into out_len bytes.
+ * \return 0, or -EINVAL when out_len exceeds 255 * 32 bytes
+ */
+int auth_hkdf_sha256(const uint8_t *salt, size_t salt_len, const uint8_t *ikm, size_t ikm_len,
+		     const uint8_t *info, size_t info_len, uint8_t *out, size_t out_len);
+
+/*
+ * The TLS external PSK of the shared key and a fingerprint of it that may
+ * travel in the clear (the PSK identity), each HKDF-SHA256 of the key with
+ * its own label, so neither reveals the key, the HMAC proofs or the other.
+ * \param ret_psk receives AUTH_TLS_PSK_BYTES
+ * \param ret_id receives AUTH_TLS_ID_BYTES
+ * \return 0, or -EINVAL for an empty key
+ */
+int auth_tls_psk(const uint8_t *key, size_t key_len, uint8_t *ret_psk, uint8_t *ret_id);
 
 /* Whether n bytes of a and b are equal, in constant time (proofs must not leak a prefix). */
 bool auth_equal(const uint8_t *a, const uint8_t *b, size_t n);

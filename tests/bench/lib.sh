@@ -4,13 +4,14 @@
 # sourced, not run. Expects $build, $run (a directory for sockets and logs)
 # and a pids array in the caller.
 
-# start_daemon NAME PART: an rdmaxd over TCP on loopback, socket $run/NAME.sock,
-# its pid appended to pids; says "SKIP PART: ..." and fails when it does not start.
+# start_daemon NAME PART [RDMAXD-ARGS...]: an rdmaxd over TCP on loopback, socket
+# $run/NAME.sock, its pid appended to pids; says "SKIP PART: ..." and fails when it
+# does not start.
 start_daemon() {
 	local i
 	# Port 0: the kernel picks free ports, descriptors carry them.
 	"$build/rdmaxd" --node-name "$1" --socket "$run/$1.sock" --transport tcp \
-		--listen 127.0.0.1 --port 0 --log-level notice 2>"$run/$1.log" &
+		--listen 127.0.0.1 --port 0 --log-level notice "${@:3}" 2>"$run/$1.log" &
 	pids+=($!)
 	for ((i = 0; i < 100; i++)); do
 		[ -S "$run/$1.sock" ] && return 0

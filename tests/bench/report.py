@@ -166,6 +166,7 @@ METRICS = {
     "tcp_lat": [("p50_us", "p50 us", True), ("p99_us", "p99 us", True)],
     "tcp_paged": [("Gbps", "Gb/s", False)],
     "tcp_kv": [("Gbps", "Gb/s", False)],
+    "tcp_tls": [("Gbps", "Gb/s", False)],
     "same_node": [("Gbps", "Gb/s", False)],
     "write_1qp": [("Gbps", "Gb/s", False)],
     "read_1qp": [("Gbps", "Gb/s", False)],
@@ -182,6 +183,7 @@ REFERENCE = {
     "tcp_lat": "tcp-stream --lat",
     "tcp_paged": "tcp-stream",
     "tcp_kv": "tcp-stream",
+    "tcp_tls": "rdmaxd plain TCP",
     "same_node": "memcpy",
     "kv": "ib_write_bw",
 }
@@ -194,6 +196,7 @@ TOOLS = {
     "ucxput": "UCX put tcp",
     "ucx": "UCX put 1QP",
     "ucxget": "UCX get 1QP",
+    "plain": "rdmaxd plain TCP",
 }
 LAT_TOOLS = {"ucxtag": "UCX tag_lat x2", "ucxput": "UCX put_lat x2", "ucx": "UCX put_lat x2"}
 ORDER = list(METRICS)
@@ -389,6 +392,8 @@ def main():
         "tcp_vs_ucx@1MiB": find(rows, "host", "tcp_write", 1 << 20, "Gb/s", tool="ucxtag"),
         "tcp_vs_best@1MiB": worst(rows, "host", "tcp_write", 1 << 20, "Gb/s",
                                   ("iperf3", "spin", "ucxtag")),
+        # tcp_encryption = on against the same daemons' plain TCP, same run.
+        "tcp_tls@1MiB": find(rows, "host", "tcp_tls", 1 << 20, "Gb/s", tool="plain"),
         "kv_tcp": worst(rows, "host", "tcp_kv", None, "Gb/s", ("iperf3",)),
         "kv_verbs": worst(rows, "guest", "kv", None, "Gb/s", ("default",)),
         "same_node@1MiB": find(rows, "host", "same_node", 1 << 20, "Gb/s"),

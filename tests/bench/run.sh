@@ -8,6 +8,8 @@
 #       streams that sleep or poll (tests/bench/tcp-stream, --spin, --batch),
 #       iperf3 and UCX over TCP (ucx_perftest), and same-node copies (two
 #       clients of one daemon) against memcpy;
+#       and the cost of TLS: rdmaxd with tcp_encryption = on against the
+#       same daemons' plain TCP, alternating (tcp_tls rows);
 #   (c) scaling (tests/bench/scaling.sh): 1, 2, 4, 8 client processes on one
 #       daemon, bandwidth, job rate and the daemon's RSS.
 # Reference and rdmax alternate per size. Then tests/bench/report.py prints
@@ -98,7 +100,7 @@ cleanup() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
 	pids=()
-	for f in a b serve; do
+	for f in a b serve ta tb tserve; do
 		[ -e "$run/$f.log" ] && cp "$run/$f.log" "$out/host-daemon-$f.log"
 	done
 	rm -rf "$run"
@@ -228,6 +230,48 @@ rdmax() { # TEST SIZE REP
 	mv "$file.tmp" "$file"
 }
 
+# The cost of tcp_encryption = on: WRITEs between a second pair of daemons with TLS
+# (userspace OpenSSL on a host without kernel TLS) against the plain pair, run
+# back to back per repetition; the plain run is this row's reference ("plain").
+tls_rows() {
+	local size rep tserve file plain
+	local -a common
+	printf 'bench-tls-key-%s\n' "$RANDOM$RANDOM$RANDOM" >"$run/tls.key" && chmod 600 "$run/tls.key"
+	local first=${#pids[@]}
+	if ! start_daemon ta "host tls rows" --log-level info --auth-key-file "$run/tls.key" \
+		--set transport.tcp_encryption=on ||
+		! start_daemon tb "host tls rows" --log-level info --auth-key-file "$run/tls.key" \
+			--set transport.tcp_encryption=on; then
+		host_failed=1
+		return 1
+	fi
+	"$build/rdmax-bench" serve --socket "$run/tb.sock" --desc "$run/tb.desc" --size 8M \
+		2>"$run/tserve.log" &
+	tserve=$!
+	for size in 1048576 65536; do
+		for ((rep = 1; rep <= reps; rep++)); do
+			common=(run -o write -w 64 -b 16 -D "$secs" -s "$size")
+			file="$out/host-rdmax-tcp_tls-$size-r$rep.json"
+			plain="$out/host-ref@plain-tcp_tls-$size-r$rep.json"
+			timeout 120 "$build/rdmax-bench" "${common[@]}" --socket "$run/a.sock" \
+				--desc "$run/b.desc" --daemon-pid "${pids[0]}" --peer-daemon-pid "${pids[1]}" \
+				--label "host tcp_tls plain" --json="$plain" >"$run/bench.out" 2>&1 ||
+				echo "host: plain TCP run for tcp_tls $size B failed: $(tail -n 2 "$run/bench.out" | tr '\n' ' ')"
+			if ! timeout 120 "$build/rdmax-bench" "${common[@]}" --socket "$run/ta.sock" \
+				--desc "$run/tb.desc" --daemon-pid "${pids[first]}" \
+				--peer-daemon-pid "${pids[first + 1]}" --label "host tcp_tls" \
+				--json="$file" >"$run/bench.out" 2>&1; then
+				echo "host: rdmax-bench tcp_tls $size B failed: $(tail -n 3 "$run/bench.out" | tr '\n' ' ')"
+				rm -f "$file"
+				host_failed=1
+			fi
+		done
+		echo "host: tcp_tls $size B done ($(grep -o 'data path [a-z_]*' "$run/ta.log" | sort -u | tr '\n' ' '))"
+	done
+	kill -TERM "$tserve" 2>/dev/null
+	wait "$tserve" 2>/dev/null
+}
+
 # TEST SIZE REFERENCES. Missing tools (iperf3, ucx_perftest) leave their rows out.
 plan=(
 	"tcp_write 1048576 tcp-stream,spin,iperf3,ucxtag,ucxput"
@@ -277,6 +321,7 @@ if start_daemon a "host part" && start_daemon b "host part"; then
 		done
 		echo "host: $test $size B done"
 	done
+	tls_rows
 else
 	host_failed=1
 fi

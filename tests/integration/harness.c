@@ -278,6 +278,31 @@ void itest_child_setup(pid_t parent)
 
 /* ----------------------------------------------------------------- daemons */
 
+/* The whole log is read, so a needle never falls between two reads. */
+bool itest_log_contains(const struct itest_daemon *d, const char *needle)
+{
+	FILE *f = fopen(d->log_path, "re");
+	char *text = NULL;
+	size_t size = 0;
+	bool found = false;
+
+	if (!f) {
+		return false;
+	}
+	FILE *mem = open_memstream(&text, &size);
+	char buf[65536];
+	size_t n;
+	while (mem && (n = fread(buf, 1, sizeof(buf), f)) > 0) {
+		fwrite(buf, 1, n, mem);
+	}
+	fclose(f);
+	if (mem && fclose(mem) == 0) {
+		found = strstr(text, needle) != NULL;
+	}
+	free(text);
+	return found;
+}
+
 static const char *daemon_binary(void)
 {
 	static char path[512];
@@ -645,8 +670,8 @@ bool itest_daemon_maps(const struct itest_daemon *d, const char *needle)
 	return found;
 }
 
-/* One field of the daemon's admin "status" reply, or UINT64_MAX when it cannot be read. */
-static uint64_t status_field(const struct itest_daemon *d, const char *field)
+/* One field of the daemon's admin reply to cmd, or UINT64_MAX when it cannot be read. */
+static uint64_t admin_field(const struct itest_daemon *d, const char *cmd, const char *field)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	char reply[65536], key[64];
@@ -663,7 +688,7 @@ static uint64_t status_field(const struct itest_daemon *d, const char *field)
 		return value;
 	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    send(fd, "status", 6, MSG_NOSIGNAL) == 6) {
+	    send(fd, cmd, strlen(cmd), MSG_NOSIGNAL) == (ssize_t)strlen(cmd)) {
 		ssize_t n = recv(fd, reply, sizeof(reply) - 1, 0);
 		if (n > 0) {
 			reply[n] = '\0';
@@ -682,12 +707,17 @@ void itest_wait_status(const struct itest_daemon *d, const char *field, uint64_t
 {
 	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS, got;
 
-	while ((got = status_field(d, field)) != want && itest_now_ms() < deadline) {
+	while ((got = admin_field(d, "status", field)) != want && itest_now_ms() < deadline) {
 		itest_sleep_ms(10);
 	}
 	ck_assert_msg(got == want,
 		      "daemon %s: status field '%s' is %" PRIu64 ", waited for %" PRIu64, d->name,
 		      field, got, want);
+}
+
+uint64_t itest_stats_field(const struct itest_daemon *d, const char *field)
+{
+	return admin_field(d, "stats", field);
 }
 
 void itest_wait_maps(const struct itest_daemon *d, const char *needle, bool want)

@@ -108,6 +108,8 @@ bool itest_daemon_maps(const struct itest_daemon *d, const char *needle);
  */
 void itest_wait_status(const struct itest_daemon *d, const char *field, uint64_t want);
 /* Wait (up to ITEST_WAIT_MS) until itest_daemon_maps(d, needle) is want. */
+/* A numeric field of the daemon's admin "stats" reply; UINT64_MAX when it cannot be read. */
+uint64_t itest_stats_field(const struct itest_daemon *d, const char *field);
 void itest_wait_maps(const struct itest_daemon *d, const char *needle, bool want);
 /* A TCP port on addr that nobody listens on right now. */
 uint16_t itest_free_port(const char *addr);
@@ -217,6 +219,25 @@ void itest_report_leftovers(void);
 void itest_child_setup(pid_t parent);
 
 /* Test cases, one TCase each (see README.md). */
+/* t_peer.c, shared with t_tls.c: what an attacker learns from a descriptor. */
+struct itest_target {
+	uint64_t instance;
+	uint64_t region_id;
+	uint64_t region_key;
+	char addr[64];
+	uint16_t port;
+};
+struct rdmax_desc;
+struct itest_target itest_target_of(const struct rdmax_desc *desc);
+/* The descriptor with its one endpoint replaced by addr:port; the instance id is kept. */
+struct rdmax_desc itest_via(const struct rdmax_desc *real, const char *addr, uint16_t port);
+/* A listening socket on addr, any port. */
+int itest_listen_any(const char *addr, uint16_t *ret_port);
+/* Child process body: a byte relay to addr:port, copying what it relays to capture (or -1). */
+void itest_relay(int lfd, const char *addr, uint16_t port, int capture) __attribute__((noreturn));
+/* Whether the daemon's log holds needle. */
+bool itest_log_contains(const struct itest_daemon *d, const char *needle);
+
 TCase *itest_tcase_transfer(void);
 TCase *itest_tcase_concurrency(void);
 TCase *itest_tcase_imm(void);
@@ -235,6 +256,7 @@ TCase *itest_tcase_harden(void);
 TCase *itest_tcase_peer(void);
 TCase *itest_tcase_names(void);
 TCase *itest_tcase_discovery(void);
+TCase *itest_tcase_tls(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

@@ -40,19 +40,10 @@
 #define HELLO_F_BOUND 0x2u
 #define TEST_KEY      "peer-test-key-0123456789abcdef\n"
 
-/* What an attacker learns from a descriptor (or from sniffing the wire). */
-struct target {
-	uint64_t instance;
-	uint64_t region_id;
-	uint64_t region_key;
-	char addr[64];
-	uint16_t port;
-};
-
-static struct target target_of(const struct rdmax_desc *desc)
+struct itest_target itest_target_of(const struct rdmax_desc *desc)
 {
 	Rdmax__V1__RegionDesc *m = rdmax__v1__region_desc__unpack(NULL, desc->len, desc->bytes);
-	struct target t;
+	struct itest_target t;
 
 	ck_assert_ptr_nonnull(m);
 	ck_assert_uint_ge(m->n_endpoints, 1);
@@ -66,7 +57,7 @@ static struct target target_of(const struct rdmax_desc *desc)
 }
 
 /* The descriptor with its one endpoint replaced by addr:port; the instance id is kept. */
-static struct rdmax_desc via(const struct rdmax_desc *real, const char *addr, uint16_t port)
+struct rdmax_desc itest_via(const struct rdmax_desc *real, const char *addr, uint16_t port)
 {
 	Rdmax__V1__RegionDesc *m = rdmax__v1__region_desc__unpack(NULL, real->len, real->bytes);
 	uint8_t buf[RDMAX_DESC_MAX];
@@ -229,7 +220,7 @@ static int64_t closed_after(int fd, int timeout_ms)
 }
 
 /* Open a connection from src and finish the unauthenticated handshake; -1 if refused. */
-static int handshaken(const char *src, const struct target *t, uint64_t my_instance)
+static int handshaken(const char *src, const struct itest_target *t, uint64_t my_instance)
 {
 	int fd = dial(src, t->addr, t->port);
 
@@ -252,8 +243,11 @@ static void run_ok(struct rdmax_client *c, const struct rdmax_job *job, const ch
 
 /* --------------------------------------------------------------- relay */
 
-/* Child: relay every connection to addr:port, byte for byte, both ways. */
-static void relay(int lfd, const char *addr, uint16_t port)
+/*
+ * Child: relay every connection to addr:port, byte for byte, both ways; with
+ * capture >= 0 every relayed byte is also appended there (a sniffer).
+ */
+void itest_relay(int lfd, const char *addr, uint16_t port, int capture)
 {
 	uint8_t buf[65536];
 
@@ -280,6 +274,9 @@ static void relay(int lfd, const char *addr, uint16_t port)
 				ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
 				open = n > 0 &&
 				       send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL) == n;
+				if (open && capture >= 0 && write(capture, buf, (size_t)n) != n) {
+					_exit(1);
+				}
 			}
 		}
 		close(a);
@@ -287,7 +284,7 @@ static void relay(int lfd, const char *addr, uint16_t port)
 	}
 }
 
-static int listen_any(const char *addr, uint16_t *ret_port)
+int itest_listen_any(const char *addr, uint16_t *ret_port)
 {
 	struct sockaddr_in sin = sin_of(addr, 0);
 	socklen_t len = sizeof(sin);
@@ -324,7 +321,7 @@ START_TEST(peer_relay_refused)
 	struct rdmax_region *dst = itest_alloc(cv, 64 * KiB, ACCESS_RW);
 	struct rdmax_region *src = itest_alloc(cd, 64 * KiB, RDMAX_ACCESS_LOCAL);
 	struct rdmax_desc real = itest_desc(dst);
-	struct target t = target_of(&real);
+	struct itest_target t = itest_target_of(&real);
 	itest_fill(itest_bytes(src), 64 * KiB, 61);
 
 	/* The two keyed daemons talk directly. */
@@ -332,15 +329,15 @@ START_TEST(peer_relay_refused)
 	run_ok(cd, &job, "direct WRITE between keyed daemons");
 	memset(itest_bytes(dst), 0, 64 * KiB);
 
-	int lfd = listen_any(itest_addr_b(), &rport);
+	int lfd = itest_listen_any(itest_addr_b(), &rport);
 	pid_t parent = getpid(), child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
 		itest_child_setup(parent);
-		relay(lfd, t.addr, t.port);
+		itest_relay(lfd, t.addr, t.port, -1);
 	}
 	close(lfd);
-	struct rdmax_desc relayed = via(&real, itest_addr_b(), rport);
+	struct rdmax_desc relayed = itest_via(&real, itest_addr_b(), rport);
 	job = itest_job(2, RDMAX_OP_WRITE, src, 0, &relayed, 0, 64 * KiB);
 	struct rdmax_event ev = itest_run_job(cd, &job, ITEST_WAIT_MS);
 	ck_assert_msg(ev.status == RDMAX_E_PERMISSION_DENIED,
@@ -385,7 +382,7 @@ START_TEST(peer_handshake_refusals)
 	struct rdmax_client *cv = itest_client(v, "victim-app");
 	struct rdmax_region *dst = itest_alloc(cv, 4096, ACCESS_RW);
 	struct rdmax_desc real = itest_desc(dst);
-	struct target t = target_of(&real);
+	struct itest_target t = itest_target_of(&real);
 	uint32_t status = 0;
 
 	int fd = dial(itest_addr_a(), t.addr, t.port);
@@ -420,7 +417,7 @@ END_TEST
 static struct itest_daemon *victim_with_region(const char *peer_timeout_ms,
 					       struct rdmax_client **ret_client,
 					       struct rdmax_region **ret_region,
-					       struct target *ret_target)
+					       struct itest_target *ret_target)
 {
 	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
 
@@ -430,7 +427,7 @@ static struct itest_daemon *victim_with_region(const char *peer_timeout_ms,
 	*ret_client = itest_client(v, "victim-app");
 	*ret_region = itest_alloc(*ret_client, 64 * KiB, ACCESS_RW);
 	struct rdmax_desc desc = itest_desc(*ret_region);
-	*ret_target = target_of(&desc);
+	*ret_target = itest_target_of(&desc);
 	return v;
 }
 
@@ -461,7 +458,7 @@ START_TEST(peer_slots)
 	struct rdmax_region *vbuf = itest_alloc(cv, 64 * KiB, ACCESS_RW);
 	struct rdmax_region *bbuf = itest_alloc(cb, 64 * KiB, ACCESS_RW);
 	struct rdmax_desc vdesc = itest_desc(vbuf), bdesc = itest_desc(bbuf);
-	struct target t = target_of(&vdesc);
+	struct itest_target t = itest_target_of(&vdesc);
 
 	/* Each squatter opens 6 handshaken connections: 3 per address are kept. */
 	for (size_t s = 0; s < 4; s++) {
@@ -563,7 +560,7 @@ START_TEST(peer_trickled_frames)
 	uint8_t frame[HEADER_BYTES + 4096];
 	struct rdmax_client *cv;
 	struct rdmax_region *dst;
-	struct target t;
+	struct itest_target t;
 	struct itest_daemon *v = victim_with_region("1000", &cv, &dst, &t);
 
 	/* A header, a byte every 200 ms. */
@@ -624,7 +621,7 @@ START_TEST(peer_trickle_dereg)
 	uint8_t frame[HEADER_BYTES + 4096];
 	struct rdmax_client *cv;
 	struct rdmax_region *dst;
-	struct target t;
+	struct itest_target t;
 	/* Deadlines far away: only deregistration may end the trickle. */
 	struct itest_daemon *v = victim_with_region("60000", &cv, &dst, &t);
 
@@ -675,7 +672,7 @@ START_TEST(peer_trickle_dereg)
 	struct rdmax_desc od;
 	ck_assert_int_eq(read(pipefd[0], &od, sizeof(od)), (ssize_t)sizeof(od));
 	close(pipefd[0]);
-	struct target ot = target_of(&od);
+	struct itest_target ot = itest_target_of(&od);
 	fd = handshaken("127.0.0.2", &ot, 0x3002);
 	ck_assert_int_ge(fd, 0);
 	header(frame, T_WRITE, 1, ot.instance, ot.region_id, ot.region_key, 0, 4096);
@@ -753,7 +750,7 @@ START_TEST(peer_emfile_backoff)
 	struct rdmax_client *cv = itest_client(v, "victim-app");
 	struct rdmax_region *dst = itest_alloc(cv, 4096, ACCESS_RW);
 	struct rdmax_desc desc = itest_desc(dst);
-	struct target t = target_of(&desc);
+	struct itest_target t = itest_target_of(&desc);
 	struct rlimit old, low;
 
 	ck_assert_int_eq(prlimit(v->pid, RLIMIT_NOFILE, NULL, &old), 0);

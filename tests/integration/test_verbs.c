@@ -22,28 +22,6 @@
 
 #define ACCESS_RW (RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE)
 
-static bool log_contains(const struct itest_daemon *d, const char *needle)
-{
-	char buf[65536];
-	int fd = open(d->log_path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-	bool found = false;
-
-	if (fd < 0) {
-		return false;
-	}
-	/* Logs of these cases are small; a needle split across reads is not expected. */
-	while ((n = read(fd, buf, sizeof(buf) - 1)) > 0) {
-		buf[n] = '\0';
-		if (strstr(buf, needle)) {
-			found = true;
-			break;
-		}
-	}
-	close(fd);
-	return found;
-}
-
 START_TEST(verbs_descriptor_endpoints)
 {
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
@@ -68,7 +46,7 @@ START_TEST(verbs_descriptor_endpoints)
 	}
 	ck_assert_msg(verbs >= 1, "descriptor has no verbs endpoint");
 	rdmax__v1__region_desc__free_unpacked(m, NULL);
-	ck_assert_msg(log_contains(b, "transport: verbs"), "daemon did not choose verbs");
+	ck_assert_msg(itest_log_contains(b, "transport: verbs"), "daemon did not choose verbs");
 	rdmax_client_close(cb);
 	itest_daemon_stop(b);
 	itest_daemon_free(b);
@@ -161,8 +139,9 @@ START_TEST(verbs_wrong_key_refused_at_connect)
 		ck_assert_msg(itest_bytes(dst)[i] == 0, "a refused peer changed byte %d", i);
 	}
 	/* The accepting side refused the request itself, before any QP existed. */
-	ck_assert_msg(log_contains(b, "refused connection from"), "no refusal in b's log");
-	ck_assert_msg(!log_contains(b, "accepting QP"), "b allocated a QP for a refused peer");
+	ck_assert_msg(itest_log_contains(b, "refused connection from"), "no refusal in b's log");
+	ck_assert_msg(!itest_log_contains(b, "accepting QP"),
+		      "b allocated a QP for a refused peer");
 
 	rdmax_client_close(ca);
 	rdmax_client_close(cb);
@@ -455,7 +434,7 @@ START_TEST(verbs_rails_stripe_pin_failover)
 	ck_assert_msg(system(cmd) == 0, "'%s' failed", cmd);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), count * size,
 			    "writes across a failed device");
-	ck_assert_msg(log_contains(a, "re-issued"), "a did not log a re-issued chunk");
+	ck_assert_msg(itest_log_contains(a, "re-issued"), "a did not log a re-issued chunk");
 	/* Still working on the remaining pair. */
 	job = itest_job(5000, RDMAX_OP_READ, src, 0, &desc, 0, 4 * size);
 	memset(itest_bytes(src), 0, 4 * size);

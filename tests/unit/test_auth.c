@@ -3,6 +3,7 @@
 #include <check.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -211,6 +212,72 @@ START_TEST(bad_arguments)
 }
 END_TEST
 
+static void hex_eq(const uint8_t *got, const char *hex, size_t n)
+{
+	char text[2 * 64 + 1];
+
+	ck_assert_uint_le(n, 64);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(text + 2 * i, 3, "%02x", got[i]);
+	}
+	ck_assert_str_eq(text, hex);
+}
+
+/* RFC 5869 test cases 1 and 3 (SHA-256): the derivation is HKDF, not something like it. */
+START_TEST(hkdf_rfc5869)
+{
+	uint8_t ikm[22], salt[13], info[10], okm[42];
+
+	memset(ikm, 0x0b, sizeof(ikm));
+	for (size_t i = 0; i < sizeof(salt); i++) {
+		salt[i] = (uint8_t)i;
+	}
+	for (size_t i = 0; i < sizeof(info); i++) {
+		info[i] = (uint8_t)(0xf0 + i);
+	}
+	ck_assert_int_eq(auth_init(), 0);
+	ck_assert_int_eq(auth_hkdf_sha256(salt, sizeof(salt), ikm, sizeof(ikm), info, sizeof(info),
+					  okm, sizeof(okm)),
+			 0);
+	hex_eq(okm,
+	       "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185"
+	       "865",
+	       sizeof(okm));
+	ck_assert_int_eq(auth_hkdf_sha256(NULL, 0, ikm, sizeof(ikm), NULL, 0, okm, sizeof(okm)), 0);
+	hex_eq(okm,
+	       "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96"
+	       "c8",
+	       sizeof(okm));
+	ck_assert_int_eq(auth_hkdf_sha256(NULL, 0, ikm, sizeof(ikm), NULL, 0, okm, 255 * 32 + 1),
+			 -EINVAL);
+}
+END_TEST
+
+/* The TLS PSK and its identity: pinned values (both daemons must agree), one per key. */
+START_TEST(tls_psk_derivation)
+{
+	static const uint8_t key[] = "peer-test-key-0123456789abcdef\n";
+	uint8_t psk[AUTH_TLS_PSK_BYTES], id[AUTH_TLS_ID_BYTES];
+	uint8_t psk2[AUTH_TLS_PSK_BYTES], id2[AUTH_TLS_ID_BYTES];
+
+	ck_assert_int_eq(auth_init(), 0);
+	ck_assert_int_eq(auth_tls_psk(key, sizeof(key) - 1, psk, id), 0);
+	hex_eq(psk, "f10012aa686ee0d43270bc0b85e04523f2476b5f4b51903bb561fc56afbe93c1",
+	       sizeof(psk));
+	hex_eq(id, "fc8a05cf23f88923", sizeof(id));
+	/* One more byte (even a NUL) is another key, with another PSK and identity. */
+	uint8_t longer[sizeof(key)];
+	memcpy(longer, key, sizeof(key));
+	ck_assert_int_eq(auth_tls_psk(longer, sizeof(longer), psk2, id2), 0);
+	ck_assert(memcmp(psk, psk2, sizeof(psk)) != 0);
+	ck_assert(memcmp(id, id2, sizeof(id)) != 0);
+	/* The PSK is not the HMAC key of the proofs, nor does the identity give away its start. */
+	ck_assert(memcmp(psk, id, sizeof(id)) != 0);
+	ck_assert_int_eq(auth_tls_psk(key, 0, psk2, id2), -EINVAL);
+	ck_assert_int_eq(auth_tls_psk(NULL, 8, psk2, id2), -EINVAL);
+}
+END_TEST
+
 Suite *auth_suite(void);
 
 Suite *auth_suite(void)
@@ -227,6 +294,8 @@ Suite *auth_suite(void)
 	tcase_add_test(tc, replay_rejected);
 	tcase_add_test(tc, bound_ends_rejected);
 	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, hkdf_rfc5869);
+	tcase_add_test(tc, tls_psk_derivation);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -145,6 +145,7 @@ static const char g_every_key[] = "; all keys\n"
 				  "listen = ::\n"
 				  "port = 0\n"
 				  "advertise = fd00::17\n"
+				  "tcp_encryption = on\n"
 				  "[auth]\n"
 				  "key_file = /etc/rdmaxd/key\n"
 				  "[limits]\n"
@@ -223,6 +224,7 @@ START_TEST(every_key_is_parsed)
 	ck_assert_str_eq(cfg.listen_addr, "::");
 	ck_assert_uint_eq(cfg.listen_port, 0);
 	ck_assert_str_eq(cfg.advertise_addr, "fd00::17");
+	ck_assert(cfg.tcp_encryption);
 	ck_assert_str_eq(cfg.auth_key_file, "/etc/rdmaxd/key");
 	ck_assert_uint_eq(cfg.max_clients, 17);
 	ck_assert_uint_eq(cfg.max_message_bytes, 65536);
@@ -283,7 +285,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 60);
+	ck_assert_int_eq(keys, 61);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -690,6 +692,18 @@ START_TEST(validate_rules)
 	ck_assert_str_eq(err, "[limits] max_jobs_per_submit (4097) exceeds max_outstanding_jobs "
 			      "(4096)");
 
+	/* TLS takes its PSK from the shared key: no key, no start. */
+	config_defaults(&cfg);
+	cfg.tcp_encryption = true;
+	ck_assert_int_eq(config_validate(&cfg, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "[transport] tcp_encryption = on needs [auth] key_file: the TLS key "
+			      "is derived from it");
+	snprintf(cfg.auth_key_file, sizeof(cfg.auth_key_file), "%s", "/etc/rdmaxd/key");
+	ck_assert_int_eq(config_validate(&cfg, err, sizeof(err)), 0);
+	ck_assert_int_eq(config_set(&cfg, "transport", "tcp_encryption", "yes", err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "expected off or on"), "%s", err);
+
 	config_defaults(&cfg);
 	snprintf(cfg.admin_socket_path, sizeof(cfg.admin_socket_path), "%s", cfg.socket_path);
 	ck_assert_int_eq(config_validate(&cfg, err, sizeof(err)), -EINVAL);
@@ -758,12 +772,13 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 33);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 34);
 	ck_assert_str_eq(
 		names, "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
 		       "[daemon] socket_mode, "
 		       "[daemon] node_name, [transport] type, [transport] listen, "
-		       "[transport] port, [transport] advertise, [limits] max_message_bytes, "
+		       "[transport] port, [transport] advertise, [transport] tcp_encryption, "
+		       "[limits] max_message_bytes, "
 		       "[peers] connect_timeout_ms, "
 		       "[peers] connect_retries, [peers] retry_backoff_ms, "
 		       "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, [verbs] pin, "
@@ -919,7 +934,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 60);
+	ck_assert_int_eq(keys, 61);
 	free(printed);
 	free(man);
 }

@@ -3,8 +3,9 @@
  * Life of one TCP connection between daemons: creation, its socket and poll
  * handle, the single way it ends (tcp_conn_fail(), which completes every
  * xfer on it exactly once), retries with backoff for outgoing attempts, and
- * the sending side: frames queued in order and written with sendmsg()
- * straight from region memory. It never parses what the peer sends and never
+ * the sending side: frames queued in order and written with one
+ * tcp_io_send() (sendmsg(), or OpenSSL where kernel TLS is missing) straight
+ * from region memory. It never parses what the peer sends and never
  * frees a conn before its libuv handles are closed.
  */
 #include <arpa/inet.h>
@@ -172,6 +173,7 @@ int tcp_conn_open_poll(struct tcp_conn *conn, int fd)
 /* The poll handle goes before the fd: libuv must not watch a closed (or reused) fd. */
 static void close_socket(struct tcp_conn *conn)
 {
+	tcp_tls_free(conn);
 	if (conn->poll) {
 		uv_close((uv_handle_t *)conn->poll, on_conn_handle_closed);
 		conn->poll = NULL;
@@ -553,8 +555,7 @@ bool tcp_flush(struct tcp_conn *conn)
 				break;
 			}
 		}
-		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-		ssize_t sent = sendmsg(conn->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t sent = tcp_io_send(conn, iov, (size_t)n);
 		if (sent < 0) {
 			if (errno == EINTR) {
 				continue;
@@ -562,7 +563,7 @@ bool tcp_flush(struct tcp_conn *conn)
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				break;
 			}
-			tcp_conn_lost(conn, LOG_INFO, strerror(errno));
+			tcp_conn_lost(conn, LOG_INFO, tcp_io_strerror(conn, errno));
 			return false;
 		}
 		conn->last_io_ms = now_ms();

@@ -76,6 +76,7 @@ void tcp_on_conn_timer(uv_timer_t *timer)
 	case TCP_CONN_CONNECTING:
 		tcp_attempt_failed(conn, "connection timed out");
 		break;
+	case TCP_CONN_TLS:
 	case TCP_CONN_WAIT_HELLO:
 	case TCP_CONN_WAIT_AUTH:
 		tcp_conn_lost(conn, LOG_INFO, "handshake timed out");
@@ -212,6 +213,10 @@ void tcp_on_listen(uv_poll_t *handle, int status, int events)
 		conn->transcript.server_instance = tt->daemon->instance_id;
 		auth_nonce(conn->transcript.server_nonce);
 		tcp_rx_reset(conn);
+		if (tt->tls_ctx && tcp_tls_start(conn) < 0) {
+			tcp_conn_fail(conn, 0, NULL);
+			continue;
+		}
 		uv_timer_start(&conn->timer, tcp_on_conn_timer, c->handshake_timeout_ms, 0);
 		tcp_update_poll(conn);
 	}

@@ -2,9 +2,12 @@
 /*
  * The TCP handshake: HELLO exchange (wire version, node name, instance id,
  * nonces) and, when a key is configured, the channel-bound HMAC
- * challenge-response in which the client proves first. It decides whether a
- * connection becomes ready; it never lets a data frame through before that
- * and never answers an invalid proof (no MAC oracle).
+ * challenge-response in which the client proves first. With
+ * tcp_encryption = on the HELLOs travel inside TLS (tcp_tls.c), whose PSK
+ * handshake already proved the key over this very channel, so no HMAC step
+ * follows them. It decides whether a connection becomes ready; it never
+ * lets a data frame through before that, never answers an invalid proof
+ * (no MAC oracle), and never accepts a plain HELLO while tcp_encryption = on.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -43,9 +46,10 @@ int tcp_bind_transcript(struct tcp_conn *conn)
 	return err;
 }
 
+/* The HMAC step: a key, and no TLS, whose PSK handshake proved the key already. */
 static bool auth_on(const struct tcp_conn *conn)
 {
-	return conn->tt->daemon->auth_key_len > 0;
+	return conn->tt->daemon->auth_key_len > 0 && !conn->tt->daemon->cfg.tcp_encryption;
 }
 
 bool tcp_queue_hello(struct tcp_conn *conn)
@@ -53,7 +57,9 @@ bool tcp_queue_hello(struct tcp_conn *conn)
 	struct rdmaxd *d = conn->tt->daemon;
 	struct wire_hello hello = {
 		.version = WIRE_VERSION,
-		.flags = (auth_on(conn) ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND : 0) |
+		.flags = (conn->tls       ? WIRE_HELLO_F_TLS
+			  : auth_on(conn) ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND
+					  : 0) |
 			 (conn->tt->no_segs ? 0 : WIRE_HELLO_F_SEGS),
 		.instance_id = d->instance_id,
 	};
@@ -92,9 +98,10 @@ static void refuse(struct tcp_conn *conn, int err, const char *reason, const cha
 	wire_header_encode(&h, buf);
 	memcpy(buf + WIRE_HEADER_BYTES, reason, h.length);
 	/* Never in the middle of another frame; a refusal that does not fit is just a close. */
-	if (conn->out_sent == 0 &&
-	    send(conn->fd, buf, WIRE_HEADER_BYTES + h.length, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-		log_debug("send() of a refusal to %s failed: %s", conn->name, strerror(errno));
+	struct iovec iov = {.iov_base = buf, .iov_len = WIRE_HEADER_BYTES + h.length};
+	if (conn->out_sent == 0 && tcp_io_send(conn, &iov, 1) < 0) {
+		log_debug("sending a refusal to %s failed: %s", conn->name,
+			  tcp_io_strerror(conn, errno));
 	}
 	log_ratelimited(&conn->tt->rl, LOG_WARNING, "%s %s (node '%s'): %s",
 			conn->outgoing ? "refusing peer" : "refused connection from", conn->name,
@@ -126,7 +133,46 @@ static void conn_ready(struct tcp_conn *conn)
 		}
 	}
 	log_info("connection %s %s (node '%s') up%s", conn->outgoing ? "to" : "from", conn->name,
-		 conn->node_name, auth_on(conn) ? ", authenticated" : "");
+		 conn->node_name,
+		 conn->tls       ? ", TLS"
+		 : auth_on(conn) ? ", authenticated"
+				 : "");
+}
+
+/* Sent to the peer and logged here, so they name the two sides by role. */
+static const char g_dialer_tls[] =
+	"tcp_encryption differs: the connecting daemon has it on, the accepting one off";
+static const char g_acceptor_tls[] =
+	"tcp_encryption differs: the connecting daemon has it off, the accepting one on";
+
+/* TLS is up: the HELLOs follow inside it, the dialer's first. */
+void tcp_hello_after_tls(struct tcp_conn *conn)
+{
+	conn->state = TCP_CONN_WAIT_HELLO;
+	if (conn->outgoing) {
+		tcp_queue_hello(conn);
+	}
+}
+
+/*
+ * A TLS record where a plain HELLO belongs: the dialer has
+ * tcp_encryption = on and this daemon off. It is told so in a plain ERROR,
+ * which it reads before its TLS layer would (tcp_tls.c). The rest of its
+ * ClientHello is read first, so that the close is a FIN that lets the ERROR
+ * arrive, not a reset.
+ */
+void tcp_on_tls_hello(struct tcp_conn *conn)
+{
+	char message[MSG_BYTES];
+
+	for (int i = 0; i < 4; i++) {
+		if (recv(conn->fd, conn->tt->scratch, sizeof(conn->tt->scratch), MSG_DONTWAIT) <=
+		    0) {
+			break;
+		}
+	}
+	snprintf(message, sizeof(message), "peer %s refused: %s", conn->name, g_dialer_tls);
+	refuse(conn, RDMAX_E_PERMISSION_DENIED, g_dialer_tls, message);
 }
 
 void tcp_on_hello(struct tcp_conn *conn)
@@ -144,11 +190,15 @@ void tcp_on_hello(struct tcp_conn *conn)
 	copy_string(conn->node_name, sizeof(conn->node_name), hello.node_name);
 	conn->peer_segs = hello.flags & WIRE_HELLO_F_SEGS;
 	bool mine = auth_on(conn), theirs = hello.flags & WIRE_HELLO_F_AUTH;
+	bool tls_on = d->cfg.tcp_encryption;
 	if (hello.version != WIRE_VERSION) {
 		snprintf(version, sizeof(version), "unsupported wire version %u (expected %u)",
 			 hello.version, WIRE_VERSION);
 		why = version;
 		err = conn->outgoing ? RDMAX_E_UNREACHABLE : RDMAX_E_PROTOCOL_ERROR;
+	} else if (tls_on != ((hello.flags & WIRE_HELLO_F_TLS) != 0) || tls_on != !!conn->tls) {
+		/* A plain HELLO while on (tcp_tls.c, plain_peer()), or a HELLO that lies. */
+		why = tls_on == conn->outgoing ? g_dialer_tls : g_acceptor_tls;
 	} else if (mine != theirs && conn->outgoing) {
 		why = mine ? "it does not authenticate" : "it requires authentication";
 	} else if (mine != theirs) {

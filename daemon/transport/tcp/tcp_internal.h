@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 #include <uv.h>
 
 #include "auth.h"
@@ -39,6 +41,7 @@
 enum tcp_conn_state {
 	TCP_CONN_BACKOFF,    /* outgoing: no socket; the timer starts the next attempt */
 	TCP_CONN_CONNECTING, /* outgoing: non-blocking connect() in flight */
+	TCP_CONN_TLS,        /* tcp_encryption = on: TLS 1.3 handshake before the HELLOs */
 	TCP_CONN_WAIT_HELLO, /* handshake: waiting for the peer's HELLO */
 	TCP_CONN_WAIT_AUTH,  /* handshake: HELLOs exchanged, waiting for the peer's proof */
 	TCP_CONN_READY,      /* data frames flow */
@@ -107,6 +110,13 @@ struct tcp_conn {
 	uint64_t bytes_sent;     /* for the admin socket */
 	uint64_t bytes_received; /* for the admin socket */
 	struct auth_transcript transcript;
+	/* tcp_encryption = on (tcp_tls.c); tls is NULL on the plain wire */
+	struct ssl_st *tls;
+	int tls_want;       /* TLS handshake: the UV_READABLE / UV_WRITABLE it waits for */
+	bool tls_peeked;    /* the peer's first byte was a TLS record, not a plain frame */
+	bool tls_ktx;       /* kernel TLS encrypts what sendmsg() writes */
+	bool tls_krx;       /* kernel TLS decrypts what recvmsg() reads */
+	uint8_t *tls_stage; /* userspace sends: small frames gathered into one record */
 	/*
 	 * A frame whose job completed while it was half sent (transport_ops.withdraw
 	 * answered -EINPROGRESS): once its last byte is out (withdrawn_out), its xfer
@@ -178,6 +188,8 @@ struct tcp_transport {
 	 */
 	bool no_segs;
 	struct log_ratelimit rl;
+	struct ssl_ctx_st *tls_ctx; /* tcp_encryption = on; else NULL */
+	char tls_reason[MSG_BYTES]; /* why the last TLS call failed, for the message */
 	/* The last peer parsed: clients send to few peers, and parsing per xfer costs. */
 	char last_peer_addr[sizeof(((struct endpoint *)0)->addr)];
 	uint16_t last_peer_port;
@@ -193,8 +205,8 @@ static inline const struct config *tcp_cfg(const struct tcp_conn *conn)
 
 static inline bool tcp_usable(const struct tcp_conn *conn)
 {
-	return conn->state == TCP_CONN_WAIT_HELLO || conn->state == TCP_CONN_WAIT_AUTH ||
-	       conn->state == TCP_CONN_READY;
+	return conn->state == TCP_CONN_TLS || conn->state == TCP_CONN_WAIT_HELLO ||
+	       conn->state == TCP_CONN_WAIT_AUTH || conn->state == TCP_CONN_READY;
 }
 
 static inline bool tcp_busy(const struct tcp_conn *conn)
@@ -257,6 +269,24 @@ bool tcp_queue_hello(struct tcp_conn *conn);
 void tcp_on_hello(struct tcp_conn *conn);
 void tcp_on_proof(struct tcp_conn *conn);
 void tcp_on_peer_error(struct tcp_conn *conn);
+
+void tcp_on_tls_hello(struct tcp_conn *conn);
+void tcp_hello_after_tls(struct tcp_conn *conn);
+
+/* tcp_tls.c: TLS 1.3 with the PSK of the shared key, and the one I/O seam */
+#define TCP_TLS_STAGE_BYTES 16384 /* one TLS record of plaintext */
+int tcp_tls_create(struct tcp_transport *tt);
+void tcp_tls_destroy(struct tcp_transport *tt);
+int tcp_tls_start(struct tcp_conn *conn);
+void tcp_tls_drive(struct tcp_conn *conn);
+void tcp_tls_free(struct tcp_conn *conn);
+/* sendmsg()/recvmsg() of the connection, whatever carries its bytes; -1 and errno on failure */
+ssize_t tcp_io_send(struct tcp_conn *conn, const struct iovec *iov, size_t n_iov);
+ssize_t tcp_io_recv(struct tcp_conn *conn, struct iovec *iov, size_t n_iov);
+/* Decrypted bytes held by OpenSSL, which no readiness event will announce. */
+size_t tcp_io_pending(const struct tcp_conn *conn);
+/* Text for an errno from tcp_io_send() / tcp_io_recv(). */
+const char *tcp_io_strerror(const struct tcp_conn *conn, int err);
 
 /* tcp_requests.c: requester answers, responder requests */
 void tcp_complete_request(struct tcp_conn *conn);

@@ -66,6 +66,12 @@ static void on_header(struct tcp_conn *conn)
 	struct wire_header *h = &conn->rx_h;
 
 	if (wire_header_decode(conn->rx_hdr, WIRE_HEADER_BYTES, h) < 0) {
+		/* A TLS ClientHello (record type 22, version 3.x) where a HELLO belongs. */
+		if (conn->state == TCP_CONN_WAIT_HELLO && !conn->outgoing && !conn->tls &&
+		    conn->rx_hdr[0] == 0x16 && conn->rx_hdr[1] == 0x03) {
+			tcp_on_tls_hello(conn);
+			return;
+		}
 		tcp_protocol_error(conn, "malformed frame header");
 		return;
 	}
@@ -140,10 +146,14 @@ static void rx_progress(struct tcp_conn *conn, uint64_t n)
 	}
 }
 
-/* Bytes received ahead and not parsed yet, or a finished part not handled yet. */
+/*
+ * Bytes received ahead and not parsed yet, a finished part not handled yet,
+ * or bytes OpenSSL decrypted that no readiness event will announce.
+ */
 static bool rx_pending(const struct tcp_conn *conn)
 {
-	return conn->rx_end != conn->rx_start || conn->rx_got == conn->rx_len;
+	return conn->rx_end != conn->rx_start || conn->rx_got == conn->rx_len ||
+	       tcp_io_pending(conn) > 0;
 }
 
 /*
@@ -186,7 +196,9 @@ void tcp_receive(struct tcp_conn *conn)
 {
 	for (int calls = 0;; calls++) {
 		consume_staged(conn);
-		if (!tcp_usable(conn) || tcp_reading_paused(conn) || calls == RX_BUDGET) {
+		/* Past the budget only what OpenSSL holds: no event would bring it back. */
+		if (!tcp_usable(conn) || tcp_reading_paused(conn) ||
+		    (calls >= RX_BUDGET && !tcp_io_pending(conn))) {
 			return;
 		}
 		tcp_check_rx_region(conn);
@@ -229,13 +241,23 @@ void tcp_receive(struct tcp_conn *conn)
 				ahead = WIRE_HEADER_BYTES;
 			}
 		}
+		size_t n_direct = n_iov;
 		if (ahead > 0) {
 			iov[n_iov].iov_base = conn->rx_stage;
 			iov[n_iov].iov_len = ahead;
 			n_iov++;
 		}
-		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n_iov};
-		ssize_t n = recvmsg(conn->fd, &msg, MSG_DONTWAIT);
+		if (calls >= RX_BUDGET) {
+			/* Past the budget only what OpenSSL holds, so the socket is not read. */
+			uint64_t left = tcp_io_pending(conn);
+			direct = 0;
+			for (size_t i = 0; i < n_iov; i++) {
+				iov[i].iov_len = MIN((uint64_t)iov[i].iov_len, left);
+				left -= iov[i].iov_len;
+				direct += i < n_direct ? iov[i].iov_len : 0;
+			}
+		}
+		ssize_t n = tcp_io_recv(conn, iov, n_iov);
 		if (n == 0) {
 			tcp_conn_lost(conn, LOG_INFO, "peer closed the connection");
 			return;
@@ -245,7 +267,7 @@ void tcp_receive(struct tcp_conn *conn)
 				continue;
 			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK) {
-				tcp_conn_lost(conn, LOG_INFO, strerror(errno));
+				tcp_conn_lost(conn, LOG_INFO, tcp_io_strerror(conn, errno));
 			}
 			return;
 		}
@@ -285,7 +307,16 @@ void tcp_on_connected(struct tcp_conn *conn)
 		       MIN(tcp_cfg(conn)->connect_timeout_ms, tcp_cfg(conn)->handshake_timeout_ms),
 		       0);
 	tcp_rx_reset(conn);
-	tcp_queue_hello(conn);
+	if (!conn->tt->tls_ctx) {
+		tcp_queue_hello(conn);
+		return;
+	}
+	err = tcp_tls_start(conn);
+	if (err < 0) {
+		tcp_attempt_failed(conn, strerror(-err));
+		return;
+	}
+	tcp_tls_drive(conn); /* the ClientHello */
 }
 
 static int socket_error(int fd)
@@ -313,6 +344,12 @@ void tcp_on_poll(uv_poll_t *handle, int status, int events)
 			return;
 		}
 		tcp_on_connected(conn);
+	} else if (conn->state == TCP_CONN_TLS) {
+		/* OpenSSL reads the socket's error itself; once up, the HELLOs go as below. */
+		tcp_tls_drive(conn);
+		if (tcp_usable(conn) && conn->state != TCP_CONN_TLS) {
+			tcp_receive(conn);
+		}
 	} else if (status < 0) {
 		/* libuv reports EPOLLERR as EBADF: read what arrived, then the real error. */
 		conn->poll_events = 0;
@@ -357,6 +394,8 @@ void tcp_update_poll(struct tcp_conn *conn)
 	}
 	if (conn->state == TCP_CONN_CONNECTING) {
 		events = UV_WRITABLE;
+	} else if (conn->state == TCP_CONN_TLS) {
+		events = conn->tls_want;
 	} else if (tcp_usable(conn)) {
 		events = tcp_reading_paused(conn) ? 0 : UV_READABLE;
 		events |= list_empty(&conn->outq) ? 0 : UV_WRITABLE;

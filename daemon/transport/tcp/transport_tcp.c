@@ -295,6 +295,7 @@ static void tcp_destroy(struct transport *transport)
 			tt->handles);
 		return;
 	}
+	tcp_tls_destroy(tt);
 	while (!list_empty(&tt->frame_cache)) {
 		struct list_node *pos = tt->frame_cache.next;
 		list_del(pos);
@@ -308,9 +309,13 @@ static void tcp_destroy(struct transport *transport)
 static const char *tcp_conn_state_name(enum tcp_conn_state state)
 {
 	static const char *const names[TCP_CONN_STATE_MAX] = {
-		[TCP_CONN_BACKOFF] = "backoff",      [TCP_CONN_CONNECTING] = "connecting",
-		[TCP_CONN_WAIT_HELLO] = "handshake", [TCP_CONN_WAIT_AUTH] = "authenticating",
-		[TCP_CONN_READY] = "ready",          [TCP_CONN_CLOSED] = "closed",
+		[TCP_CONN_BACKOFF] = "backoff",
+		[TCP_CONN_CONNECTING] = "connecting",
+		[TCP_CONN_TLS] = "tls",
+		[TCP_CONN_WAIT_HELLO] = "handshake",
+		[TCP_CONN_WAIT_AUTH] = "authenticating",
+		[TCP_CONN_READY] = "ready",
+		[TCP_CONN_CLOSED] = "closed",
 	};
 	return (unsigned)state < TCP_CONN_STATE_MAX && names[state] ? names[state] : "?";
 }
@@ -556,9 +561,13 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	}
 	list_init(&tt->conns);
 	list_init(&tt->frame_cache);
-	err = listen_open(tt, &fd);
+	err = tcp_tls_create(tt);
 	if (err < 0) {
 		goto out_free;
+	}
+	err = listen_open(tt, &fd);
+	if (err < 0) {
+		goto out_tls;
 	}
 	err = uv_poll_init(daemon->loop, &tt->listen_poll, fd);
 	if (err < 0) {
@@ -575,12 +584,16 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	uint64_t tick = MIN(MAX(daemon->cfg.peer_timeout_ms / 4, 10u), 1000u);
 	uv_timer_start(&tt->timer, tcp_on_tick, tick, tick);
 	log_info("TCP transport listening on %s port %u%s", daemon->cfg.listen_addr, tt->port,
-		 daemon->auth_key_len ? " (authentication on)" : "");
+		 tt->tls_ctx            ? " (TLS 1.3 with the shared key)"
+		 : daemon->auth_key_len ? " (authentication on)"
+					: "");
 	*ret_transport = &tt->base;
 	return 0;
 
 out_close:
 	close(fd);
+out_tls:
+	tcp_tls_destroy(tt);
 out_free:
 	free(tt);
 	return err;

@@ -52,6 +52,7 @@ enum wire_type {
 #define WIRE_HELLO_F_AUTH  0x1u  /* HELLO: the sender requires HMAC authentication */
 #define WIRE_HELLO_F_BOUND 0x2u  /* HELLO: its proof binds both ends of the connection */
 #define WIRE_HELLO_F_SEGS  0x4u  /* HELLO: the sender takes WRITE_SEGS (else: WRITEs only) */
+#define WIRE_HELLO_F_TLS   0x8u  /* HELLO: sent inside TLS 1.3 with the shared key's PSK */
 
 struct wire_header {
 	uint8_t type;        /* enum wire_type */
