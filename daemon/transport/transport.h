@@ -80,6 +80,11 @@ struct xfer {
 	uint8_t *reply;
 	uint32_t reply_size;
 	uint32_t reply_len;
+	/*
+	 * A latency-class chunk ([qos] enabled): a transport that queues frames
+	 * per connection sends it ahead of the queued frames not yet started.
+	 */
+	bool urgent;
 	/* transport-private */
 	struct list_node link;
 	uint64_t wire_id;

@@ -62,6 +62,7 @@ struct frame {
 	struct xfer *xfer;      /* requester: the xfer this frame carries (or &ghost) */
 	bool orphan;            /* its job completed: the answer is discarded, done is a no-op */
 	struct xfer ghost;      /* an orphan's stand-in: the job's xfer may be gone */
+	bool urgent;            /* requester: a latency-class xfer, queued ahead (tcp_queue_urgent) */
 	struct region *region;  /* responder: READ_RESP source, referenced until sent */
 	const uint8_t *payload; /* sent after head, never copied */
 	uint8_t *owned;         /* responder: a payload of its own (lookup answer), freed with it */
@@ -202,6 +203,31 @@ static inline void tcp_rx_expect(struct tcp_conn *conn, enum rx_state state, uin
 static inline void tcp_queue_frame(struct tcp_conn *conn, struct frame *frame)
 {
 	list_add_tail(&conn->outq, &frame->link);
+	conn->n_out++;
+}
+
+/*
+ * A latency-class request: ahead of every frame of outq not yet started
+ * that is not itself urgent, so it waits only for the frame on the wire and
+ * earlier urgent ones. Answers keep their order among themselves, and
+ * requests enter conn->inflight in the order they are sent, which is the
+ * order the peer answers them.
+ */
+static inline void tcp_queue_urgent(struct tcp_conn *conn, struct frame *frame)
+{
+	struct list_node *pos = conn->outq.next;
+
+	if (pos != &conn->outq && conn->out_sent > 0) {
+		pos = pos->next; /* half on the wire: a frame is never cut */
+	}
+	while (pos != &conn->outq) {
+		const struct frame *f = container_of(pos, struct frame, link);
+		if (f->xfer && !f->urgent) {
+			break;
+		}
+		pos = pos->next;
+	}
+	list_add_tail(pos, &frame->link); /* before pos */
 	conn->n_out++;
 }
 

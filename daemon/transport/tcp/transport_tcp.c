@@ -188,7 +188,11 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 	if (!tcp_busy(conn)) {
 		conn->last_io_ms = xfer->started_ms; /* the no-progress clock starts now */
 	}
-	if (conn->state == TCP_CONN_READY) {
+	frame->urgent = xfer->urgent;
+	if (conn->state == TCP_CONN_READY && xfer->urgent) {
+		tcp_queue_urgent(conn, frame);
+		tcp_update_poll(conn);
+	} else if (conn->state == TCP_CONN_READY) {
 		tcp_queue_frame(conn, frame);
 		tcp_update_poll(conn); /* sent from the loop: done must never run inside submit */
 	} else {
