@@ -133,8 +133,7 @@ void counters_imm_fired(struct counters *c)
 	c->imm_fired++;
 }
 
-void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes,
-			 uint64_t latency_ns)
+void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes, uint64_t latency_ns)
 {
 	if (cls < 0 || cls >= COUNTERS_CLASSES) {
 		return;

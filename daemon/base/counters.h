@@ -83,8 +83,7 @@ void counters_init(struct counters *c);
 void counters_job_done(struct counters *c, int kind, int err, uint64_t bytes, uint64_t latency_ns,
 		       const char *peer_addr, uint16_t peer_port, bool had_imm);
 /* The same job by traffic class (0 latency, 1 bulk); other values are not counted. */
-void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes,
-			 uint64_t latency_ns);
+void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes, uint64_t latency_ns);
 /*
  * The q-quantile (0 < q <= 1) of a latency histogram, in seconds: the upper
  * bound of the bucket holding it (the last finite bound for +Inf); 0 when empty.

@@ -170,9 +170,9 @@ struct job {
 	uint64_t in_flight_bytes; /* bytes of the xfers in flight */
 	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
 	uint32_t n_slots;
-	uint8_t cls;              /* enum qos_class */
-	bool qos_grant;           /* the scheduler granted it its next chunk */
-	struct qos_waiter qos;    /* waiting for a credit (in its client's flow of cls) */
+	uint8_t cls;               /* enum qos_class */
+	bool qos_grant;            /* the scheduler granted it its next chunk */
+	struct qos_waiter qos;     /* waiting for a credit (in its client's flow of cls) */
 	struct qos_flow *qos_flow; /* that flow; NULL when the job never waits (no client) */
 	/*
 	 * Not zeroed at submission (most of a job's bytes): remote is written by a

@@ -123,8 +123,8 @@ struct qos_waiter *qos_pick(struct qos_sched *s, const uint32_t weight[QOS_CLASS
 		if (serves(s, c, eligible) && s->deficit[c] > 0) {
 			struct qos_flow *flow =
 				container_of(s->active[c].next, struct qos_flow, link);
-			struct qos_waiter *w = container_of(flow->waiters.next, struct qos_waiter,
-							    link);
+			struct qos_waiter *w =
+				container_of(flow->waiters.next, struct qos_waiter, link);
 			list_del(&flow->link);
 			list_add_tail(&s->active[c], &flow->link);
 			s->picks[c]++;

@@ -46,11 +46,11 @@ struct qos_waiter {
 
 struct qos_sched {
 	struct list_node active[QOS_CLASS_MAX]; /* flows with waiters, in round-robin order */
-	int64_t deficit[QOS_CLASS_MAX];         /* bytes the class may still be granted this round */
-	uint32_t cur;                           /* the class being served */
-	uint32_t n_waiting[QOS_CLASS_MAX];      /* waiters of each class */
-	uint64_t picks[QOS_CLASS_MAX];          /* grants, for metrics and tests */
-	uint64_t charged[QOS_CLASS_MAX];        /* bytes issued under grants */
+	int64_t deficit[QOS_CLASS_MAX];    /* bytes the class may still be granted this round */
+	uint32_t cur;                      /* the class being served */
+	uint32_t n_waiting[QOS_CLASS_MAX]; /* waiters of each class */
+	uint64_t picks[QOS_CLASS_MAX];     /* grants, for metrics and tests */
+	uint64_t charged[QOS_CLASS_MAX];   /* bytes issued under grants */
 };
 
 void qos_sched_init(struct qos_sched *s);

@@ -59,10 +59,10 @@ enum rx_state {
 
 struct frame {
 	struct list_node link;
-	struct xfer *xfer;      /* requester: the xfer this frame carries (or &ghost) */
-	bool orphan;            /* its job completed: the answer is discarded, done is a no-op */
-	struct xfer ghost;      /* an orphan's stand-in: the job's xfer may be gone */
-	bool urgent;            /* requester: a latency-class xfer, queued ahead (tcp_queue_urgent) */
+	struct xfer *xfer; /* requester: the xfer this frame carries (or &ghost) */
+	bool orphan;       /* its job completed: the answer is discarded, done is a no-op */
+	struct xfer ghost; /* an orphan's stand-in: the job's xfer may be gone */
+	bool urgent;       /* requester: a latency-class xfer, queued ahead (tcp_queue_urgent) */
 	struct region *region;  /* responder: READ_RESP source, referenced until sent */
 	const uint8_t *payload; /* sent after head, never copied */
 	uint8_t *owned;         /* responder: a payload of its own (lookup answer), freed with it */
