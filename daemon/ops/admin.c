@@ -624,6 +624,7 @@ static void json_job(void *arg, const struct engine_job_info *info)
 	json_owner(j, ctx->owners, info->owner);
 	json_str(j, "op", info->op == XFER_READ ? "read" : "write");
 	json_str(j, "kind", info->kind ? info->kind : info->op == XFER_READ ? "read" : "write");
+	json_str(j, "class", qos_class_name(info->traffic_class));
 	json_str(j, "state", info->completed ? "completing" : "in-flight");
 	if (info->peer) {
 		json_endpoint(j, "peer", info->peer);
