@@ -739,14 +739,14 @@ static int desc_of(PyObject *o, const struct rdmax_desc **ret)
  * One job from the tuple (id, op, flags, imm, deadline_ms, local, local_offset,
  * length, remote, remote_offset, page_len, local_pages, local_pages_offset,
  * local_pages_stride, remote_pages, remote_pages_offset, remote_pages_stride,
- * mailbox, payload) that rdmax/__init__.py builds.
+ * mailbox, payload[, traffic_class]) that rdmax/__init__.py builds.
  */
 static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struct job_in *in)
 {
 	PyObject *local, *remote, *lpages, *rpages, *mailbox, *payload;
 	unsigned long long id, loff, len, roff, plen, lpo, lps, rpo, rps;
 	int op;
-	unsigned int flags, imm, deadline;
+	unsigned int flags, imm, deadline, traffic_class = 0;
 
 	memset(j, 0, sizeof(*j));
 	memset(in, 0, sizeof(*in));
@@ -754,11 +754,12 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 		PyErr_SetString(PyExc_TypeError, "a job is a tuple built by rdmax.Job");
 		return -1;
 	}
-	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO", &id, &op, &flags, &imm, &deadline, &local,
+	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO|I", &id, &op, &flags, &imm, &deadline, &local,
 			      &loff, &len, &remote, &roff, &plen, &lpages, &lpo, &lps, &rpages,
-			      &rpo, &rps, &mailbox, &payload)) {
+			      &rpo, &rps, &mailbox, &payload, &traffic_class)) {
 		return -1;
 	}
+	j->traffic_class = traffic_class;
 	j->id = id;
 	j->op = (enum rdmax_op)op;
 	j->flags = flags;
@@ -1433,6 +1434,8 @@ PyMODINIT_FUNC PyInit__rdmax(void)
 	C(RDMAX_OP_BARRIER);
 	C(RDMAX_OP_SEND);
 	C(RDMAX_JOB_IMM);
+	C(RDMAX_CLASS_LATENCY);
+	C(RDMAX_CLASS_BULK);
 	C(RDMAX_ACCESS_LOCAL);
 	C(RDMAX_ACCESS_REMOTE_READ);
 	C(RDMAX_ACCESS_REMOTE_WRITE);

@@ -56,6 +56,22 @@ OP_PAGED_WRITE = _rdmax.RDMAX_OP_PAGED_WRITE
 OP_PAGED_READ = _rdmax.RDMAX_OP_PAGED_READ
 OP_SEND = _rdmax.RDMAX_OP_SEND
 
+# Traffic classes (docs/python.md): a job's, or a Client's default for its jobs.
+CLASS_LATENCY = _rdmax.RDMAX_CLASS_LATENCY
+CLASS_BULK = _rdmax.RDMAX_CLASS_BULK
+_CLASSES = {None: 0, "latency": CLASS_LATENCY, "bulk": CLASS_BULK}
+
+
+def _traffic_class(value):
+    """None, "latency", "bulk" or a protocol value (others fail the job with InvalidArgument)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return _CLASSES[value]
+    except (KeyError, TypeError):
+        raise ValueError("traffic_class must be 'latency', 'bulk' or None, not %r"
+                         % (value,)) from None
+
 _ERRORS = {cls.code: cls for cls in Error.__subclasses__() if hasattr(cls, "code")}
 
 
@@ -106,14 +122,15 @@ class Job:
                  "remote", "remote_offset", "page_len", "local_pages", "local_pages_offset",
                  "local_pages_stride", "remote_pages", "remote_pages_offset",
                  "remote_pages_stride", "mailbox", "payload", "status", "bytes", "reason",
-                 "_client", "__weakref__")
+                 "traffic_class", "_client", "__weakref__")
 
     def __init__(self, op, local=None, remote=None, *, local_offset=0, length=0,
                  remote_offset=0, page_len=0, local_pages=None, local_pages_offset=0,
                  local_pages_stride=0, remote_pages=None, remote_pages_offset=0,
                  remote_pages_stride=0, imm=None, deadline=None, mailbox=None, payload=b"",
-                 id=None):
+                 id=None, traffic_class=None):
         self.id = id
+        self.traffic_class = _traffic_class(traffic_class)
         self.op = op
         self.flags = 0 if imm is None else _rdmax.RDMAX_JOB_IMM
         self.imm = imm or 0
@@ -142,7 +159,7 @@ class Job:
                 self.local_offset, self.length, self.remote, self.remote_offset, self.page_len,
                 self.local_pages, self.local_pages_offset, self.local_pages_stride,
                 self.remote_pages, self.remote_pages_offset, self.remote_pages_stride,
-                self.mailbox, self.payload)
+                self.mailbox, self.payload, self.traffic_class)
 
     def _finish(self, ev):
         self.status, self.bytes, self.reason = ev.status, ev.bytes, ev.reason
@@ -192,7 +209,8 @@ class Client(_rdmax.Client):
     """A connection to the node's rdmaxd (``socket`` None: $RDMAX_SOCKET or
     /run/rdmaxd.sock). Safe to share between threads; use as a context manager."""
 
-    def __init__(self, socket=None, name=None):
+    def __init__(self, socket=None, name=None, traffic_class=None):
+        self._traffic_class = _traffic_class(traffic_class)  # of jobs that name none
         super().__init__(socket, name)
         self._ids = itertools.count(1)
         self._id_lock = threading.Lock()
@@ -220,6 +238,8 @@ class Client(_rdmax.Client):
                     raise ValueError("job %s was already submitted" % j.id)
                 if j.id is None:
                     j.id = next(self._ids)
+                if not j.traffic_class:
+                    j.traffic_class = self._traffic_class
         for j in batch:
             j._client = self
             self._jobs[j.id] = j
@@ -235,13 +255,16 @@ class Client(_rdmax.Client):
         return batch[0] if single else batch
 
     def write(self, local, remote, length, *, local_offset=0, remote_offset=0, imm=None,
-              deadline=None):
+              deadline=None, traffic_class=None):
         return self.submit(Job(OP_WRITE, local, remote, length=length, local_offset=local_offset,
-                               remote_offset=remote_offset, imm=imm, deadline=deadline))
+                               remote_offset=remote_offset, imm=imm, deadline=deadline,
+                               traffic_class=traffic_class))
 
-    def read(self, local, remote, length, *, local_offset=0, remote_offset=0, deadline=None):
+    def read(self, local, remote, length, *, local_offset=0, remote_offset=0, deadline=None,
+             traffic_class=None):
         return self.submit(Job(OP_READ, local, remote, length=length, local_offset=local_offset,
-                               remote_offset=remote_offset, deadline=deadline))
+                               remote_offset=remote_offset, deadline=deadline,
+                               traffic_class=traffic_class))
 
     def paged_write(self, local, remote, page_len, local_pages, remote_pages, **kw):
         return self.submit(Job(OP_PAGED_WRITE, local, remote, page_len=page_len,
@@ -251,9 +274,9 @@ class Client(_rdmax.Client):
         return self.submit(Job(OP_PAGED_READ, local, remote, page_len=page_len,
                                local_pages=local_pages, remote_pages=remote_pages, **kw))
 
-    def send(self, remote, mailbox, payload, *, deadline=None):
+    def send(self, remote, mailbox, payload, *, deadline=None, traffic_class=None):
         return self.submit(Job(OP_SEND, None, remote, mailbox=mailbox, payload=payload,
-                               deadline=deadline))
+                               deadline=deadline, traffic_class=traffic_class))
 
     def _route(self, t):
         ev = Event(t)
