@@ -81,8 +81,9 @@ struct xfer {
 	uint32_t reply_size;
 	uint32_t reply_len;
 	/*
-	 * A latency-class chunk ([qos] enabled): a transport that queues frames
-	 * per connection sends it ahead of the queued frames not yet started.
+	 * A latency-class chunk ([qos] enabled): TCP sends it over a second
+	 * connection to the peer that carries only such chunks, so it never
+	 * queues behind bulk frames or their bytes in the socket buffers.
 	 */
 	bool urgent;
 	/* transport-private */

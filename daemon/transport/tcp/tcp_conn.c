@@ -369,7 +369,6 @@ struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *
 		return NULL;
 	}
 	frame->xfer = NULL;
-	frame->urgent = false;
 	frame->orphan = false;
 	frame->region = NULL;
 	frame->payload = NULL;

@@ -84,6 +84,11 @@ struct tcp_conn {
 	struct list_node link; /* in tt->conns until closed */
 	enum tcp_conn_state state;
 	bool outgoing;
+	/*
+	 * Outgoing: carries only latency-class requests (xfer.urgent), so they
+	 * never wait behind bulk bytes in either end's socket buffers.
+	 */
+	bool urgent_lane;
 	bool ever_ready;
 	bool in_handshake; /* incoming, counted in tt->n_in_handshake */
 	int fd;
@@ -203,31 +208,6 @@ static inline void tcp_rx_expect(struct tcp_conn *conn, enum rx_state state, uin
 static inline void tcp_queue_frame(struct tcp_conn *conn, struct frame *frame)
 {
 	list_add_tail(&conn->outq, &frame->link);
-	conn->n_out++;
-}
-
-/*
- * A latency-class request: ahead of every frame of outq not yet started
- * that is not itself urgent, so it waits only for the frame on the wire and
- * earlier urgent ones. Answers keep their order among themselves, and
- * requests enter conn->inflight in the order they are sent, which is the
- * order the peer answers them.
- */
-static inline void tcp_queue_urgent(struct tcp_conn *conn, struct frame *frame)
-{
-	struct list_node *pos = conn->outq.next;
-
-	if (pos != &conn->outq && conn->out_sent > 0) {
-		pos = pos->next; /* half on the wire: a frame is never cut */
-	}
-	while (pos != &conn->outq) {
-		const struct frame *f = container_of(pos, struct frame, link);
-		if (f->xfer && !f->urgent) {
-			break;
-		}
-		pos = pos->next;
-	}
-	list_add_tail(pos, &frame->link); /* before pos */
 	conn->n_out++;
 }
 
