@@ -255,17 +255,21 @@ static void render_classes(struct text *t, struct rdmaxd *daemon)
 	}
 	family(t, "rdmaxd_class_chunks_in_flight", "gauge",
 	       "Chunks to other daemons in flight, by class.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_class_chunks_in_flight{class=\"%s\"} %u\n",
+			    qos_class_name(c), st.in_flight[c]);
+	}
 	family(t, "rdmaxd_class_jobs_waiting", "gauge",
 	       "Jobs waiting for the scheduler to grant their next chunk, by class.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_class_jobs_waiting{class=\"%s\"} %u\n", qos_class_name(c),
+			    st.waiting[c]);
+	}
 	family(t, "rdmaxd_class_grants_total", "counter",
 	       "Chunks the scheduler granted to waiting jobs, by class.");
 	for (int c = 0; c < QOS_CLASS_MAX; c++) {
-		const char *n = qos_class_name(c);
-		text_printf(t, "rdmaxd_class_chunks_in_flight{class=\"%s\"} %u\n", n,
-			    st.in_flight[c]);
-		text_printf(t, "rdmaxd_class_jobs_waiting{class=\"%s\"} %u\n", n, st.waiting[c]);
-		text_printf(t, "rdmaxd_class_grants_total{class=\"%s\"} %" PRIu64 "\n", n,
-			    st.grants[c]);
+		text_printf(t, "rdmaxd_class_grants_total{class=\"%s\"} %" PRIu64 "\n",
+			    qos_class_name(c), st.grants[c]);
 	}
 }
 

@@ -8,7 +8,8 @@
 # today's FIFO, on: the scheduler and the latency connection):
 #   idle   latency-class 64 KiB writes alone, one at a time (--lat): p50/p99
 #   bulk   bulk-class 8 MiB writes alone, window 16: GB/s
-#   mixed  the same bulk writes, and meanwhile the latency writes: both
+#   mixed  the same bulk writes for SECONDS+3, and meanwhile (from 0.5 s on)
+#          the latency writes: both
 # The class is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
 # $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
 # --json), and a summary with medians and spreads in host-qos-summary.txt.
@@ -65,9 +66,11 @@ serve() { # NAME SIZE
 }
 
 lat() { # FILE: latency-class 64 KiB writes, one at a time
+	# Two warm-up jobs only: under a FIFO bulk load each takes as long as the queue ahead of
+	# it, and a long warm-up would move the timed part past the end of the bulk run.
 	RDMAX_TRAFFIC_CLASS=latency timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
-		--desc "$run/lat.desc" -o write -s 64K --lat -D "$secs" --json="$1" >/dev/null \
-		2>>"$run/bench.err"
+		--desc "$run/lat.desc" -o write -s 64K --lat --warmup 2 -D "$secs" --json="$1" \
+		>/dev/null 2>>"$run/bench.err"
 }
 
 bulk() { # FILE SECONDS: bulk-class 8 MiB writes, 16 outstanding
@@ -92,8 +95,9 @@ for ((rep = 1; rep <= reps; rep++)); do
 		p=$out/host-qos-$mode
 		lat "$p-idle-r$rep.json" || failed=1
 		bulk "$p-bulk-r$rep.json" "$secs" || failed=1
-		# Bulk runs longer than the latency writes, which start once it saturates.
-		bulk "$p-mixedbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 1 }')" &
+		# Bulk starts first and runs past the latency writes (their warm-up, and a last
+		# job that may wait a whole queue): the timed latency jobs all meet the load.
+		bulk "$p-mixedbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 3 }')" &
 		bpid=$!
 		sleep 0.5
 		lat "$p-mixedlat-r$rep.json" || failed=1
