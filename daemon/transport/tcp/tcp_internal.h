@@ -34,6 +34,12 @@
 #define MSG_BYTES      256
 #define RX_SEG_IOV     64                  /* segments of a WRITE_SEGS read by one recvmsg() */
 #define DISCARD_MAX    (UINT64_C(1) << 30) /* largest refused WRITE whose payload is skipped */
+/*
+ * Bytes one connection moves per readiness callback, each way, so that a
+ * connection busy with bulk frames lets the loop serve the others (the
+ * latency-class connection) every couple of chunks.
+ */
+#define IO_BYTES_BUDGET (2u << 20)
 
 /* Life of a connection. */
 enum tcp_conn_state {
