@@ -782,6 +782,17 @@ static int hello(struct rdmax_client *c, const char *client_name)
 
 	h.protocol_version = RDMAX_PROTOCOL_VERSION;
 	h.client_name = (char *)(client_name ? client_name : program_invocation_short_name);
+	const char *cls = secure_getenv("RDMAX_TRAFFIC_CLASS");
+	if (cls && cls[0]) {
+		h.has_traffic_class = 1;
+		if (strcmp(cls, "latency") == 0) {
+			h.traffic_class = RDMAX_CLASS_LATENCY;
+		} else if (strcmp(cls, "bulk") == 0) {
+			h.traffic_class = RDMAX_CLASS_BULK;
+		} else {
+			return RDMAX_E_INVALID_ARGUMENT;
+		}
+	}
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_HELLO;
 	msg.hello = &h;
 	r = client_request(c, &msg, -1, HELLO_TIMEOUT_MS, &reply);

@@ -380,6 +380,10 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
 		pj->has_deadline_ms = 1;
 		pj->deadline_ms = j->deadline_ms;
 	}
+	if (j->traffic_class) {
+		pj->has_traffic_class = 1;
+		pj->traffic_class = j->traffic_class;
+	}
 	switch (j->op) {
 	case RDMAX_OP_WRITE: {
 		Rdmax__V1__WriteJob *w = &pb->k.write;

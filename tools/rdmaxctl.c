@@ -511,11 +511,11 @@ static void show_conns(const json_t *r)
 static void show_jobs(const json_t *r)
 {
 	static const struct column cols[] = {
-		{"id", "JOB", F_TEXT},         {"client", "CLIENT", F_TEXT},
-		{"client_id", "CID", F_TEXT},  {"op", "OP", F_TEXT},
-		{"state", "STATE", F_TEXT},    {"peer", "PEER", F_TEXT},
-		{"length", "LENGTH", F_BYTES}, {"bytes_done", "DONE", F_BYTES},
-		{"age_ms", "AGE", F_MS},
+		{"id", "JOB", F_TEXT},           {"client", "CLIENT", F_TEXT},
+		{"client_id", "CID", F_TEXT},    {"op", "OP", F_TEXT},
+		{"class", "CLASS", F_TEXT},      {"state", "STATE", F_TEXT},
+		{"peer", "PEER", F_TEXT},        {"length", "LENGTH", F_BYTES},
+		{"bytes_done", "DONE", F_BYTES}, {"age_ms", "AGE", F_MS},
 	};
 	print_table(jget(r, "jobs"), cols, sizeof(cols) / sizeof(cols[0]), "no jobs in flight");
 	print_truncated(r);
@@ -560,6 +560,29 @@ static void show_stats(const json_t *r)
 		snprintf(key, sizeof(key), "%s latency", jstr(jat(lat, i), "op", "?"));
 		kv(key, "%" PRIu64 " jobs, mean %.3f ms", ju64(jat(lat, i), "count", 0),
 		   json_is_number(mean) ? json_number_value(mean) * 1000 : 0.0);
+	}
+	const json_t *qos = jget(c, "qos");
+	const json_t *classes = jget(qos, "classes");
+	if (qos) {
+		kv("qos",
+		   "%s (default class %s, %" PRIu64 " chunks in flight at most, %" PRIu64
+		   " kept for latency)",
+		   jbool(qos, "enabled", false) ? "on" : "off", jstr(qos, "default_class", "?"),
+		   ju64(qos, "max_in_flight", 0), ju64(qos, "latency_reserve", 0));
+	}
+	for (size_t i = 0; i < jlen(classes); i++) {
+		const json_t *cl = jat(classes, i);
+		const json_t *p50 = jget(cl, "p50_le_s"), *p99 = jget(cl, "p99_le_s");
+		char key[32];
+		human_bytes(ju64(cl, "bytes", 0), b, sizeof(b));
+		snprintf(key, sizeof(key), "class %s", jstr(cl, "class", "?"));
+		kv(key,
+		   "weight %" PRIu64 ", %" PRIu64 " ok, %" PRIu64 " failed (%s), p50 <= %.3f ms, "
+		   "p99 <= %.3f ms, %" PRIu64 " chunks in flight, %" PRIu64 " jobs waiting",
+		   ju64(cl, "weight", 0), ju64(cl, "jobs_ok", 0), ju64(cl, "jobs_failed", 0), b,
+		   json_is_number(p50) ? json_number_value(p50) * 1000 : 0.0,
+		   json_is_number(p99) ? json_number_value(p99) * 1000 : 0.0,
+		   ju64(cl, "chunks_in_flight", 0), ju64(cl, "jobs_waiting", 0));
 	}
 	for (size_t i = 0; i < jlen(ev); i++) {
 		char key[48];

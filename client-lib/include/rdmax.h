@@ -168,6 +168,20 @@ enum rdmax_op {
 #define RDMAX_JOB_IMM 0x1u
 
 /**
+ * \name Traffic classes (rdmax_job.traffic_class)
+ * With the daemon's [qos] enabled, latency-class chunks pass queued bulk
+ * chunks and get latency_weight : bulk_weight of the transfers while both
+ * classes wait (docs/protocol.md, "Traffic classes"). RDMAX_CLASS_DEFAULT
+ * takes the session's class ($RDMAX_TRAFFIC_CLASS at rdmax_client_open():
+ * "latency" or "bulk"), else the daemon's [qos] default_class. Other values
+ * fail the job with RDMAX_E_INVALID_ARGUMENT. @{
+ */
+#define RDMAX_CLASS_DEFAULT 0u /**< the session's class, else the daemon's default */
+#define RDMAX_CLASS_LATENCY 1u /**< small, latency-sensitive transfers */
+#define RDMAX_CLASS_BULK    2u /**< throughput transfers */
+/** @} */
+
+/**
  * A page list of one side of a PAGED_WRITE or PAGED_READ: page \c i starts at byte
  * <tt>offset + indices[i] * stride</tt> of its region and is \c page_len
  * bytes long (a KV-cache block table).
@@ -289,6 +303,7 @@ struct rdmax_job {
 	 */
 	const struct rdmax_region_pair *pairs;
 	size_t n_pairs; /**< entries in \c pairs */
+	uint32_t traffic_class; /**< RDMAX_CLASS_*; appended after RDMAX_2.0's first layout */
 };
 
 /** Event kinds returned by rdmax_poll_events(). */
@@ -361,7 +376,10 @@ struct rdmax_daemon_info {
  *        $RDMAX_SOCKET, else RDMAX_DEFAULT_SOCKET
  * \param client_name name shown in the daemon's logs and metrics, and matched by
  *        the daemon's [verbs] pin rules, which may bind this client's traffic
- *        to some RDMA devices (e.g. the NICs nearest its GPU); may be NULL
+ *        to some RDMA devices (e.g. the NICs nearest its GPU); may be NULL.
+ *        $RDMAX_TRAFFIC_CLASS ("latency" or "bulk"), when set, is the class
+ *        of the session's jobs that name none (RDMAX_E_INVALID_ARGUMENT for
+ *        any other value)
  * \param ret_client receives the connection on success; close it with
  *        rdmax_client_close()
  * \return 0 or a negative error (RDMAX_E_DISCONNECTED or -ECONNREFUSED/-ENOENT

@@ -789,7 +789,7 @@ static int desc_of(PyObject *o, const struct rdmax_desc **ret)
 }
 
 /* Fields of the tuple of a SCATTER or BARRIER (parse_group_job()). */
-#define GROUP_JOB_FIELDS 9
+#define GROUP_JOB_FIELDS 10
 
 /* A live PeerGroup of this client (or None: NULL), else an exception. */
 static int group_of(ClientObject *self, PyObject *o, struct rdmax_peer_group **ret)
@@ -843,12 +843,13 @@ static int parse_group_job(ClientObject *self, PyObject *t, struct rdmax_job *j,
 	PyObject *local, *group, *dests, *remotes;
 	unsigned long long id;
 	int op;
-	unsigned int flags, imm, deadline;
+	unsigned int flags, imm, deadline, traffic_class;
 
-	if (!PyArg_ParseTuple(t, "KiIIIOOOO", &id, &op, &flags, &imm, &deadline, &local, &group,
-			      &dests, &remotes)) {
+	if (!PyArg_ParseTuple(t, "KiIIIOOOOI", &id, &op, &flags, &imm, &deadline, &local, &group,
+			      &dests, &remotes, &traffic_class)) {
 		return -1;
 	}
+	j->traffic_class = traffic_class;
 	j->id = id;
 	j->op = (enum rdmax_op)op;
 	j->flags = flags;
@@ -943,8 +944,8 @@ static void release_group(struct group_in *in)
  * One job from the tuple (id, op, flags, imm, deadline_ms, local, local_offset,
  * length, remote, remote_offset, page_len, local_pages, local_pages_offset,
  * local_pages_stride, remote_pages, remote_pages_offset, remote_pages_stride,
- * mailbox, payload[, pairs]) that rdmax/__init__.py builds; pairs: None or a
- * sequence of (Region, Desc) of a paged job.
+ * mailbox, payload[, pairs[, traffic_class]]) that rdmax/__init__.py builds;
+ * pairs: None or a sequence of (Region, Desc) of a paged job.
  */
 /* The further region pairs of a paged job, into in->pairs. */
 static int take_pairs(ClientObject *self, PyObject *pairs, struct rdmax_job *j, struct job_in *in)
@@ -988,7 +989,7 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 	PyObject *local, *remote, *lpages, *rpages, *mailbox, *payload, *pairs = Py_None;
 	unsigned long long id, loff, len, roff, plen, lpo, lps, rpo, rps;
 	int op;
-	unsigned int flags, imm, deadline;
+	unsigned int flags, imm, deadline, traffic_class = 0;
 
 	memset(j, 0, sizeof(*j));
 	memset(in, 0, sizeof(*in));
@@ -999,11 +1000,12 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 	if (PyTuple_GET_SIZE(t) == GROUP_JOB_FIELDS) {
 		return parse_group_job(self, t, j, &in->grp);
 	}
-	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO|O", &id, &op, &flags, &imm, &deadline, &local,
-			      &loff, &len, &remote, &roff, &plen, &lpages, &lpo, &lps, &rpages,
-			      &rpo, &rps, &mailbox, &payload, &pairs)) {
+	if (!PyArg_ParseTuple(t, "KiIIIOKKOKKOKKOKKOO|OI", &id, &op, &flags, &imm, &deadline,
+			      &local, &loff, &len, &remote, &roff, &plen, &lpages, &lpo, &lps,
+			      &rpages, &rpo, &rps, &mailbox, &payload, &pairs, &traffic_class)) {
 		return -1;
 	}
+	j->traffic_class = traffic_class;
 	j->id = id;
 	j->op = (enum rdmax_op)op;
 	j->flags = flags;
@@ -2051,6 +2053,8 @@ PyMODINIT_FUNC PyInit__rdmax(void)
 	C(RDMAX_OP_BARRIER);
 	C(RDMAX_OP_SEND);
 	C(RDMAX_JOB_IMM);
+	C(RDMAX_CLASS_LATENCY);
+	C(RDMAX_CLASS_BULK);
 	C(RDMAX_ACCESS_LOCAL);
 	C(RDMAX_ACCESS_REMOTE_READ);
 	C(RDMAX_ACCESS_REMOTE_WRITE);

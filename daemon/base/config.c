@@ -44,6 +44,8 @@ enum key_type {
 	KEY_TRANSPORT, /* enum config_transport */
 	KEY_GPU_REG,   /* enum config_gpu_registration */
 	KEY_ONOFF,     /* off or on in a bool */
+	KEY_BOOL,      /* true or false in a bool */
+	KEY_CLASS,     /* traffic class name (latency, bulk) in a uint32_t */
 	KEY_TYPE_MAX,  /* terminator */
 };
 
@@ -87,6 +89,8 @@ static const struct config_section g_sections[] = {
 	{"discovery", "Named regions and node membership (docs/discovery.md)."},
 	{"gpu", "GPU memory: how it is registered with RDMA devices, and GPU pools (see "
 		"docs/gpu.md)."},
+	{"qos", "Traffic classes: how transfers of latency-class and bulk-class jobs share the "
+		"daemon's connections (docs/operations.md, \"Traffic classes\")."},
 };
 
 static const struct config_key g_keys[] = {
@@ -273,6 +277,26 @@ static const struct config_key g_keys[] = {
 	{"gpu", "pool_bytes", KEY_SIZE, FIELD(gpu_pool_bytes), 0, TiB, 0,
 	 "Bytes of GPU memory allocated on every GPU at start-up and registered once with the RDMA "
 	 "devices; clients lease slices of it without registering. 0 makes no pools."},
+
+	{"qos", "enabled", KEY_BOOL, FIELD(qos_enabled), 0, 1, KEY_RELOAD,
+	 "true: chunks to other daemons are scheduled by traffic class (weighted between the "
+	 "classes, round robin between the clients of a class) within max_in_flight, and "
+	 "latency-class frames pass queued bulk frames on TCP connections. false: every job "
+	 "issues its chunks as soon as its own window allows (classes are still counted)."},
+	{"qos", "latency_weight", KEY_UINT, FIELD(qos_weight[0]), 1, 1000, KEY_RELOAD,
+	 "Share of the latency class while both classes have chunks waiting: bytes are granted "
+	 "in the ratio latency_weight : bulk_weight."},
+	{"qos", "bulk_weight", KEY_UINT, FIELD(qos_weight[1]), 1, 1000, KEY_RELOAD,
+	 "Share of the bulk class while both classes have chunks waiting; at least 1, so bulk "
+	 "never starves."},
+	{"qos", "default_class", KEY_CLASS, FIELD(qos_default_class), 0, 1, KEY_RELOAD,
+	 "Class of jobs whose client named none, for the job or its session: latency or bulk."},
+	{"qos", "max_in_flight", KEY_UINT, FIELD(qos_max_in_flight), 2, 65536, KEY_RELOAD,
+	 "With enabled: chunks in flight to other daemons at once, for the whole daemon; "
+	 "further chunks wait for the scheduler."},
+	{"qos", "latency_reserve", KEY_UINT, FIELD(qos_latency_reserve), 0, 65535, KEY_RELOAD,
+	 "With enabled: of max_in_flight, this many are kept for latency-class chunks, so a "
+	 "latency job never waits for a bulk chunk to return; less than max_in_flight."},
 };
 
 /* libinih's line buffer: longer lines would be split into two lines. */
@@ -283,6 +307,8 @@ static const char *const g_transport_names[CONFIG_TRANSPORT_MAX] = {
 	[CONFIG_TRANSPORT_TCP] = "tcp",
 	[CONFIG_TRANSPORT_VERBS] = "verbs",
 };
+
+static const char *const g_class_names[] = {"latency", "bulk"};
 
 static const char *const g_gpu_reg_names[CONFIG_GPU_REG_MAX] = {
 	[CONFIG_GPU_REG_AUTO] = "auto",
@@ -311,6 +337,11 @@ const char *config_transport_name(enum config_transport t)
 		return "unknown";
 	}
 	return g_transport_names[t];
+}
+
+const char *config_class_name(uint32_t cls)
+{
+	return cls < ARRAY_SIZE(g_class_names) ? g_class_names[cls] : "unknown";
 }
 
 const char *config_gpu_registration_name(enum config_gpu_registration r)
@@ -845,6 +876,22 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 		}
 		*ret_why = "expected auto, dmabuf or peermem";
 		return -EINVAL;
+	case KEY_BOOL:
+		if (strcmp(value, "true") == 0 || strcmp(value, "false") == 0) {
+			*(bool *)field(cfg, k) = value[0] == 't';
+			return 0;
+		}
+		*ret_why = "expected true or false";
+		return -EINVAL;
+	case KEY_CLASS:
+		for (uint32_t c = 0; c < ARRAY_SIZE(g_class_names); c++) {
+			if (strcmp(value, g_class_names[c]) == 0) {
+				*(uint32_t *)field(cfg, k) = c;
+				return 0;
+			}
+		}
+		*ret_why = "expected latency or bulk";
+		return -EINVAL;
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -888,6 +935,12 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 			 config_gpu_registration_name(
 				 *(const enum config_gpu_registration *)cfield(cfg, k)));
 		return;
+	case KEY_BOOL:
+		snprintf(buf, size, "%s", *(const bool *)cfield(cfg, k) ? "true" : "false");
+		return;
+	case KEY_CLASS:
+		snprintf(buf, size, "%s", config_class_name(*(const uint32_t *)cfield(cfg, k)));
+		return;
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -925,6 +978,8 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 	case KEY_TRANSPORT:
 	case KEY_GPU_REG:
 	case KEY_ONOFF:
+	case KEY_BOOL:
+	case KEY_CLASS:
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -1059,6 +1114,13 @@ void config_defaults(struct config *cfg)
 
 	cfg->gpu_registration = CONFIG_GPU_REG_AUTO;
 	cfg->gpu_pool_bytes = 0;
+
+	cfg->qos_enabled = false;
+	cfg->qos_weight[0] = 8;
+	cfg->qos_weight[1] = 1;
+	cfg->qos_default_class = 1; /* bulk */
+	cfg->qos_max_in_flight = 32;
+	cfg->qos_latency_reserve = 4;
 }
 
 int config_set(struct config *cfg, const char *section, const char *key, const char *value,
@@ -1326,6 +1388,17 @@ int config_validate(const struct config *cfg, char *err, size_t err_size)
 	if ((unsigned)cfg->gpu_registration >= CONFIG_GPU_REG_MAX) {
 		set_err(err, err_size, "[gpu] registration %d is unknown",
 			(int)cfg->gpu_registration);
+		return -EINVAL;
+	}
+	if (cfg->qos_default_class > 1) {
+		set_err(err, err_size, "[qos] default_class %u is unknown", cfg->qos_default_class);
+		return -EINVAL;
+	}
+	if (cfg->qos_latency_reserve >= cfg->qos_max_in_flight) {
+		set_err(err, err_size,
+			"[qos] latency_reserve (%u) must be less than max_in_flight (%u): bulk "
+			"chunks would never be issued",
+			cfg->qos_latency_reserve, cfg->qos_max_in_flight);
 		return -EINVAL;
 	}
 	/* A struct filled in by code gets the parser's rules too. */

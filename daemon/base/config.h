@@ -112,6 +112,13 @@ struct config {
 	/* [gpu] */
 	enum config_gpu_registration gpu_registration;
 	uint64_t gpu_pool_bytes; /* per GPU, allocated and registered at start-up; 0 = no pools */
+
+	/* [qos] (classes: 0 latency, 1 bulk, as enum qos_class) */
+	bool qos_enabled;
+	uint32_t qos_weight[2];       /* per class, >= 1 */
+	uint32_t qos_default_class;   /* class of jobs that name none */
+	uint32_t qos_max_in_flight;   /* chunks to other daemons at once, daemon-wide */
+	uint32_t qos_latency_reserve; /* of those, kept for the latency class */
 };
 
 void config_defaults(struct config *cfg);
@@ -167,5 +174,7 @@ int config_pin_devices(const char *pin, const char *client_name, char *buf, size
 
 const char *config_transport_name(enum config_transport t);
 const char *config_gpu_registration_name(enum config_gpu_registration r);
+/* "latency" (0), "bulk" (1): [qos] default_class. */
+const char *config_class_name(uint32_t cls);
 
 #endif

@@ -138,3 +138,36 @@ void counters_imm_fired(struct counters *c)
 {
 	c->imm_fired++;
 }
+
+void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes, uint64_t latency_ns)
+{
+	if (cls < 0 || cls >= COUNTERS_CLASSES) {
+		return;
+	}
+	if (err == 0) {
+		c->class_ok[cls]++;
+	} else {
+		c->class_failed[cls]++;
+	}
+	c->class_bytes[cls] += bytes;
+	histogram_add(&c->class_latency[cls], counters_latency_bounds, counters_latency_buckets,
+		      (double)latency_ns / 1e9);
+}
+
+double counters_quantile(const struct histogram *h, double q)
+{
+	uint64_t seen = 0;
+
+	if (h->count == 0) {
+		return 0;
+	}
+	uint64_t rank = (uint64_t)(q * (double)h->count + 0.999999);
+	rank = rank == 0 ? 1 : rank;
+	for (size_t i = 0; i < counters_latency_buckets; i++) {
+		seen += h->buckets[i];
+		if (seen >= rank) {
+			return counters_latency_bounds[i];
+		}
+	}
+	return counters_latency_bounds[counters_latency_buckets - 1];
+}

@@ -17,6 +17,7 @@
 #define COUNTERS_PEERS      64 /* peers tracked by name; later ones count under "other" */
 #define COUNTERS_PEER_NAME  64
 #define COUNTERS_TRANSPORTS 3 /* "tcp", "verbs", and "other" last */
+#define COUNTERS_CLASSES    2 /* traffic classes: latency, bulk (enum qos_class) */
 
 /* Connection events a transport reports. */
 enum counters_conn_event {
@@ -76,6 +77,11 @@ struct counters {
 	uint64_t imm_fired;                      /* ExpectImm claims that reached their count */
 	uint64_t total_jobs;
 	uint64_t total_bytes;
+	/* By traffic class ([qos]): jobs that completed OK and failed, bytes, latency. */
+	uint64_t class_ok[COUNTERS_CLASSES];
+	uint64_t class_failed[COUNTERS_CLASSES];
+	uint64_t class_bytes[COUNTERS_CLASSES];
+	struct histogram class_latency[COUNTERS_CLASSES];
 };
 
 void counters_init(struct counters *c);
@@ -87,6 +93,13 @@ void counters_init(struct counters *c);
  */
 void counters_job_done(struct counters *c, int kind, int err, uint64_t bytes, uint64_t latency_ns,
 		       const char *peer_addr, uint16_t peer_port, bool had_imm);
+/* The same job by traffic class (0 latency, 1 bulk); other values are not counted. */
+void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes, uint64_t latency_ns);
+/*
+ * The q-quantile (0 < q <= 1) of a latency histogram, in seconds: the upper
+ * bound of the bucket holding it (the last finite bound for +Inf); 0 when empty.
+ */
+double counters_quantile(const struct histogram *h, double q);
 /* transport is the transport's name ("tcp", "verbs"). */
 void counters_conn_event(struct counters *c, const char *transport, enum counters_conn_event event);
 /* An ExpectImm of a client reached its count. */

@@ -7,7 +7,8 @@
  * planner.c) towards one or more nodes (daemons); runs are cut into chunks of
  * at most cfg.chunk_bytes and issued to the transports through a small window
  * of xfers (engine_pump.c), striped over device pairs where a node has
- * several (engine_rails.c). This file owns a job's life: submission and its
+ * several (engine_rails.c), in the order the traffic-class scheduler grants
+ * ([qos], engine_pump.c, qos.c). This file owns a job's life: submission and its
  * refusals, deadlines, cancel, progress, and the completion. The job holds
  * its local region until its last xfer returned, even when it completed
  * early (error, deadline, cancel), so memory never goes away under a
@@ -134,6 +135,7 @@ static void withdraw_xfers(struct job *job)
 			continue;
 		}
 		slot->busy = false;
+		job_qos_release(job);
 		job->in_flight--;
 		job->in_flight_bytes -= slot->xfer.length;
 		node->in_flight--;
@@ -173,9 +175,12 @@ static void deliver(struct job *job, int err, const char *message)
 {
 	struct engine *engine = job->engine;
 
+	uint64_t latency_ns = now_ns() - job->started_ns;
 	counters_job_done(&engine->daemon->counters, job->kind, err,
-			  err ? job->bytes_done : job->length, now_ns() - job->started_ns,
+			  err ? job->bytes_done : job->length, latency_ns,
 			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
+	counters_class_done(&engine->daemon->counters, job->cls, err,
+			    err ? job->bytes_done : job->length, latency_ns);
 	if (job->owner) {
 		struct job_owner *owner = job->owner;
 		hmap_del(&owner->jobs, job->id + 1);
@@ -205,6 +210,7 @@ void job_finish_withdrawn(struct job_xfer *slot)
 
 	slot->finishing = false;
 	slot->busy = false;
+	job_qos_release(job);
 	job->in_flight--;
 	job->in_flight_bytes -= slot->xfer.length;
 	node->in_flight--;
@@ -223,6 +229,7 @@ void job_complete(struct job *job, int err, const char *fmt, ...)
 		return;
 	}
 	job->completed = true;
+	qos_unwait(&engine->qos, &job->qos);
 	if (job->deadline) {
 		uv_timer_stop(job->deadline);
 		uv_close((uv_handle_t *)job->deadline, deadline_closed);
@@ -249,10 +256,13 @@ static void deadline_fired(uv_timer_t *timer)
 {
 	struct job *job = timer->data;
 
+	struct engine *engine = job->engine;
+
 	job_complete(job, RDMAX_E_TIMEOUT,
 		     "deadline of job %" PRIu64 " passed after %" PRIu64 " of %" PRIu64 " bytes",
 		     job->id, job->bytes_done, job->length);
 	job_free_if_done(job);
+	engine_qos_dispatch(engine);
 }
 
 /*
@@ -284,6 +294,15 @@ static int admit(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t wh
 			 "the daemon is draining (rdmaxctl drain) and accepts no new jobs");
 		return RDMAX_E_CANCELLED;
 	}
+	enum qos_class dflt = (enum qos_class)daemon->cfg.qos_default_class, cls;
+	if (qos_class_from_wire(owner->traffic_class, dflt, &dflt) < 0 ||
+	    qos_class_from_wire(pj->has_traffic_class ? pj->traffic_class : 0, dflt, &cls) < 0) {
+		snprintf(why, why_size, "unknown traffic class %u (1: latency, 2: bulk)",
+			 pj->traffic_class);
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	job->cls = (uint8_t)cls;
+	job->qos_flow = &owner->flows[cls];
 	ret = job_prepare(job, pj, why, why_size);
 	if (ret < 0) {
 		return ret;
@@ -325,6 +344,7 @@ int engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V
 	job->engine = engine;
 	job->id = pj->job_id;
 	job->started_ns = now_ns();
+	job->cls = (uint8_t)daemon->cfg.qos_default_class; /* until admit() knows better */
 	list_add_tail(&engine->jobs, &job->link);
 
 	if (pj->job_id >= UINT64_MAX - 1) {
@@ -369,6 +389,7 @@ int engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V
 		}
 	}
 	job_pump(job);
+	engine_qos_dispatch(engine);
 	return 0;
 }
 
@@ -391,6 +412,7 @@ int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct eng
 	engine->daemon = daemon;
 	engine->complete = complete;
 	list_init(&engine->jobs);
+	qos_sched_init(&engine->qos);
 	*ret_engine = engine;
 	return 0;
 out_free_engine:
@@ -423,6 +445,10 @@ int job_owner_init(struct job_owner *owner)
 	owner->gone = false;
 	owner->runs = 0;
 	owner->pinned_devices[0] = '\0';
+	owner->traffic_class = 0;
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		qos_flow_init(&owner->flows[c], (enum qos_class)c);
+	}
 	ret = peer_group_table_init(&owner->groups);
 	if (ret < 0) {
 		return ret;
@@ -457,6 +483,7 @@ void job_owner_leave(struct engine *engine, struct job_owner *owner)
 	hmap_fini(&owner->jobs);
 	/* Jobs still running keep their groups through their own references. */
 	peer_group_table_fini(&owner->groups);
+	engine_qos_dispatch(engine);
 }
 
 static struct job *find_job(struct job_owner *owner, uint64_t job_id)
@@ -477,6 +504,7 @@ int engine_cancel(struct engine *engine, struct job_owner *owner, uint64_t job_i
 	job_complete(job, RDMAX_E_CANCELLED, "cancelled by the client after %" PRIu64 " bytes",
 		     job->bytes_done);
 	job_free_if_done(job);
+	engine_qos_dispatch(engine);
 	return 0;
 }
 
@@ -517,6 +545,7 @@ uint32_t engine_fail_instance(struct engine *engine, uint64_t instance, int err,
 		}
 		job_free_if_done(job);
 	}
+	engine_qos_dispatch(engine);
 	return n;
 }
 
@@ -562,6 +591,7 @@ void engine_for_each_job(const struct engine *engine, engine_job_cb cb, void *ar
 			.age_ms = (now - job->started_ns) / 1000000u,
 			.has_imm = job->has_imm,
 			.imm = job->imm,
+			.traffic_class = job->cls,
 		};
 		for (size_t i = 0; i < job->n_slots; i++) {
 			if (job->slots[i].busy) {

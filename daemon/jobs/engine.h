@@ -13,6 +13,7 @@
 
 #include "hmap.h"
 #include "peer_group.h"
+#include "qos.h"
 
 struct rdmaxd;
 struct engine;
@@ -48,6 +49,8 @@ struct job_owner {
 	struct peer_group_table groups; /* the client's peer groups (SCATTER, BARRIER) */
 	uint64_t runs;                  /* planned runs held by its jobs without a completion */
 	char pinned_devices[256];       /* local devices its traffic may use, "a,b"; "": any */
+	uint32_t traffic_class;         /* its session's class (protocol value); 0: the daemon's */
+	struct qos_flow flows[QOS_CLASS_MAX]; /* its jobs waiting for the scheduler, by class */
 };
 
 int engine_create(struct rdmaxd *daemon, engine_complete_cb complete, struct engine **ret_engine);
@@ -104,6 +107,21 @@ uint32_t engine_fail_instance(struct engine *engine, uint64_t instance, int err,
 /* Jobs without a completion, over all clients. */
 uint64_t engine_outstanding(const struct engine *engine);
 
+/* The traffic-class scheduler's state, for metrics, status and tests. */
+struct engine_qos_stats {
+	uint32_t in_flight[QOS_CLASS_MAX]; /* chunks to other daemons in flight */
+	uint32_t waiting[QOS_CLASS_MAX];   /* jobs waiting for a credit */
+	uint64_t grants[QOS_CLASS_MAX];    /* chunks the scheduler granted */
+	uint64_t granted_bytes[QOS_CLASS_MAX];
+	uint64_t waits[QOS_CLASS_MAX]; /* times a job had to wait for a credit */
+};
+void engine_qos_stats(const struct engine *engine, struct engine_qos_stats *ret_stats);
+/*
+ * [qos] changed (SIGHUP): weights and limits apply from the next pick; when
+ * QoS was turned off or given more room, the jobs waiting go on now.
+ */
+void engine_qos_reconfigure(struct engine *engine);
+
 struct endpoint;
 
 /* One job the engine still holds, as the admin socket shows it. */
@@ -120,6 +138,7 @@ struct engine_job_info {
 	uint64_t age_ms; /* since submission */
 	bool has_imm;
 	uint32_t imm;
+	int traffic_class; /* enum qos_class */
 };
 typedef void (*engine_job_cb)(void *arg, const struct engine_job_info *info);
 

@@ -116,6 +116,11 @@ struct engine {
 	uint64_t desc_hits;
 	uint64_t desc_misses;
 	struct desc_cache_entry *desc_cache; /* DESC_CACHE_SETS * DESC_CACHE_WAYS */
+	/* Traffic classes ([qos]): credits are chunks in flight to other daemons. */
+	struct qos_sched qos;
+	uint32_t qos_in_flight[QOS_CLASS_MAX];
+	uint64_t qos_waits[QOS_CLASS_MAX];
+	bool qos_dispatching; /* inside engine_qos_dispatch(): no nested run */
 };
 
 struct job;
@@ -179,6 +184,10 @@ struct job {
 	uint64_t in_flight_bytes; /* bytes of the xfers in flight */
 	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
 	uint32_t n_slots;
+	uint8_t cls;               /* enum qos_class */
+	bool qos_grant;            /* the scheduler granted it its next chunk */
+	struct qos_waiter qos;     /* waiting for a credit (in its client's flow of cls) */
+	struct qos_flow *qos_flow; /* that flow; NULL when the job never waits (no client) */
 	/*
 	 * Not zeroed at submission (most of a job's bytes): remote is written by a
 	 * successful decode before any read, and a window slot is read only while
@@ -250,7 +259,22 @@ void job_complete(struct job *job, int err, const char *fmt, ...)
 /* Frees a completed job once no xfer of it is in flight and it is not issuing. */
 void job_free_if_done(struct job *job);
 
-/* ---- engine_pump.c: issuing the plan */
+/* ---- engine_pump.c: issuing the plan, and the traffic-class scheduler */
+
+/*
+ * Whether the job may issue its next chunk now ([qos] off, a grant, or a
+ * free credit no job of its class waits for); otherwise it waits for
+ * engine_qos_dispatch(). *ret_granted says a grant was used.
+ */
+bool job_qos_admit(struct job *job, bool *ret_granted);
+/* A chunk of the job to another daemon returned (or was withdrawn): its credit is free. */
+void job_qos_release(struct job *job);
+/*
+ * Grant the free credits to waiting jobs, by class weight and round robin
+ * over clients. Called at the end of every entry point that may have freed
+ * credits (a returned chunk, a completion, a submission); never nested.
+ */
+void engine_qos_dispatch(struct engine *engine);
 
 /* Issues as far as the window allows; may complete and free the job. */
 void job_pump(struct job *job);

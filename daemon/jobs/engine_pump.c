@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Issuing a job's plan: runs cut into chunks (or small runs grouped into one
- * xfer), handed to the transports through the job's window, a node's imm on
+ * xfer), handed to the transports through the job's window (and, with [qos]
+ * enabled, a credit of the daemon-wide budget that the traffic-class
+ * scheduler grants by class weight and client), a node's imm on
  * its last xfer (held back until the others returned when the transport does
  * not keep order), returned xfers accounted, and runs towards this daemon
  * copied (or, for SEND, delivered) in place. Never validates a job (that is
@@ -71,6 +73,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	xfer->imm = job->imm;
 	xfer->done = xfer_done;
 	xfer->ctx = job;
+	xfer->urgent = job->cls == QOS_LATENCY && job->engine->daemon->cfg.qos_enabled;
 	slot->job = job;
 	slot->node = dest->node;
 	slot->dest = piece->dest;
@@ -91,6 +94,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	node->xfers_left -= xfers;
 	node->in_flight++;
 	job->in_flight++;
+	job->engine->qos_in_flight[job->cls]++;
 	job->in_flight_bytes += xfer->length;
 	return 0;
 }
@@ -100,15 +104,18 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 	struct job_xfer *slot = container_of(xfer, struct job_xfer, xfer);
 	struct job *job = slot->job;
 	struct job_node *node = &job->nodes[slot->node];
+	struct engine *engine = job->engine;
 
 	if (slot->finishing) {
 		job_finish_withdrawn(slot); /* the job's status was decided already */
+		engine_qos_dispatch(engine);
 		return;
 	}
 	if (err && rail_reissue(slot, err, message)) {
 		return;
 	}
 	slot->busy = false;
+	job_qos_release(job);
 	job->in_flight--;
 	job->in_flight_bytes -= xfer->length;
 	node->in_flight--;
@@ -128,6 +135,7 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 		}
 	}
 	job_pump(job);
+	engine_qos_dispatch(engine);
 }
 
 /* A piece towards this daemon: copied (or delivered) now, checked like a remote access. */
@@ -255,9 +263,10 @@ void job_pump(struct job *job)
 		struct job_xfer *slot = NULL;
 		struct plan_run piece;
 
+		bool granted = false;
 		if (node->transport) {
 			slot = free_slot(job);
-			if (!slot) {
+			if (!slot || !job_qos_admit(job, &granted)) {
 				break;
 			}
 		}
@@ -272,6 +281,8 @@ void job_pump(struct job *job)
 			if (ret < 0) {
 				job_complete(job, ret, "cannot start transfer: %s",
 					     rdmax_strerror(ret));
+			} else if (granted) {
+				qos_charge(&job->engine->qos, job->cls, piece.length);
 			}
 			continue;
 		}
@@ -290,17 +301,115 @@ void job_pump(struct job *job)
 			node->held = true;
 			node->held_run = piece;
 			job->nodes_held++;
+			if (granted) {
+				job->qos_grant = true; /* unused: the next chunk has it */
+			}
 			continue;
 		}
 		int ret = issue_piece(job, slot, &piece, NULL, 0);
 		if (ret < 0) {
 			job_complete(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
+		} else if (granted) {
+			qos_charge(&job->engine->qos, job->cls, piece.length);
 		}
 	}
+	job->qos_grant = false;
 	job->issuing = false;
 	if (!job->completed && job->next_run >= job->n_runs && job->nodes_held == 0 &&
 	    job->in_flight == 0) {
 		job_complete(job, 0, NULL);
 	}
 	job_free_if_done(job);
+}
+
+/* ---- the traffic-class scheduler ([qos]) */
+
+/* Whether a chunk of class cls may take a credit now. */
+static bool credit_free(const struct engine *engine, enum qos_class cls)
+{
+	const struct config *cfg = &engine->daemon->cfg;
+	uint32_t used = engine->qos_in_flight[QOS_LATENCY] + engine->qos_in_flight[QOS_BULK];
+	uint32_t limit = cfg->qos_max_in_flight;
+
+	if (cls == QOS_BULK) {
+		limit = limit > cfg->qos_latency_reserve ? limit - cfg->qos_latency_reserve : 1;
+	}
+	return used < limit;
+}
+
+bool job_qos_admit(struct job *job, bool *ret_granted)
+{
+	struct engine *engine = job->engine;
+
+	*ret_granted = false;
+	if (!engine->daemon->cfg.qos_enabled || !job->qos_flow) {
+		return true;
+	}
+	if (job->qos_grant) {
+		job->qos_grant = false;
+		*ret_granted = true;
+		return true;
+	}
+	/* Jobs of its class already waiting go first: they are served by the scheduler. */
+	if (!qos_waiting(&job->qos) && engine->qos.n_waiting[job->cls] == 0 &&
+	    credit_free(engine, job->cls)) {
+		return true;
+	}
+	if (!qos_waiting(&job->qos)) {
+		engine->qos_waits[job->cls]++;
+		qos_wait(&engine->qos, job->qos_flow, &job->qos);
+	}
+	return false;
+}
+
+void job_qos_release(struct job *job)
+{
+	if (job->engine->qos_in_flight[job->cls] > 0) {
+		job->engine->qos_in_flight[job->cls]--;
+	}
+}
+
+void engine_qos_dispatch(struct engine *engine)
+{
+	const struct config *cfg = &engine->daemon->cfg;
+
+	if (engine->qos_dispatching) {
+		return;
+	}
+	engine->qos_dispatching = true;
+	/* Each turn unwaits a job or issues a chunk: bounded by the waiters and credits. */
+	for (;;) {
+		unsigned eligible = 0;
+		for (int c = 0; c < QOS_CLASS_MAX; c++) {
+			if (!cfg->qos_enabled || credit_free(engine, (enum qos_class)c)) {
+				eligible |= 1u << c;
+			}
+		}
+		struct qos_waiter *w =
+			qos_pick(&engine->qos, cfg->qos_weight, cfg->chunk_bytes, eligible);
+		if (!w) {
+			break;
+		}
+		struct job *job = container_of(w, struct job, qos);
+		qos_unwait(&engine->qos, w);
+		job->qos_grant = cfg->qos_enabled;
+		job_pump(job); /* may free the job */
+	}
+	engine->qos_dispatching = false;
+}
+
+void engine_qos_stats(const struct engine *engine, struct engine_qos_stats *ret_stats)
+{
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		ret_stats->in_flight[c] = engine->qos_in_flight[c];
+		ret_stats->waiting[c] = engine->qos.n_waiting[c];
+		ret_stats->grants[c] = engine->qos.picks[c];
+		ret_stats->granted_bytes[c] = engine->qos.charged[c];
+		ret_stats->waits[c] = engine->qos_waits[c];
+	}
+}
+
+void engine_qos_reconfigure(struct engine *engine)
+{
+	engine_qos_dispatch(engine);
 }

@@ -359,6 +359,16 @@ static int cmd_status(struct admin *a, struct json *j, int argc, char **argv, ch
 	json_u64(j, "chunks_reissued", d->engine ? engine_reissued_chunks(d->engine) : 0);
 	json_u64(j, "jobs_total", d->counters.total_jobs);
 	json_u64(j, "bytes_total", d->counters.total_bytes);
+	/* [qos] as applied now (a reload shows here), and the scheduler's queues. */
+	struct engine_qos_stats qs = {0};
+	if (d->engine) {
+		engine_qos_stats(d->engine, &qs);
+	}
+	json_u64(j, "qos_enabled", d->cfg.qos_enabled);
+	json_u64(j, "qos_latency_weight", d->cfg.qos_weight[QOS_LATENCY]);
+	json_u64(j, "qos_bulk_weight", d->cfg.qos_weight[QOS_BULK]);
+	json_u64(j, "qos_latency_waiting", qs.waiting[QOS_LATENCY]);
+	json_u64(j, "qos_bulk_waiting", qs.waiting[QOS_BULK]);
 	return 0;
 }
 
@@ -625,6 +635,7 @@ static void json_job(void *arg, const struct engine_job_info *info)
 	json_owner(j, ctx->owners, info->owner);
 	json_str(j, "op", info->op == XFER_READ ? "read" : "write");
 	json_str(j, "kind", info->kind ? info->kind : info->op == XFER_READ ? "read" : "write");
+	json_str(j, "class", qos_class_name(info->traffic_class));
 	json_str(j, "state", info->completed ? "completing" : "in-flight");
 	if (info->peer) {
 		json_endpoint(j, "peer", info->peer);

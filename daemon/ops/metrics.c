@@ -197,20 +197,80 @@ static void status_label(int status, char *buf, size_t size)
 	buf[i] = '\0';
 }
 
+/* label is the histogram's one label ("op", "class"), value its value. */
 static void render_histogram(struct text *t, const char *name, const struct histogram *h,
-			     const double *bounds, size_t n_bounds, const char *op)
+			     const double *bounds, size_t n_bounds, const char *label,
+			     const char *value)
 {
 	uint64_t cum = 0;
 
 	for (size_t i = 0; i < n_bounds; i++) {
 		cum += h->buckets[i];
-		text_printf(t, "%s_bucket{op=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, op, bounds[i],
-			    cum);
+		text_printf(t, "%s_bucket{%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, label, value,
+			    bounds[i], cum);
 	}
 	cum += h->buckets[n_bounds];
-	text_printf(t, "%s_bucket{op=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, op, cum);
-	text_printf(t, "%s_sum{op=\"%s\"} %.9g\n", name, op, h->sum);
-	text_printf(t, "%s_count{op=\"%s\"} %" PRIu64 "\n", name, op, h->count);
+	text_printf(t, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, label, value, cum);
+	text_printf(t, "%s_sum{%s=\"%s\"} %.9g\n", name, label, value, h->sum);
+	text_printf(t, "%s_count{%s=\"%s\"} %" PRIu64 "\n", name, label, value, h->count);
+}
+
+/* Per traffic class ([qos]): jobs, bytes, latency, and the scheduler's state. */
+static void render_classes(struct text *t, struct rdmaxd *daemon)
+{
+	const struct counters *m = &daemon->counters;
+	struct engine_qos_stats st = {0};
+
+	if (daemon->engine) {
+		engine_qos_stats(daemon->engine, &st);
+	}
+	family(t, "rdmaxd_qos_enabled", "gauge", "1 while chunks are scheduled by traffic class.");
+	text_printf(t, "rdmaxd_qos_enabled %d\n", daemon->cfg.qos_enabled ? 1 : 0);
+	family(t, "rdmaxd_qos_weight", "gauge", "Weight of each traffic class ([qos]).");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_qos_weight{class=\"%s\"} %u\n", qos_class_name(c),
+			    daemon->cfg.qos_weight[c]);
+	}
+	family(t, "rdmaxd_class_jobs_total", "counter",
+	       "Completed jobs by traffic class and result.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_class_jobs_total{class=\"%s\",result=\"ok\"} %" PRIu64 "\n",
+			    qos_class_name(c), m->class_ok[c]);
+		text_printf(t,
+			    "rdmaxd_class_jobs_total{class=\"%s\",result=\"failed\"} %" PRIu64 "\n",
+			    qos_class_name(c), m->class_failed[c]);
+	}
+	family(t, "rdmaxd_class_bytes_total", "counter",
+	       "Bytes moved by completed jobs, by class.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_class_bytes_total{class=\"%s\"} %" PRIu64 "\n",
+			    qos_class_name(c), m->class_bytes[c]);
+	}
+	family(t, "rdmaxd_class_job_duration_seconds", "histogram",
+	       "Time from submission to completion of a job, by traffic class.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		render_histogram(t, "rdmaxd_class_job_duration_seconds", &m->class_latency[c],
+				 counters_latency_bounds, counters_latency_buckets, "class",
+				 qos_class_name(c));
+	}
+	family(t, "rdmaxd_class_chunks_in_flight", "gauge",
+	       "Chunks to other daemons in flight, by class.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_class_chunks_in_flight{class=\"%s\"} %u\n",
+			    qos_class_name(c), st.in_flight[c]);
+	}
+	family(t, "rdmaxd_class_jobs_waiting", "gauge",
+	       "Jobs waiting for the scheduler to grant their next chunk, by class.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_class_jobs_waiting{class=\"%s\"} %u\n", qos_class_name(c),
+			    st.waiting[c]);
+	}
+	family(t, "rdmaxd_class_grants_total", "counter",
+	       "Chunks the scheduler granted to waiting jobs, by class.");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		text_printf(t, "rdmaxd_class_grants_total{class=\"%s\"} %" PRIu64 "\n",
+			    qos_class_name(c), st.grants[c]);
+	}
 }
 
 struct conn_count {
@@ -416,14 +476,15 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 	       "Time from submission to completion of a job.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
 		render_histogram(&t, "rdmaxd_job_duration_seconds", &m->latency[op],
-				 counters_latency_bounds, counters_latency_buckets,
+				 counters_latency_bounds, counters_latency_buckets, "op",
 				 engine_job_kind_name((int)op));
 	}
 	family(&t, "rdmaxd_job_size_bytes", "histogram", "Length of jobs that completed OK.");
 	for (size_t op = 0; op < JOB_KIND_MAX; op++) {
 		render_histogram(&t, "rdmaxd_job_size_bytes", &m->size[op], counters_size_bounds,
-				 counters_size_buckets, engine_job_kind_name((int)op));
+				 counters_size_buckets, "op", engine_job_kind_name((int)op));
 	}
+	render_classes(&t, daemon);
 
 	family(&t, "rdmaxd_peer_jobs_total", "counter", "Completed jobs by peer daemon.");
 	for (uint32_t i = 0; i < m->n_peers; i++) {
@@ -584,6 +645,37 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 		json_obj_close(j);
 	}
 	json_arr_close(j);
+	struct engine_qos_stats st = {0};
+	if (metrics->daemon->engine) {
+		engine_qos_stats(metrics->daemon->engine, &st);
+	}
+	const struct config *cfg = &metrics->daemon->cfg;
+	json_obj_open(j, "qos");
+	json_bool(j, "enabled", cfg->qos_enabled);
+	json_str(j, "default_class", qos_class_name((int)cfg->qos_default_class));
+	json_u64(j, "max_in_flight", cfg->qos_max_in_flight);
+	json_u64(j, "latency_reserve", cfg->qos_latency_reserve);
+	json_arr_open(j, "classes");
+	for (int c = 0; c < QOS_CLASS_MAX; c++) {
+		const struct histogram *h = &m->class_latency[c];
+		json_obj_open(j, NULL);
+		json_str(j, "class", qos_class_name(c));
+		json_u64(j, "weight", cfg->qos_weight[c]);
+		json_u64(j, "jobs_ok", m->class_ok[c]);
+		json_u64(j, "jobs_failed", m->class_failed[c]);
+		json_u64(j, "bytes", m->class_bytes[c]);
+		json_double(j, "mean_s", h->count ? h->sum / (double)h->count : 0);
+		json_double(j, "p50_le_s", counters_quantile(h, 0.5));
+		json_double(j, "p99_le_s", counters_quantile(h, 0.99));
+		json_u64(j, "chunks_in_flight", st.in_flight[c]);
+		json_u64(j, "jobs_waiting", st.waiting[c]);
+		json_u64(j, "waits", st.waits[c]);
+		json_u64(j, "grants", st.grants[c]);
+		json_u64(j, "granted_bytes", st.granted_bytes[c]);
+		json_obj_close(j);
+	}
+	json_arr_close(j);
+	json_obj_close(j);
 	json_arr_open(j, "peers");
 	for (uint32_t i = 0; i <= m->n_peers; i++) {
 		const struct peer_stats *p = i < m->n_peers ? &m->peers[i] : &m->other;

@@ -443,6 +443,9 @@ void svc_reload(struct rdmaxd *daemon, const struct config *next, svc_load_key_f
 	config_apply_reloadable(cfg, next);
 	memcpy(cfg->auth_key_file, key_file, sizeof(key_file));
 	daemon->imm.max_counters = cfg->max_imm_counters;
+	if (daemon->engine) {
+		engine_qos_reconfigure(daemon->engine); /* [qos] applies from the next chunk */
+	}
 	log_notice("configuration reloaded");
 	svc_ready(daemon);
 }

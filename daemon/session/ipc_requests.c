@@ -70,6 +70,16 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 		s->close_after_flush = true;
 		return;
 	}
+	enum qos_class cls;
+	if (hello->has_traffic_class &&
+	    qos_class_from_wire(hello->traffic_class, QOS_BULK, &cls) < 0) {
+		ipc_reply_status(s, seq, RDMAX_E_INVALID_ARGUMENT,
+				 "unknown traffic class %u (1: latency, 2: bulk)",
+				 hello->traffic_class);
+		s->close_after_flush = true;
+		return;
+	}
+	s->owner.traffic_class = hello->has_traffic_class ? hello->traffic_class : 0;
 	if (hello->client_name) {
 		snprintf(s->name, sizeof(s->name), "%s", hello->client_name);
 	}

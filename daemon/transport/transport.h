@@ -80,6 +80,12 @@ struct xfer {
 	uint8_t *reply;
 	uint32_t reply_size;
 	uint32_t reply_len;
+	/*
+	 * A latency-class chunk ([qos] enabled): TCP sends it over a second
+	 * connection to the peer that carries only such chunks, so it never
+	 * queues behind bulk frames or their bytes in the socket buffers.
+	 */
+	bool urgent;
 	/* transport-private */
 	struct list_node link;
 	uint64_t wire_id;

@@ -12,6 +12,9 @@
 #       same daemons' plain TCP, alternating (tcp_tls rows);
 #   (c) scaling (tests/bench/scaling.sh): 1, 2, 4, 8 client processes on one
 #       daemon, bandwidth, job rate and the daemon's RSS.
+#   (d) traffic classes (tests/bench/qos.sh): p99 of latency-class 64 KiB
+#       writes idle and under a saturating bulk load, and the bulk bandwidth,
+#       with [qos] off and on (summary in host-qos-summary.txt).
 # Reference and rdmax alternate per size. Then tests/bench/report.py prints
 # one table of ratios and the `ratios:` line; raw results stay in
 # $RDMAX_BUILD/bench (*.json, perftest *.txt, summary.json).
@@ -335,6 +338,13 @@ t0=$(date +%s)
 RDMAX_BUILD=$build RDMAX_BENCH_OUT=$out RDMAX_BENCH_SECONDS=$secs tests/bench/scaling.sh ||
 	host_failed=1
 echo "== scaling part took $(($(date +%s) - t0)) s"
+
+# ---- (d) traffic classes: latency writes under a bulk load, [qos] off and on ----
+echo "== qos part: latency-class 64 KiB writes under bulk-class 8 MiB writes (TCP, loopback)"
+t0=$(date +%s)
+RDMAX_BUILD=$build RDMAX_BENCH_OUT=$out RDMAX_BENCH_SECONDS=$secs tests/bench/qos.sh ||
+	host_failed=1
+echo "== qos part took $(($(date +%s) - t0)) s"
 machine
 
 echo "== results (medians of $reps runs; ratio: higher is better; raw data in $out)"

@@ -257,6 +257,7 @@ TCase *itest_tcase_peer(void);
 TCase *itest_tcase_names(void);
 TCase *itest_tcase_discovery(void);
 TCase *itest_tcase_tls(void);
+TCase *itest_tcase_qos(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

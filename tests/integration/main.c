@@ -20,7 +20,7 @@ int main(void)
 		itest_tcase_dereg_wait, itest_tcase_jobs,        itest_tcase_verbs,
 		itest_tcase_ring,       itest_tcase_paged_read,  itest_tcase_harden,
 		itest_tcase_peer,       itest_tcase_names,       itest_tcase_discovery,
-		itest_tcase_multipair,  itest_tcase_tls,
+		itest_tcase_multipair,  itest_tcase_tls,         itest_tcase_qos,
 	};
 	char binary[512];
 

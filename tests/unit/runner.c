@@ -29,7 +29,8 @@
 	X(gpu)                                                                                     \
 	X(ring)                                                                                    \
 	X(names)                                                                                   \
-	X(ipc)
+	X(ipc)                                                                                     \
+	X(qos)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)

@@ -203,7 +203,14 @@ static const char g_every_key[] = "; all keys\n"
 				  "password_file = /etc/rdmaxd/etcd.password\n"
 				  "[gpu]\n"
 				  "registration = peermem\n"
-				  "pool_bytes = 2G\n";
+				  "pool_bytes = 2G\n"
+				  "[qos]\n"
+				  "enabled = true\n"
+				  "latency_weight = 1000\n"
+				  "bulk_weight = 3\n"
+				  "default_class = latency\n"
+				  "max_in_flight = 65536\n"
+				  "latency_reserve = 65535\n";
 
 START_TEST(every_key_is_parsed)
 {
@@ -270,6 +277,12 @@ START_TEST(every_key_is_parsed)
 	ck_assert_str_eq(cfg.discovery_password_file, "/etc/rdmaxd/etcd.password");
 	ck_assert_int_eq(cfg.gpu_registration, CONFIG_GPU_REG_PEERMEM);
 	ck_assert_uint_eq(cfg.gpu_pool_bytes, 2ull << 30);
+	ck_assert(cfg.qos_enabled);
+	ck_assert_uint_eq(cfg.qos_weight[0], 1000);
+	ck_assert_uint_eq(cfg.qos_weight[1], 3);
+	ck_assert_uint_eq(cfg.qos_default_class, 0);
+	ck_assert_uint_eq(cfg.qos_max_in_flight, 65536);
+	ck_assert_uint_eq(cfg.qos_latency_reserve, 65535);
 
 	/* The file above must change every key config_print knows, so none is left untested. */
 	config_defaults(&def);
@@ -285,7 +298,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 61);
+	ck_assert_int_eq(keys, 67);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -934,7 +947,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 61);
+	ck_assert_int_eq(keys, 67);
 	free(printed);
 	free(man);
 }

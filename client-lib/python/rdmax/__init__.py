@@ -59,6 +59,22 @@ OP_SEND = _rdmax.RDMAX_OP_SEND
 OP_SCATTER = _rdmax.RDMAX_OP_SCATTER
 OP_BARRIER = _rdmax.RDMAX_OP_BARRIER
 
+# Traffic classes (docs/python.md): a job's, or a Client's default for its jobs.
+CLASS_LATENCY = _rdmax.RDMAX_CLASS_LATENCY
+CLASS_BULK = _rdmax.RDMAX_CLASS_BULK
+_CLASSES = {None: 0, "latency": CLASS_LATENCY, "bulk": CLASS_BULK}
+
+
+def _traffic_class(value):
+    """None, "latency", "bulk" or a protocol value (others fail the job with InvalidArgument)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return _CLASSES[value]
+    except (KeyError, TypeError):
+        raise ValueError("traffic_class must be 'latency', 'bulk' or None, not %r"
+                         % (value,)) from None
+
 _ERRORS = {cls.code: cls for cls in Error.__subclasses__() if hasattr(cls, "code")}
 
 
@@ -124,14 +140,15 @@ class Job:
                  "remote", "remote_offset", "page_len", "local_pages", "local_pages_offset",
                  "local_pages_stride", "remote_pages", "remote_pages_offset",
                  "remote_pages_stride", "mailbox", "payload", "pairs", "status", "bytes", "reason",
-                 "dests", "group", "remotes", "_client", "__weakref__")
+                 "dests", "group", "remotes", "traffic_class", "_client", "__weakref__")
 
     def __init__(self, op, local=None, remote=None, *, local_offset=0, length=0,
                  remote_offset=0, page_len=0, local_pages=None, local_pages_offset=0,
                  local_pages_stride=0, remote_pages=None, remote_pages_offset=0,
                  remote_pages_stride=0, imm=None, deadline=None, mailbox=None, payload=b"",
-                 id=None, dests=None, group=None, remotes=None, pairs=None):
+                 id=None, dests=None, group=None, remotes=None, pairs=None, traffic_class=None):
         self.id = id
+        self.traffic_class = _traffic_class(traffic_class)
         self.op = op
         self.flags = 0 if imm is None else _rdmax.RDMAX_JOB_IMM
         self.imm = imm or 0
@@ -168,12 +185,12 @@ class Job:
     def _tuple(self):
         if self.op == OP_SCATTER or self.op == OP_BARRIER:
             return (self.id, self.op, self.flags, self.imm, self.deadline_ms, self.local,
-                    self.group, self.dests or (), self.remotes)
+                    self.group, self.dests or (), self.remotes, self.traffic_class)
         return (self.id, self.op, self.flags, self.imm, self.deadline_ms, self.local,
                 self.local_offset, self.length, self.remote, self.remote_offset, self.page_len,
                 self.local_pages, self.local_pages_offset, self.local_pages_stride,
                 self.remote_pages, self.remote_pages_offset, self.remote_pages_stride,
-                self.mailbox, self.payload, self.pairs)
+                self.mailbox, self.payload, self.pairs, self.traffic_class)
 
     def _finish(self, ev):
         self.status, self.bytes, self.reason = ev.status, ev.bytes, ev.reason
@@ -223,7 +240,8 @@ class Client(_rdmax.Client):
     """A connection to the node's rdmaxd (``socket`` None: $RDMAX_SOCKET or
     /run/rdmaxd.sock). Safe to share between threads; use as a context manager."""
 
-    def __init__(self, socket=None, name=None):
+    def __init__(self, socket=None, name=None, traffic_class=None):
+        self._traffic_class = _traffic_class(traffic_class)  # of jobs that name none
         super().__init__(socket, name)
         self._ids = itertools.count(1)
         self._id_lock = threading.Lock()
@@ -251,6 +269,8 @@ class Client(_rdmax.Client):
                     raise ValueError("job %s was already submitted" % j.id)
                 if j.id is None:
                     j.id = next(self._ids)
+                if not j.traffic_class:
+                    j.traffic_class = self._traffic_class
         for j in batch:
             j._client = self
             self._jobs[j.id] = j
@@ -266,13 +286,16 @@ class Client(_rdmax.Client):
         return batch[0] if single else batch
 
     def write(self, local, remote, length, *, local_offset=0, remote_offset=0, imm=None,
-              deadline=None):
+              deadline=None, traffic_class=None):
         return self.submit(Job(OP_WRITE, local, remote, length=length, local_offset=local_offset,
-                               remote_offset=remote_offset, imm=imm, deadline=deadline))
+                               remote_offset=remote_offset, imm=imm, deadline=deadline,
+                               traffic_class=traffic_class))
 
-    def read(self, local, remote, length, *, local_offset=0, remote_offset=0, deadline=None):
+    def read(self, local, remote, length, *, local_offset=0, remote_offset=0, deadline=None,
+             traffic_class=None):
         return self.submit(Job(OP_READ, local, remote, length=length, local_offset=local_offset,
-                               remote_offset=remote_offset, deadline=deadline))
+                               remote_offset=remote_offset, deadline=deadline,
+                               traffic_class=traffic_class))
 
     def paged_write(self, local, remote, page_len, local_pages, remote_pages, **kw):
         return self.submit(Job(OP_PAGED_WRITE, local, remote, page_len=page_len,
@@ -282,23 +305,23 @@ class Client(_rdmax.Client):
         return self.submit(Job(OP_PAGED_READ, local, remote, page_len=page_len,
                                local_pages=local_pages, remote_pages=remote_pages, **kw))
 
-    def send(self, remote, mailbox, payload, *, deadline=None):
+    def send(self, remote, mailbox, payload, *, deadline=None, traffic_class=None):
         return self.submit(Job(OP_SEND, None, remote, mailbox=mailbox, payload=payload,
-                               deadline=deadline))
+                               deadline=deadline, traffic_class=traffic_class))
 
-    def scatter(self, local, dests, *, group=None, imm=None, deadline=None):
+    def scatter(self, local, dests, *, group=None, imm=None, deadline=None, traffic_class=None):
         """One SCATTER: each ``Dest`` (or tuple in its field order) names a
         descriptor, or with ``remote`` None a member of ``group``. With ``imm``
         each destination node counts it once for the job."""
         return self.submit(Job(OP_SCATTER, local, dests=dests, group=group, imm=imm,
-                               deadline=deadline))
+                               deadline=deadline, traffic_class=traffic_class))
 
-    def barrier(self, imm, *, group=None, remotes=None, deadline=None):
+    def barrier(self, imm, *, group=None, remotes=None, deadline=None, traffic_class=None):
         """One BARRIER: a zero-byte write carrying ``imm`` to each distinct node
         of ``group`` or of ``remotes`` (descriptors with remote write access).
         A receiver expecting N senders calls expect_imm(imm, N)."""
         return self.submit(Job(OP_BARRIER, group=group, remotes=remotes, imm=imm,
-                               deadline=deadline))
+                               deadline=deadline, traffic_class=traffic_class))
 
     def peer_group(self, descs):
         """A PeerGroup of remote descriptors the daemon resolves once

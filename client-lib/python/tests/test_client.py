@@ -342,3 +342,33 @@ def test_free_and_close_wait_for_a_submit_being_parsed(daemons, action):
             assert bytes(memoryview(dst)[:8192]) == expect
         with pytest.raises(ValueError):
             src.desc()
+
+
+def test_traffic_class(daemons):
+    a, b = daemons
+    with rdmax.Client(a.socket, "lat", traffic_class="latency") as ca, \
+            rdmax.Client(b.socket) as cb:
+        src = ca.alloc_host(1 << 16)
+        dst = cb.alloc_host(1 << 16, rdmax.ACCESS_REMOTE_WRITE)
+        s = fill(src, 5)
+        d = np.frombuffer(dst, dtype=np.uint8)
+        ca.write(src, dst.desc(), 65536).wait(10)  # the session's class: latency
+        ca.write(src, dst.desc(), 4096, traffic_class="bulk").wait(10)
+        ca.submit(rdmax.Job(rdmax.OP_WRITE, src, dst.desc(), length=8,
+                            traffic_class=rdmax.CLASS_BULK)).wait(10)
+        assert np.array_equal(d, s)
+        with pytest.raises(rdmax.InvalidArgument) as ei:
+            ca.write(src, dst.desc(), 4096, traffic_class=9).wait(10)
+        assert "unknown traffic class 9" in str(ei.value.args[1])
+        with pytest.raises(ValueError):
+            ca.write(src, dst.desc(), 4096, traffic_class="fast")
+        with pytest.raises(ValueError):
+            rdmax.Client(a.socket, traffic_class="urgent")
+        stats = subprocess.run([os.path.join(conftest.BUILD, "rdmaxctl"), "--socket",
+                                os.path.join(a.dir, "admin.sock"), "stats", "--prometheus"],
+                               stdout=subprocess.PIPE, text=True, check=True).stdout
+        assert 'rdmaxd_class_jobs_total{class="latency",result="ok"} 1' in stats
+        assert 'rdmaxd_class_jobs_total{class="bulk",result="ok"} 2' in stats
+        assert 'rdmaxd_class_jobs_total{class="bulk",result="failed"} 1' in stats
+        assert 'rdmaxd_class_bytes_total{class="latency"} 65536' in stats
+        del s, d

@@ -545,7 +545,11 @@ static void advance_out(struct tcp_conn *conn, uint64_t n)
 /* Send what the socket takes; false when the connection failed. */
 bool tcp_flush(struct tcp_conn *conn)
 {
-	for (int round = 0; round < TX_BUDGET && !list_empty(&conn->outq); round++) {
+	uint64_t start = conn->bytes_sent;
+
+	for (int round = 0; round < TX_BUDGET && !list_empty(&conn->outq) &&
+			    conn->bytes_sent - start < IO_BYTES_BUDGET;
+	     round++) {
 		struct iovec iov[IOV_BATCH];
 		uint64_t skip = conn->out_sent;
 		int n = 0;

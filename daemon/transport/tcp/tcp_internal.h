@@ -36,6 +36,12 @@
 #define MSG_BYTES      256
 #define RX_SEG_IOV     64                  /* segments of a WRITE_SEGS read by one recvmsg() */
 #define DISCARD_MAX    (UINT64_C(1) << 30) /* largest refused WRITE whose payload is skipped */
+/*
+ * Bytes one connection moves per readiness callback, each way, so that a
+ * connection busy with bulk frames lets the loop serve the others (the
+ * latency-class connection) every couple of chunks.
+ */
+#define IO_BYTES_BUDGET (2u << 20)
 
 /* Life of a connection. */
 enum tcp_conn_state {
@@ -62,9 +68,10 @@ enum rx_state {
 
 struct frame {
 	struct list_node link;
-	struct xfer *xfer;      /* requester: the xfer this frame carries (or &ghost) */
-	bool orphan;            /* its job completed: the answer is discarded, done is a no-op */
-	struct xfer ghost;      /* an orphan's stand-in: the job's xfer may be gone */
+	struct xfer *xfer; /* requester: the xfer this frame carries (or &ghost) */
+	bool orphan;       /* its job completed: the answer is discarded, done is a no-op */
+	struct xfer ghost; /* an orphan's stand-in: the job's xfer may be gone */
+	bool urgent;       /* requester: a latency-class xfer, queued ahead (tcp_queue_urgent) */
 	struct region *region;  /* responder: READ_RESP source, referenced until sent */
 	const uint8_t *payload; /* sent after head, never copied */
 	uint8_t *owned;         /* responder: a payload of its own (lookup answer), freed with it */
@@ -91,6 +98,11 @@ struct tcp_conn {
 	struct list_node link; /* in tt->conns until closed */
 	enum tcp_conn_state state;
 	bool outgoing;
+	/*
+	 * Outgoing: carries only latency-class requests (xfer.urgent), so they
+	 * never wait behind bulk bytes in either end's socket buffers.
+	 */
+	bool urgent_lane;
 	bool ever_ready;
 	bool in_handshake; /* incoming, counted in tt->n_in_handshake */
 	int fd;

@@ -194,11 +194,14 @@ static void consume_staged(struct tcp_conn *conn)
  */
 void tcp_receive(struct tcp_conn *conn)
 {
+	uint64_t start = conn->bytes_received;
+
 	for (int calls = 0;; calls++) {
 		consume_staged(conn);
 		/* Past the budget only what OpenSSL holds: no event would bring it back. */
 		if (!tcp_usable(conn) || tcp_reading_paused(conn) ||
-		    (calls >= RX_BUDGET && !tcp_io_pending(conn))) {
+		    ((calls >= RX_BUDGET || conn->bytes_received - start >= IO_BYTES_BUDGET) &&
+		     !tcp_io_pending(conn))) {
 			return;
 		}
 		tcp_check_rx_region(conn);

@@ -34,13 +34,16 @@
 
 /* ---- transport ops ---- */
 
-static struct tcp_conn *find_conn(struct tcp_transport *tt, const struct sockaddr_storage *addr)
+/* The outgoing connection to addr of that lane (latency-class requests, or the others). */
+static struct tcp_conn *find_conn(struct tcp_transport *tt, const struct sockaddr_storage *addr,
+				  bool urgent_lane)
 {
 	struct list_node *pos;
 
 	for (pos = tt->conns.next; pos != &tt->conns; pos = pos->next) {
 		struct tcp_conn *conn = container_of(pos, struct tcp_conn, link);
-		if (conn->outgoing && memcmp(&conn->addr, addr, sizeof(*addr)) == 0) {
+		if (conn->outgoing && conn->urgent_lane == urgent_lane &&
+		    memcmp(&conn->addr, addr, sizeof(*addr)) == 0) {
 			return conn;
 		}
 	}
@@ -163,7 +166,7 @@ static int tcp_submit(struct transport *transport, struct xfer *xfer)
 static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct frame *frame,
 			 const struct sockaddr_storage *addr, socklen_t addr_len)
 {
-	struct tcp_conn *conn = find_conn(tt, addr);
+	struct tcp_conn *conn = find_conn(tt, addr, xfer->urgent);
 	if (!conn) {
 		if (tt->n_conns >= tt->daemon->cfg.max_connections) {
 			tcp_frame_release(tt, frame);
@@ -176,6 +179,7 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 		}
 		conn->addr = *addr;
 		conn->addr_len = addr_len;
+		conn->urgent_lane = xfer->urgent;
 		tcp_format_addr(addr, conn->name, sizeof(conn->name));
 		conn->state = TCP_CONN_BACKOFF;
 		uv_timer_start(&conn->timer, tcp_on_conn_timer, 0, 0);

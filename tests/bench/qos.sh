@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# qos.sh - the traffic-class part of `make bench` (docs/benchmarks.md,
+# "Traffic classes"). Two rdmaxd on loopback over the TCP transport; on
+# daemon b two served regions (one per class, so the read-back checks of
+# the two writers never overlap). Per repetition and per [qos] setting (off:
+# today's FIFO, on: the scheduler and the latency connection):
+#   idle   latency-class 64 KiB writes alone, one at a time (--lat): p50/p99
+#   bulk   bulk-class 8 MiB writes alone, window 16: GB/s
+#   mixed  the same bulk writes for SECONDS+3, and meanwhile (from 0.5 s on)
+#          the latency writes: both
+# The class is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
+# $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
+# --json), and a summary with medians and spreads in host-qos-summary.txt.
+# Targets: p99 of mixed <= 2x p99 of idle, bulk of mixed >= 0.9x bulk alone.
+#
+# Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT, RDMAX_BENCH_SECONDS (2,
+# per run), RDMAX_BENCH_QOS_REPS (3), RDMAX_BENCH_QOS_SET (extra --set
+# options for daemon a, blank-separated, e.g. qos.max_in_flight=16).
+set -u
+
+build=${RDMAX_BUILD:-build}
+out=${RDMAX_BENCH_OUT:-$build/bench}
+secs=${RDMAX_BENCH_SECONDS:-2}
+reps=${RDMAX_BENCH_QOS_REPS:-3}
+run=$(mktemp -d /tmp/rdmax-qos.XXXXXX) || exit 1
+pids=()
+failed=0
+
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	pids=()
+}
+trap 'cleanup; rm -rf "$run"' EXIT
+mkdir -p "$out" || exit 1
+rm -f "$out"/host-qos-*
+
+daemon() { # NAME [--set ...]: an rdmaxd over TCP on loopback
+	local name=$1 i
+	shift
+	"$build/rdmaxd" --node-name "$name" --socket "$run/$name.sock" --transport tcp \
+		--listen 127.0.0.1 --port 0 --log-level notice \
+		--set "daemon.admin_socket=$run/$name-admin.sock" "$@" 2>"$run/$name.log" &
+	pids+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -S "$run/$name.sock" ] && return 0
+		sleep 0.05
+	done
+	echo "qos: rdmaxd '$name' did not start: $(tail -n 2 "$run/$name.log" | tr '\n' ' ')"
+	return 1
+}
+
+serve() { # NAME SIZE
+	rm -f "$run/$1.desc"
+	"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/$1.desc" --size "$2" \
+		2>"$run/serve-$1.log" &
+	pids+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$run/$1.desc" ] && return 0
+		sleep 0.05
+	done
+	echo "qos: serve $1 did not publish its descriptor"
+	return 1
+}
+
+lat() { # FILE: latency-class 64 KiB writes, one at a time
+	# Two warm-up jobs only: under a FIFO bulk load each takes as long as the queue ahead of
+	# it, and a long warm-up would move the timed part past the end of the bulk run.
+	RDMAX_TRAFFIC_CLASS=latency timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
+		--desc "$run/lat.desc" -o write -s 64K --lat --warmup 2 -D "$secs" --json="$1" \
+		>/dev/null 2>>"$run/bench.err"
+}
+
+bulk() { # FILE SECONDS: bulk-class 8 MiB writes, 16 outstanding
+	RDMAX_TRAFFIC_CLASS=bulk timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
+		--desc "$run/bulk.desc" -o write -s 8M -w 16 -D "$2" --warmup 4 --json="$1" \
+		>/dev/null 2>>"$run/bench.err"
+}
+
+for ((rep = 1; rep <= reps; rep++)); do
+	for mode in off on; do
+		enabled=false
+		[ $mode = on ] && enabled=true
+		# shellcheck disable=SC2086
+		extra=$(for s in ${RDMAX_BENCH_QOS_SET:-}; do printf -- '--set %s ' "$s"; done)
+		# shellcheck disable=SC2086
+		if ! daemon a --set "qos.enabled=$enabled" $extra || ! daemon b ||
+			! serve bulk 128M || ! serve lat 1M; then
+			failed=1
+			cleanup
+			break 2
+		fi
+		p=$out/host-qos-$mode
+		lat "$p-idle-r$rep.json" || failed=1
+		bulk "$p-bulk-r$rep.json" "$secs" || failed=1
+		# Bulk starts first and runs past the latency writes (their warm-up, and a last
+		# job that may wait a whole queue): the timed latency jobs all meet the load.
+		bulk "$p-mixedbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 3 }')" &
+		bpid=$!
+		sleep 0.5
+		lat "$p-mixedlat-r$rep.json" || failed=1
+		wait $bpid || failed=1
+		cleanup
+		echo "qos: rep $rep, [qos] $mode done"
+	done
+done
+((failed)) && echo "qos: a run failed: $(tail -n 3 "$run/bench.err" | tr '\n' ' ')"
+
+/usr/bin/python3 - "$out" "$reps" <<'PY' | tee "$out/host-qos-summary.txt"
+import json, statistics, sys, glob
+out, reps = sys.argv[1], int(sys.argv[2])
+def vals(mode, test, key):
+    v = []
+    for f in sorted(glob.glob("%s/host-qos-%s-%s-r*.json" % (out, mode, test))):
+        r = json.load(open(f))["results"][0]
+        v.append(r["lat_us"][key] if key != "GBps" else r["GBps"])
+    return v
+def fmt(v, unit):
+    if not v:
+        return "n/a"
+    return "%.1f %s (%s)" % (statistics.median(v), unit, ", ".join("%.1f" % x for x in v))
+print("traffic classes, TCP on loopback, %d repetitions (median, then each run)" % reps)
+res = {}
+for mode in ("off", "on"):
+    idle50, idle99 = vals(mode, "idle", "p50"), vals(mode, "idle", "p99")
+    mix50, mix99 = vals(mode, "mixedlat", "p50"), vals(mode, "mixedlat", "p99")
+    bulk = [x * 1000 for x in vals(mode, "bulk", "GBps")]
+    mixb = [x * 1000 for x in vals(mode, "mixedbulk", "GBps")]
+    print("[qos] %s" % mode)
+    print("  latency 64K idle      p50 %s   p99 %s" % (fmt(idle50, "us"), fmt(idle99, "us")))
+    print("  latency 64K + bulk    p50 %s   p99 %s" % (fmt(mix50, "us"), fmt(mix99, "us")))
+    print("  bulk 8M alone         %s" % fmt(bulk, "MB/s"))
+    print("  bulk 8M + latency     %s" % fmt(mixb, "MB/s"))
+    if idle99 and mix99 and bulk and mixb:
+        r99 = statistics.median(mix99) / statistics.median(idle99)
+        rb = statistics.median(mixb) / statistics.median(bulk)
+        print("  p99 under load / idle p99 = %.2f (target <= 2)   bulk with / without "
+              "latency = %.2f (target >= 0.9)" % (r99, rb))
+PY
+exit $failed
