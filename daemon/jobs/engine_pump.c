@@ -138,11 +138,16 @@ static int run_local_piece(struct job *job, const struct plan_run *piece)
 	int ret;
 
 	if (job->kind == JOB_SEND) {
-		ret = mailbox_deliver(daemon->mailboxes, job->mailbox, job->payload, piece->length,
-				      daemon->node_name);
+		/* An address from an earlier start of this daemon holds a key nobody has now. */
+		uint64_t key = job->nodes[dest->node].instance == daemon->instance_id
+				       ? dest->region_key
+				       : 0;
+		ret = mailbox_deliver(daemon->mailboxes, job->mailbox, key, job->payload,
+				      piece->length, daemon->node_name);
 		if (ret == RDMAX_E_NOT_FOUND) {
-			job_complete(job, ret, "no mailbox '%s' is open on node '%s'", job->mailbox,
-				     daemon->node_name);
+			job_complete(job, ret,
+				     "no mailbox '%s' with this key is open on node '%.32s'",
+				     job->mailbox, daemon->node_name);
 		} else if (ret < 0) {
 			job_complete(job, ret, "mailbox '%s' refused the message: %s", job->mailbox,
 				     rdmax_strerror(ret));

@@ -142,6 +142,7 @@ void session_close(struct session *s, const char *why)
 		free(s->completions[i].message);
 	}
 	s->n_completions = 0;
+	s->share->queued_bytes -= s->queued_bytes;
 	s->queued_bytes = 0;
 	s->share->clients--;
 	s->share->regions -= s->region_count;

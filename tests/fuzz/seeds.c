@@ -399,7 +399,7 @@ static void conn_seeds(void)
 	static uint8_t staging[CONN_MSG_STAGING];
 	static uint8_t payload[5000];
 	memset(payload, 'p', sizeof(payload));
-	int body = conn_msg_encode(staging, sizeof(staging), 9, "inbox", "node-a", payload,
+	int body = conn_msg_encode(staging, sizeof(staging), 9, "inbox", 0, "node-a", payload,
 				   sizeof(payload));
 	n = 0;
 	buf[n++] = 2;

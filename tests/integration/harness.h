@@ -214,6 +214,9 @@ void itest_report_leftovers(void);
 /* First call in a forked child: die with the parent (whose pid the caller took before fork). */
 void itest_child_setup(pid_t parent);
 
+/* Give every other uid a way to the daemon's socket (the test directories are 0700). */
+void itest_open_socket_dirs(const struct itest_daemon *d);
+
 /* Test cases, one TCase each (see README.md). */
 TCase *itest_tcase_transfer(void);
 TCase *itest_tcase_concurrency(void);
@@ -232,6 +235,7 @@ TCase *itest_tcase_harden(void);
 TCase *itest_tcase_peer(void);
 TCase *itest_tcase_names(void);
 TCase *itest_tcase_discovery(void);
+TCase *itest_tcase_mailbox(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

@@ -18,8 +18,9 @@ int main(void)
 		itest_tcase_errors,     itest_tcase_raw,         itest_tcase_client_kill,
 		itest_tcase_peer_kill,  itest_tcase_shutdown,    itest_tcase_same_node,
 		itest_tcase_dereg_wait, itest_tcase_jobs,        itest_tcase_verbs,
-		itest_tcase_ring,       itest_tcase_paged_read, itest_tcase_harden,
-		itest_tcase_peer,       itest_tcase_names,      itest_tcase_discovery,
+		itest_tcase_ring,       itest_tcase_paged_read,  itest_tcase_harden,
+		itest_tcase_peer,       itest_tcase_names,       itest_tcase_discovery,
+		itest_tcase_mailbox,
 	};
 	char binary[512];
 

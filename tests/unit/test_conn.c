@@ -977,7 +977,7 @@ static struct tmsg *tmsg_new(uint64_t id, uint32_t payload_len, uint64_t instanc
 	for (uint32_t i = 0; i < payload_len; i++) {
 		payload[i] = (uint8_t)(i * 7 + 3);
 	}
-	int body = conn_msg_encode(t->staging, sizeof(t->staging), id, "inbox", "alpha", payload,
+	int body = conn_msg_encode(t->staging, sizeof(t->staging), id, "inbox", 0, "alpha", payload,
 				   payload_len);
 	free(payload);
 	ck_assert_int_eq(body, 5 + 5 + (int)payload_len);

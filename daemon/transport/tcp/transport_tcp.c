@@ -197,7 +197,10 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 	return 0;
 }
 
-/* SEND: MESSAGE frame with the mailbox name in the head and the payload sent from the job. */
+/*
+ * SEND: MESSAGE frame with the mailbox's scoped name in the head, its key in
+ * region_key, and the payload sent from the job.
+ */
 static int tcp_send_message(struct transport *transport, struct xfer *xfer)
 {
 	struct tcp_transport *tt = container_of(transport, struct tcp_transport, base);
@@ -222,6 +225,7 @@ static int tcp_send_message(struct transport *transport, struct xfer *xfer)
 		.type = WIRE_MESSAGE,
 		.request_id = tt->next_id + 1,
 		.instance = xfer->remote_instance,
+		.region_key = xfer->remote_key,
 		.offset = name_len,
 		.length = name_len + xfer->length,
 	};
