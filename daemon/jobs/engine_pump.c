@@ -42,6 +42,15 @@ static void next_piece(struct job *job, struct plan_run *ret_piece)
 	}
 }
 
+/* Why a transport refused to start an xfer; its limits are the usual reason. */
+static const char *start_error(int ret)
+{
+	return ret == RDMAX_E_RESOURCE_EXHAUSTED
+		       ? "no connection to the peer may be opened now ([limits] max_connections, "
+			 "per_uid_peer_connections)"
+		       : rdmax_strerror(ret);
+}
+
 /*
  * Issue piece; with n_group > 0 the piece stands for the n_group whole runs
  * at group, sent as one xfer (transport->max_runs).
@@ -69,6 +78,8 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	uint64_t xfers = n_group ? n_group : 1;
 	xfer->has_imm = node->has_imm && node->xfers_left == xfers;
 	xfer->imm = job->imm;
+	xfer->has_uid = job->owner && job->owner->has_uid;
+	xfer->uid = job->owner ? job->owner->uid : 0;
 	xfer->done = xfer_done;
 	xfer->ctx = job;
 	slot->job = job;
@@ -123,7 +134,7 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 		job->nodes_held--;
 		int ret = issue_piece(job, slot, &piece, NULL, 0);
 		if (ret < 0) {
-			job_complete(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
+			job_complete(job, ret, "cannot start transfer: %s", start_error(ret));
 		}
 	}
 	job_pump(job);
@@ -274,7 +285,7 @@ void job_pump(struct job *job)
 			int ret = issue_piece(job, slot, &piece, group, n_group);
 			if (ret < 0) {
 				job_complete(job, ret, "cannot start transfer: %s",
-					     rdmax_strerror(ret));
+					     start_error(ret));
 			}
 			continue;
 		}
@@ -297,7 +308,7 @@ void job_pump(struct job *job)
 		}
 		int ret = issue_piece(job, slot, &piece, NULL, 0);
 		if (ret < 0) {
-			job_complete(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
+			job_complete(job, ret, "cannot start transfer: %s", start_error(ret));
 		}
 	}
 	job->issuing = false;

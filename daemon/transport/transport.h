@@ -52,6 +52,12 @@ struct xfer {
 	uint64_t length;
 	bool has_imm; /* count one landed job under `imm` at the peer */
 	uint32_t imm;
+	/*
+	 * The uid whose job this is: a connection a transport opens for the
+	 * xfer counts in that uid's share (daemon->peer_conns) until it closes.
+	 */
+	bool has_uid;
+	uint32_t uid;
 	xfer_done_cb done;   /* err: 0 or RDMAX_E_*; message names the cause */
 	void *ctx;           /* caller's */
 	uint64_t bytes_done; /* progress, updated by the transport */

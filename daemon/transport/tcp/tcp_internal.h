@@ -83,6 +83,8 @@ struct tcp_conn {
 	struct list_node link; /* in tt->conns until closed */
 	enum tcp_conn_state state;
 	bool outgoing;
+	bool has_uid; /* opened for a job of uid: counted in daemon->peer_conns until closed */
+	uint32_t uid;
 	bool ever_ready;
 	bool in_handshake; /* incoming, counted in tt->n_in_handshake */
 	int fd;

@@ -29,6 +29,7 @@
 
 #include "auth.h"
 #include "listen_backoff.h"
+#include "log.h"
 #include "region.h"
 #include "tcp_internal.h"
 
@@ -169,11 +170,31 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 			tcp_frame_release(tt, frame);
 			return RDMAX_E_RESOURCE_EXHAUSTED;
 		}
+		/* A connection opened for a client's job counts in its uid's share. */
+		int err = xfer->has_uid ? uid_counts_take(&tt->daemon->peer_conns, xfer->uid,
+							  tt->daemon->cfg.per_uid_peer_connections)
+					: 0;
+		if (err < 0) {
+			char name[64];
+			tcp_format_addr(addr, name, sizeof(name));
+			log_ratelimited(&tt->rl, LOG_INFO,
+					"refused a connection to %s for uid %u: %u open for it "
+					"([limits] per_uid_peer_connections)",
+					name, xfer->uid,
+					uid_counts_get(&tt->daemon->peer_conns, xfer->uid));
+			tcp_frame_release(tt, frame);
+			return err;
+		}
 		conn = tcp_conn_new(tt, true);
 		if (!conn) {
+			if (xfer->has_uid) {
+				uid_counts_put(&tt->daemon->peer_conns, xfer->uid);
+			}
 			tcp_frame_release(tt, frame);
 			return -ENOMEM;
 		}
+		conn->has_uid = xfer->has_uid;
+		conn->uid = xfer->uid;
 		conn->addr = *addr;
 		conn->addr_len = addr_len;
 		tcp_format_addr(addr, conn->name, sizeof(conn->name));

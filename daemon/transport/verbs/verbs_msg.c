@@ -38,6 +38,8 @@ static int msg_start(struct verbs_transport *vt, struct xfer *user)
 	wire->op = XFER_WRITE;
 	wire->peer = user->peer;
 	wire->remote_instance = user->remote_instance;
+	wire->has_uid = user->has_uid;
+	wire->uid = user->uid;
 	wire->length = (uint64_t)body;
 	wire->mailbox = user->mailbox;
 	wire->payload = s->staging;
