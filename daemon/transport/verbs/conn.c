@@ -743,9 +743,8 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 			return RDMAX_E_RESOURCE_EXHAUSTED;
 		}
 		/* A connection opened for a client's xfer counts in its uid's share. */
-		bool charge = xfer->has_uid && t->uid_conns;
-		int err = charge ? uid_counts_take(t->uid_conns, xfer->uid, p->per_uid_connections)
-				 : 0;
+		bool charge = xfer->has_uid && t->uid_conns && t->uid_conn_limit;
+		int err = charge ? uid_counts_take(t->uid_conns, xfer->uid, *t->uid_conn_limit) : 0;
 		if (err < 0) {
 			return err;
 		}

@@ -136,14 +136,13 @@ struct conn_policy {
 	uint32_t inline_threshold; /* capped by each QP's max_inline_data by the transport */
 	uint32_t batch;            /* WRs per doorbell (post list) */
 	uint64_t max_wr_bytes;
-	uint32_t connect_timeout_ms;  /* one attempt */
-	uint32_t connect_retries;     /* attempts after the first */
-	uint32_t retry_backoff_ms;    /* first backoff; doubles */
-	uint32_t drain_timeout_ms;    /* give up waiting for flushes after this */
-	uint32_t peer_timeout_ms;     /* no completion for this long with WRs out: fail */
-	uint32_t idle_timeout_s;      /* 0 = never */
-	uint32_t max_connections;     /* outgoing conns + incoming groups */
-	uint32_t per_uid_connections; /* outgoing conns opened for one uid's xfers */
+	uint32_t connect_timeout_ms; /* one attempt */
+	uint32_t connect_retries;    /* attempts after the first */
+	uint32_t retry_backoff_ms;   /* first backoff; doubles */
+	uint32_t drain_timeout_ms;   /* give up waiting for flushes after this */
+	uint32_t peer_timeout_ms;    /* no completion for this long with WRs out: fail */
+	uint32_t idle_timeout_s;     /* 0 = never */
+	uint32_t max_connections;    /* outgoing conns + incoming groups */
 };
 
 /* Steps the state machine asks for. Each returns 0 or a negative error and a reason. */
@@ -224,12 +223,13 @@ struct conn_table {
 	struct list_node probes; /* struct conn_probe waiting for a verdict */
 	struct hmap by_peer;     /* peer hash -> conn (those that take new xfers) */
 	uint32_t n_conns;
-	struct uid_counts *uid_conns; /* per-uid outgoing connections; NULL: not counted */
-	uint32_t n_groups;            /* incoming connections (link groups) */
-	struct hmap groups;           /* group key -> count of live incoming links */
-	struct hmap replay;           /* MAC prefix -> expiry (ms) of seen connect requests */
-	struct hmap msgs;             /* message id -> struct conn_msg an answer may still finish */
-	uint64_t outstanding_wrs;     /* posted and not retired, all links */
+	struct uid_counts *uid_conns;   /* per-uid outgoing connections; NULL: not counted */
+	const uint32_t *uid_conn_limit; /* their limit, read at each new connection (reloads) */
+	uint32_t n_groups;              /* incoming connections (link groups) */
+	struct hmap groups;             /* group key -> count of live incoming links */
+	struct hmap replay;             /* MAC prefix -> expiry (ms) of seen connect requests */
+	struct hmap msgs;         /* message id -> struct conn_msg an answer may still finish */
+	uint64_t outstanding_wrs; /* posted and not retired, all links */
 	bool dirty;
 	bool shut;
 	struct conn_result *results; /* finished xfers not yet delivered */

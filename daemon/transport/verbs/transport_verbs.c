@@ -765,7 +765,6 @@ static void build_policy(struct verbs_transport *vt, struct conn_policy *p)
 	p->peer_timeout_ms = cfg->peer_timeout_ms;
 	p->idle_timeout_s = cfg->idle_timeout_s;
 	p->max_connections = cfg->max_connections;
-	p->per_uid_connections = cfg->per_uid_peer_connections;
 }
 
 int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transport)
@@ -851,6 +850,7 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 		return ret;
 	}
 	vt->conns.uid_conns = &daemon->peer_conns;
+	vt->conns.uid_conn_limit = &daemon->cfg.per_uid_peer_connections;
 	vt->conns_ready = true;
 	struct region_hooks hooks = {.added = region_added, .removed = region_removed, .ctx = vt};
 	if ((ret = region_table_add_hooks(&daemon->regions, &hooks)) < 0) {
