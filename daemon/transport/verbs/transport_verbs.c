@@ -335,6 +335,8 @@ static int submit_imm_check(struct verbs_transport *vt, struct xfer *xfer)
 	ic->msg.op = XFER_WRITE;
 	ic->msg.peer = xfer->peer;
 	ic->msg.remote_instance = xfer->remote_instance;
+	ic->msg.has_uid = xfer->has_uid; /* a connection it opens counts for the job's uid */
+	ic->msg.uid = xfer->uid;
 	ic->msg.length = IMM_RECORD_LEN;
 	ic->msg.mailbox = IMM_MAILBOX;
 	ic->msg.payload = ic->record;
