@@ -647,6 +647,8 @@ RDMAX_EXPORT int rdmax_mailbox_open_addr(struct rdmax_client *client, const char
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	mo.name = (char *)name;
+	mo.has_want_address = 1;
+	mo.want_address = 1;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN;
 	msg.mailbox_open = &mo;
 	int r = client_request(client, &msg, -1, -1, &reply);

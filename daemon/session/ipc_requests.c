@@ -484,7 +484,8 @@ static int encode_mailbox_addr(struct rdmaxd *daemon, const struct mailbox_ref *
 	return desc_encode(&addr, buf, size);
 }
 
-static void handle_mailbox_open(struct session *s, uint64_t seq, const char *name)
+static void handle_mailbox_open(struct session *s, uint64_t seq, const char *name,
+				bool want_address)
 {
 	const struct config *cfg = &s->ipc->daemon->cfg;
 	struct mailbox_ref ref;
@@ -493,6 +494,11 @@ static void handle_mailbox_open(struct session *s, uint64_t seq, const char *nam
 
 	switch (ret) {
 	case 0: {
+		if (!want_address) {
+			log_debug("client %" PRIu64 " opened mailbox '%s'", s->id, ref.scoped);
+			ipc_reply_status(s, seq, 0, NULL);
+			break;
+		}
 		uint8_t addr[DESC_MAX_BYTES];
 		int len = encode_mailbox_addr(s->ipc->daemon, &ref, addr, sizeof(addr));
 		if (len < 0) {
@@ -647,7 +653,9 @@ void ipc_dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *f
 				 m->peer_group_destroy->peer_group);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN:
-		handle_mailbox_open(s, seq, m->mailbox_open->name);
+		handle_mailbox_open(s, seq, m->mailbox_open->name,
+				    m->mailbox_open->has_want_address &&
+					    m->mailbox_open->want_address);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE:
 		ret = mailbox_close(&s->ipc->mailboxes, &s->owner, (uint32_t)s->uid,

@@ -636,6 +636,14 @@ START_TEST(bad_jobs)
 	ck_assert_msg(status == RDMAX_E_INVALID_ARGUMENT || status == RDMAX_E_UNIMPLEMENTED,
 		      "MailboxOpen with a control character in the name: %s",
 		      rdmax_err_name(status));
+	/* Without want_address (a library from before addresses): opened, answered OK. */
+	mo.name = "raw-box";
+	send_simple(fd, 40, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN, &mo);
+	raw_expect_status(fd, 40, 0);
+	mo.has_want_address = 1;
+	mo.want_address = 1;
+	send_simple(fd, 41, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN, &mo);
+	raw_expect_status(fd, 41, RDMAX_E_ALREADY_EXISTS);
 	Rdmax__V1__MailboxClose mc = RDMAX__V1__MAILBOX_CLOSE__INIT;
 	mc.name = "never-opened";
 	send_simple(fd, 15, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE, &mc);
