@@ -124,8 +124,8 @@ static int check_job(const struct rdmax_client *c, const struct rdmax_job *j)
 	case RDMAX_OP_BARRIER:
 		return check_barrier(c, j);
 	case RDMAX_OP_SEND:
-		if (!client_desc_usable(j->remote) || !j->u.send.mailbox ||
-		    (j->u.send.length && !j->u.send.payload)) {
+		/* remote is the mailbox's address; the name, when given, is checked against it. */
+		if (!client_desc_usable(j->remote) || (j->u.send.length && !j->u.send.payload)) {
 			return RDMAX_E_INVALID_ARGUMENT;
 		}
 		return j->u.send.length > RDMAX_MESSAGE_PAYLOAD_MAX ? RDMAX_E_RESOURCE_EXHAUSTED
@@ -696,9 +696,48 @@ RDMAX_EXPORT int rdmax_job_status(struct rdmax_client *client, uint64_t job_id, 
 	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
 	return r;
 }
-static int mailbox_request(struct rdmax_client *client, const char *name, bool open)
+RDMAX_EXPORT int rdmax_mailbox_open_addr(struct rdmax_client *client, const char *name,
+					 struct rdmax_desc *ret_addr)
 {
 	Rdmax__V1__MailboxOpen mo = RDMAX__V1__MAILBOX_OPEN__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	Rdmax__V1__DaemonMsg *reply;
+
+	if (!client) {
+		return -EINVAL;
+	}
+	if (!name || strnlen(name, RDMAX_MAILBOX_NAME_MAX + 1) > RDMAX_MAILBOX_NAME_MAX) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	mo.name = (char *)name;
+	mo.has_want_address = 1;
+	mo.want_address = 1;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN;
+	msg.mailbox_open = &mo;
+	int r = client_request(client, &msg, -1, -1, &reply);
+	if (r < 0) {
+		return r;
+	}
+	if (reply->body_case != RDMAX__V1__DAEMON_MSG__BODY_MAILBOX) {
+		r = client_unexpected_reply(client, reply);
+	} else if (reply->mailbox->address.len == 0 ||
+		   reply->mailbox->address.len > RDMAX_DESC_MAX) {
+		r = RDMAX_E_PROTOCOL_ERROR;
+	} else if (ret_addr) {
+		ret_addr->len = (uint32_t)reply->mailbox->address.len;
+		memcpy(ret_addr->bytes, reply->mailbox->address.data, ret_addr->len);
+	}
+	rdmax__v1__daemon_msg__free_unpacked(reply, NULL);
+	return r;
+}
+
+RDMAX_EXPORT int rdmax_mailbox_open(struct rdmax_client *client, const char *name)
+{
+	return rdmax_mailbox_open_addr(client, name, NULL);
+}
+
+RDMAX_EXPORT int rdmax_mailbox_close(struct rdmax_client *client, const char *name)
+{
 	Rdmax__V1__MailboxClose mc = RDMAX__V1__MAILBOX_CLOSE__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
 
@@ -708,24 +747,8 @@ static int mailbox_request(struct rdmax_client *client, const char *name, bool o
 	if (!name || strnlen(name, RDMAX_MAILBOX_NAME_MAX + 1) > RDMAX_MAILBOX_NAME_MAX) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	if (open) {
-		mo.name = (char *)name;
-		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN;
-		msg.mailbox_open = &mo;
-	} else {
-		mc.name = (char *)name;
-		msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE;
-		msg.mailbox_close = &mc;
-	}
+	mc.name = (char *)name;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE;
+	msg.mailbox_close = &mc;
 	return client_request_status(client, &msg, -1);
-}
-
-RDMAX_EXPORT int rdmax_mailbox_open(struct rdmax_client *client, const char *name)
-{
-	return mailbox_request(client, name, true);
-}
-
-RDMAX_EXPORT int rdmax_mailbox_close(struct rdmax_client *client, const char *name)
-{
-	return mailbox_request(client, name, false);
 }

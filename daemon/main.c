@@ -511,6 +511,7 @@ out_imm:
 out_regions:
 	region_table_fini(&daemon->regions);
 out:
+	uid_counts_fini(&daemon->peer_conns);
 	if (uv_loop_close(daemon->loop) != 0) {
 		log_warn("event loop closed with handles still open");
 	}

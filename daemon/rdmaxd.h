@@ -12,6 +12,7 @@
 #include "desc.h"
 #include "imm.h"
 #include "region.h"
+#include "uid_counts.h"
 
 #define RDMAXD_VERSION      "0.1.0"
 #define RDMAXD_AUTH_KEY_MAX 256
@@ -39,6 +40,8 @@ struct rdmaxd {
 	struct name_table *names;        /* named regions of this node, owned by ipc; may be NULL */
 	struct discovery *discovery;     /* lookups and membership (discovery/); may be NULL */
 	struct transport *transports[ENDPOINT_MAX]; /* by endpoint kind; NULL when absent */
+	/* Peer connections opened for each uid's jobs ([limits] per_uid_peer_connections). */
+	struct uid_counts peer_conns;
 	struct gpu *gpu; /* GPU regions, pools and topology (gpu.c); NULL before start-up */
 	uint8_t auth_key[RDMAXD_AUTH_KEY_MAX];
 	size_t auth_key_len; /* 0: authentication off */

@@ -8,7 +8,7 @@
  * region descriptors to its peers however it likes, then submits transfer
  * jobs: WRITE, READ, PAGED_WRITE and PAGED_READ (KV-cache block tables), SCATTER (one
  * region to many peers), BARRIER (an imm to every peer of a group) and SEND
- * (a small message to a named mailbox), alone or mixed in one batch. Every
+ * (a small message to a mailbox), alone or mixed in one batch. Every
  * submitted job gets exactly one completion event; rdmax_cancel() and
  * rdmax_job_status() act on jobs in flight.
  *
@@ -31,7 +31,7 @@
  * rdmax_region_alloc_host() and rdmax_region_alloc_gpu()/rdmax_region_free(),
  * rdmax_region_register_fd() and rdmax_region_register_gpu()/
  * rdmax_region_deregister(), rdmax_peer_group_create()/rdmax_peer_group_destroy(),
- * rdmax_mailbox_open()/rdmax_mailbox_close().
+ * rdmax_mailbox_open_addr()/rdmax_mailbox_close().
  *
  * ABI: the library is librdmax.so.2, every symbol in version node RDMAX_2.0.
  * struct rdmax_job and struct rdmax_event cross the boundary with their size
@@ -155,7 +155,7 @@ enum rdmax_op {
 	RDMAX_OP_PAGED_WRITE = 3, /**< page lists on both sides */
 	RDMAX_OP_SCATTER = 4,     /**< one local region -> many destinations */
 	RDMAX_OP_BARRIER = 5,     /**< zero-byte write-with-imm to each peer */
-	RDMAX_OP_SEND = 6,        /**< small message to a named mailbox */
+	RDMAX_OP_SEND = 6,        /**< small message to a mailbox address */
 	RDMAX_OP_PAGED_READ = 7,  /**< page lists on both sides, remote pages into local ones */
 };
 
@@ -243,10 +243,12 @@ struct rdmax_scatter_dest {
  *   \c u.barrier.group or \c u.barrier.remotes (their regions need remote
  *   write access). Completes once every node acknowledged. A receiver that
  *   expects N senders calls rdmax_expect_imm(imm, N).
- * - SEND: \c u.send.length bytes to mailbox \c u.send.mailbox on the node
- *   of \c remote (any descriptor of that node). Completes once the message
- *   was handed to the mailbox's owner; RDMAX_E_NOT_FOUND when no such
- *   mailbox is open there.
+ * - SEND: \c u.send.length bytes to the mailbox whose address is \c remote
+ *   (from rdmax_mailbox_open_addr(); a region descriptor is refused with
+ *   RDMAX_E_INVALID_ARGUMENT). \c u.send.mailbox may be NULL; when set it
+ *   must be the address's name. Completes once the message was handed to
+ *   the mailbox's owner; RDMAX_E_NOT_FOUND when no such mailbox is open
+ *   there or the address's key is not the mailbox's (the same answer).
  *
  * Extensible: later releases append fields after \c u. Zero the whole
  * struct (e.g. <tt>struct rdmax_job j = {0};</tt> or designated
@@ -261,8 +263,8 @@ struct rdmax_job {
 	struct rdmax_region *local;      /**< WRITE, READ, PAGED_*, SCATTER: local region */
 	uint64_t local_offset;           /**< WRITE/READ: offset in \c local */
 	uint64_t length;                 /**< WRITE/READ: bytes */
-	const struct rdmax_desc *remote; /**< WRITE, READ, PAGED_*: remote region; SEND: any
-					      descriptor of the destination node */
+	const struct rdmax_desc *remote; /**< WRITE, READ, PAGED_*: remote region; SEND: the
+					      mailbox's address */
 	uint64_t remote_offset;          /**< WRITE/READ: offset in the remote region */
 	/** Fields of the other ops. */
 	union {
@@ -286,7 +288,7 @@ struct rdmax_job {
 		} barrier;
 		/** SEND */
 		struct {
-			const char *mailbox; /**< mailbox name on the destination node */
+			const char *mailbox; /**< NULL, or the address's mailbox name */
 			const void *payload; /**< message bytes */
 			size_t length;       /**< at most RDMAX_MESSAGE_PAYLOAD_MAX */
 		} send;
@@ -732,13 +734,31 @@ int rdmax_peer_group_destroy(struct rdmax_client *client, struct rdmax_peer_grou
 size_t rdmax_peer_group_size(const struct rdmax_peer_group *group);
 
 /**
- * Open a mailbox on this client's node: SEND jobs of any peer addressed to
- * (this node, \p name) arrive as RDMAX_EVENT_MESSAGE events. Names are
- * unique per node; a client holds at most 64 mailboxes.
+ * Open a mailbox on this client's node and get its address. Names live in
+ * the namespace of the client's uid: another uid's mailbox of the same name
+ * is another mailbox. The address (node endpoints, the uid-scoped name and a
+ * random key) is a bearer capability like a region descriptor: SEND jobs
+ * whose \c remote is this address arrive as RDMAX_EVENT_MESSAGE events;
+ * a SEND without it (a wrong or stale key, a region descriptor) reaches
+ * nothing. Ship it to the senders however you ship descriptors. Reopening a
+ * name after closing it makes a new key, so old addresses stop working.
+ * Limits: 64 mailboxes per client, [limits] per_uid_mailboxes per uid.
  * \param client an open connection
  * \param name 1 to RDMAX_MAILBOX_NAME_MAX printable characters, no spaces
- * \return 0 or a negative error (RDMAX_E_ALREADY_EXISTS,
- *         RDMAX_E_INVALID_ARGUMENT, RDMAX_E_RESOURCE_EXHAUSTED)
+ * \param ret_addr receives the address (may be NULL)
+ * \return 0 or a negative error (RDMAX_E_ALREADY_EXISTS when this uid has
+ *         the name open, RDMAX_E_INVALID_ARGUMENT, RDMAX_E_RESOURCE_EXHAUSTED)
+ */
+int rdmax_mailbox_open_addr(struct rdmax_client *client, const char *name,
+			    struct rdmax_desc *ret_addr);
+
+/**
+ * rdmax_mailbox_open_addr() without the address: only senders that got the
+ * address some other way (an earlier open does not count: every open makes
+ * a new key) can reach the mailbox. Kept for programs built against 2.0.
+ * \param client an open connection
+ * \param name 1 to RDMAX_MAILBOX_NAME_MAX printable characters, no spaces
+ * \return as rdmax_mailbox_open_addr()
  */
 int rdmax_mailbox_open(struct rdmax_client *client, const char *name);
 

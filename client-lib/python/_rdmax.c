@@ -1035,18 +1035,21 @@ static int parse_job(ClientObject *self, PyObject *t, struct rdmax_job *j, struc
 			return -1;
 		}
 	} else if (op == RDMAX_OP_SEND) {
-		if (!PyUnicode_Check(mailbox)) {
-			PyErr_SetString(PyExc_TypeError, "a SEND needs a mailbox name");
+		/* remote is the mailbox's address; the name is optional and checked against it. */
+		if (mailbox != Py_None && !PyUnicode_Check(mailbox)) {
+			PyErr_SetString(PyExc_TypeError, "a SEND's mailbox is a name or None");
 			return -1;
 		}
-		in->mailbox = PyUnicode_AsUTF8String(mailbox);
-		if (!in->mailbox) {
-			return -1;
+		if (mailbox != Py_None) {
+			in->mailbox = PyUnicode_AsUTF8String(mailbox);
+			if (!in->mailbox) {
+				return -1;
+			}
 		}
 		if (PyObject_GetBuffer(payload, &in->payload, PyBUF_SIMPLE) < 0) {
 			return -1;
 		}
-		j->u.send.mailbox = PyBytes_AS_STRING(in->mailbox);
+		j->u.send.mailbox = in->mailbox ? PyBytes_AS_STRING(in->mailbox) : NULL;
 		j->u.send.payload = in->payload.buf;
 		j->u.send.length = (size_t)in->payload.len;
 	}
@@ -1666,9 +1669,14 @@ static PyObject *simple_u64(ClientObject *self, PyObject *args, int which)
 	case 1:
 		LOCKED(self, r = rdmax_cancel(self->c, a));
 		break;
-	case 3:
-		LOCKED(self, r = rdmax_mailbox_open(self->c, name));
-		break;
+	case 3: {
+		struct rdmax_desc addr;
+		LOCKED(self, r = rdmax_mailbox_open_addr(self->c, name, &addr));
+		if (r < 0) {
+			return raise_err(r, NULL);
+		}
+		return PyBytes_FromStringAndSize((const char *)addr.bytes, addr.len);
+	}
 	case 4:
 		LOCKED(self, r = rdmax_mailbox_close(self->c, name));
 		break;
@@ -1771,7 +1779,8 @@ static PyMethodDef Client_methods[] = {
 	{"job_status", (PyCFunction)Client_job_status, METH_VARARGS, "job_status(job_id)"},
 	{"claim", (PyCFunction)Client_claim, METH_VARARGS, "claim(job_id)"},
 	{"unclaim", (PyCFunction)Client_unclaim, METH_VARARGS, "unclaim(job_id)"},
-	{"mailbox_open", (PyCFunction)Client_mailbox_open, METH_VARARGS, "mailbox_open(name)"},
+	{"mailbox_open", (PyCFunction)Client_mailbox_open, METH_VARARGS,
+	 "mailbox_open(name) -> address bytes"},
 	{"mailbox_close", (PyCFunction)Client_mailbox_close, METH_VARARGS, "mailbox_close(name)"},
 	{"peer_group", (PyCFunction)Client_peer_group, METH_O, "peer_group(descs)"},
 	{NULL, NULL, 0, NULL},

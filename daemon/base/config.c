@@ -169,6 +169,14 @@ static const struct config_key g_keys[] = {
 	{"limits", "per_uid_imm_counters", KEY_UINT, FIELD(per_uid_imm_counters), 1, 16777216,
 	 KEY_RELOAD,
 	 "Immediate-value counters (claimed or counting) held in the namespace of one uid."},
+	{"limits", "per_uid_mailboxes", KEY_UINT, FIELD(per_uid_mailboxes), 1, 4096, KEY_RELOAD,
+	 "Mailboxes open in the namespace of one uid, over all its clients."},
+	{"limits", "per_uid_queued_message_bytes", KEY_SIZE, FIELD(per_uid_queued_message_bytes),
+	 64 * KiB, 1 * TiB, KEY_RELOAD,
+	 "Bytes waiting to be read by all clients of one uid together above which a message for "
+	 "one of their mailboxes is refused."},
+	{"limits", "per_uid_peer_connections", KEY_UINT, FIELD(per_uid_peer_connections), 1, 65536,
+	 KEY_RELOAD, "Connections to peer daemons opened for the jobs of one uid's clients."},
 	{"limits", "admin_max_connections", KEY_UINT, FIELD(admin_max_connections), 1, 4096,
 	 KEY_RELOAD, "Connections to the admin socket at the same time, for the whole daemon."},
 	{"limits", "admin_idle_timeout_ms", KEY_UINT, FIELD(admin_idle_timeout_ms), 100, 3600000,
@@ -1081,6 +1089,9 @@ void config_defaults(struct config *cfg)
 	cfg->per_uid_registered_bytes = 256 * GiB;
 	cfg->per_uid_outstanding_jobs = 16384;
 	cfg->per_uid_imm_counters = 16384;
+	cfg->per_uid_mailboxes = 256;
+	cfg->per_uid_queued_message_bytes = 16 * MiB;
+	cfg->per_uid_peer_connections = 256;
 	cfg->admin_max_connections = 64;
 	cfg->admin_idle_timeout_ms = 60000;
 

@@ -65,9 +65,12 @@ struct config {
 	uint32_t per_uid_regions;
 	uint64_t per_uid_registered_bytes;
 	uint32_t per_uid_outstanding_jobs;
-	uint32_t per_uid_imm_counters;  /* imm counters one uid's clients may hold */
-	uint32_t admin_max_connections; /* admin socket connections at the same time */
-	uint32_t admin_idle_timeout_ms; /* an admin connection silent this long is closed */
+	uint32_t per_uid_imm_counters;         /* imm counters one uid's clients may hold */
+	uint32_t per_uid_mailboxes;            /* mailboxes open in one uid's namespace */
+	uint64_t per_uid_queued_message_bytes; /* queued bytes above which messages are refused */
+	uint32_t per_uid_peer_connections;     /* peer connections opened for one uid's jobs */
+	uint32_t admin_max_connections;        /* admin socket connections at the same time */
+	uint32_t admin_idle_timeout_ms;        /* an admin connection silent this long is closed */
 
 	/* [peers] */
 	uint32_t connect_timeout_ms;      /* one connection attempt */

@@ -41,7 +41,8 @@
  */
 #define RUNS_PER_CLIENT_MAX (4u << 20)
 
-_Static_assert(MAILBOX_NAME_MAX == TRANSPORT_MAILBOX_NAME_MAX, "mailbox name bounds differ");
+_Static_assert(MAILBOX_ADDR_NAME_MAX == TRANSPORT_MAILBOX_NAME_MAX, "mailbox name bounds differ");
+_Static_assert(MAILBOX_ADDR_NAME_MAX == DESC_MAILBOX_MAX, "mailbox address bounds differ");
 _Static_assert(MAILBOX_PAYLOAD_MAX == TRANSPORT_MESSAGE_PAYLOAD_MAX, "message bounds differ");
 
 static const char *const g_kind_names[JOB_KIND_MAX] = {

@@ -42,9 +42,11 @@ typedef void (*engine_complete_cb)(void *owner, uint64_t job_id, int err, const 
 
 /* Per-client bookkeeping, embedded in the client's session. */
 struct job_owner {
-	struct hmap jobs;               /* job_id+1 -> struct job, in flight */
-	uint32_t outstanding;           /* jobs without a completion yet */
-	uint32_t *uid_outstanding;      /* shared by the clients of one uid; NULL: none */
+	struct hmap jobs;          /* job_id+1 -> struct job, in flight */
+	uint32_t outstanding;      /* jobs without a completion yet */
+	uint32_t *uid_outstanding; /* shared by the clients of one uid; NULL: none */
+	bool has_uid;              /* uid: peer connections its jobs open count for it */
+	uint32_t uid;
 	bool gone;                      /* the client left; completions are dropped */
 	struct peer_group_table groups; /* the client's peer groups (SCATTER, BARRIER) */
 	uint64_t runs;                  /* planned runs held by its jobs without a completion */

@@ -162,8 +162,8 @@ struct job {
 	uint64_t runs_counted;    /* charged to the owner's runs until the completion */
 	struct peer_group *group; /* referenced for the job's life */
 	uint8_t *payload;         /* SEND: the message, copied */
-	char mailbox[MAILBOX_NAME_MAX + 1];
-	struct job_node node1; /* storage of single-node, single-run jobs */
+	char mailbox[MAILBOX_ADDR_NAME_MAX + 1]; /* SEND: the scoped name; key in dests */
+	struct job_node node1;                   /* storage of single-node, single-run jobs */
 	struct job_dest dest1;
 	struct plan_run run1;
 	uint32_t in_flight;  /* xfers issued and not returned */

@@ -184,6 +184,9 @@ static int decode_remote(struct job *job, ProtobufCBinaryData bytes, char *why, 
 
 	if (ret < 0) {
 		snprintf(why, why_size, "remote descriptor is malformed");
+	} else if (job->remote.mailbox[0] && job->kind != JOB_SEND) {
+		snprintf(why, why_size, "a mailbox address is not a region descriptor");
+		ret = RDMAX_E_INVALID_ARGUMENT;
 	}
 	return ret;
 }
@@ -494,17 +497,10 @@ static int prepare_paged(struct job *job, const struct paged_req *pr, char *why,
 
 static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why, size_t why_size)
 {
-	size_t name_len = sj->mailbox ? strnlen(sj->mailbox, MAILBOX_NAME_MAX + 1) : 0;
 	struct transport *transport;
 	struct endpoint peer;
 	int ret;
 
-	if (mailbox_name_check(sj->mailbox, name_len) < 0) {
-		snprintf(why, why_size,
-			 "mailbox name must be 1 to %u printable characters without spaces",
-			 MAILBOX_NAME_MAX);
-		return RDMAX_E_INVALID_ARGUMENT;
-	}
 	if (sj->payload.len > MAILBOX_PAYLOAD_MAX) {
 		snprintf(why, why_size, "payload of %zu bytes exceeds the limit of %u per message",
 			 sj->payload.len, MAILBOX_PAYLOAD_MAX);
@@ -513,6 +509,20 @@ static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why
 	ret = decode_remote(job, sj->remote_desc, why, why_size);
 	if (ret < 0) {
 		return ret;
+	}
+	/* Names alone reach nothing: the address carries the scoped name and the key. */
+	const char *scoped = job->remote.mailbox;
+	const char *colon = strchr(scoped, ':');
+	if (!scoped[0] || !colon) {
+		snprintf(why, why_size,
+			 "a SEND needs the mailbox's address (rdmax_mailbox_open_addr()), not a "
+			 "region descriptor");
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	if (sj->mailbox && strcmp(sj->mailbox, colon + 1) != 0) {
+		snprintf(why, why_size, "mailbox name '%.64s' is not the address's ('%s')",
+			 sj->mailbox, colon + 1);
+		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	ret = job_resolve(job, &job->remote, &transport, &peer, why, why_size);
 	if (ret < 0) {
@@ -526,8 +536,7 @@ static int prepare_send(struct job *job, const Rdmax__V1__SendJob *sj, char *why
 	if (sj->payload.len) {
 		memcpy(job->payload, sj->payload.data, sj->payload.len);
 	}
-	memcpy(job->mailbox, sj->mailbox, name_len);
-	job->mailbox[name_len] = '\0';
+	copy_string(job->mailbox, sizeof(job->mailbox), scoped);
 	job->run1 = (struct plan_run){.length = sj->payload.len};
 	job->runs = &job->run1;
 	job->n_runs = 1;

@@ -44,6 +44,15 @@ static void next_piece(struct job *job, struct plan_run *ret_piece)
 	}
 }
 
+/* Why a transport refused to start an xfer; its limits are the usual reason. */
+static const char *start_error(int ret)
+{
+	return ret == RDMAX_E_RESOURCE_EXHAUSTED
+		       ? "no connection to the peer may be opened now ([limits] max_connections, "
+			 "per_uid_peer_connections)"
+		       : rdmax_strerror(ret);
+}
+
 /*
  * Issue piece; with n_group > 0 the piece stands for the n_group whole runs
  * at group, sent as one xfer (transport->max_runs).
@@ -71,6 +80,8 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	uint64_t xfers = n_group ? n_group : 1;
 	xfer->has_imm = node->has_imm && node->xfers_left == xfers;
 	xfer->imm = job->imm;
+	xfer->has_uid = job->owner && job->owner->has_uid;
+	xfer->uid = job->owner ? job->owner->uid : 0;
 	xfer->done = xfer_done;
 	xfer->ctx = job;
 	xfer->urgent = job->cls == QOS_LATENCY && job->engine->daemon->cfg.qos_enabled;
@@ -131,7 +142,7 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 		job->nodes_held--;
 		int ret = issue_piece(job, slot, &piece, NULL, 0);
 		if (ret < 0) {
-			job_complete(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
+			job_complete(job, ret, "cannot start transfer: %s", start_error(ret));
 		}
 	}
 	job_pump(job);
@@ -147,11 +158,16 @@ static int run_local_piece(struct job *job, const struct plan_run *piece)
 	int ret;
 
 	if (job->kind == JOB_SEND) {
-		ret = mailbox_deliver(daemon->mailboxes, job->mailbox, job->payload, piece->length,
-				      daemon->node_name);
+		/* An address from an earlier start of this daemon holds a key nobody has now. */
+		uint64_t key = job->nodes[dest->node].instance == daemon->instance_id
+				       ? dest->region_key
+				       : 0;
+		ret = mailbox_deliver(daemon->mailboxes, job->mailbox, key, job->payload,
+				      piece->length, daemon->node_name);
 		if (ret == RDMAX_E_NOT_FOUND) {
-			job_complete(job, ret, "no mailbox '%s' is open on node '%s'", job->mailbox,
-				     daemon->node_name);
+			job_complete(job, ret,
+				     "no mailbox '%s' with this key is open on node '%.32s'",
+				     job->mailbox, daemon->node_name);
 		} else if (ret < 0) {
 			job_complete(job, ret, "mailbox '%s' refused the message: %s", job->mailbox,
 				     rdmax_strerror(ret));
@@ -280,7 +296,7 @@ void job_pump(struct job *job)
 			int ret = issue_piece(job, slot, &piece, group, n_group);
 			if (ret < 0) {
 				job_complete(job, ret, "cannot start transfer: %s",
-					     rdmax_strerror(ret));
+					     start_error(ret));
 			} else if (granted) {
 				qos_charge(&job->engine->qos, job->cls, piece.length);
 			}
@@ -308,7 +324,7 @@ void job_pump(struct job *job)
 		}
 		int ret = issue_piece(job, slot, &piece, NULL, 0);
 		if (ret < 0) {
-			job_complete(job, ret, "cannot start transfer: %s", rdmax_strerror(ret));
+			job_complete(job, ret, "cannot start transfer: %s", start_error(ret));
 		} else if (granted) {
 			qos_charge(&job->engine->qos, job->cls, piece.length);
 		}

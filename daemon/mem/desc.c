@@ -5,6 +5,7 @@
  * checks every field before anything uses it.
  */
 #include <arpa/inet.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "desc.h"
@@ -29,6 +30,9 @@ int desc_encode(const struct remote_desc *desc, uint8_t *buf, size_t buf_size)
 	msg.access = desc->access;
 	if (desc->node_name[0]) {
 		msg.node_name = (char *)desc->node_name;
+	}
+	if (desc->mailbox[0]) {
+		msg.mailbox = (char *)desc->mailbox;
 	}
 	for (uint32_t i = 0; i < desc->n_endpoints; i++) {
 		const struct endpoint *e = &desc->endpoints[i];
@@ -64,6 +68,22 @@ static int valid_addr(const char *addr)
 	return inet_pton(AF_INET, addr, &a4) == 1 || inet_pton(AF_INET6, addr, &a6) == 1;
 }
 
+/* A mailbox address's scoped name: 1..DESC_MAILBOX_MAX printable bytes, no space. */
+static bool valid_mailbox(const char *name)
+{
+	size_t len = strnlen(name, DESC_MAILBOX_MAX + 1);
+
+	if (len == 0 || len > DESC_MAILBOX_MAX) {
+		return false;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (name[i] <= 0x20 || name[i] >= 0x7f) {
+			return false;
+		}
+	}
+	return true;
+}
+
 int desc_decode(const uint8_t *buf, size_t len, struct remote_desc *ret_desc)
 {
 	struct remote_desc desc;
@@ -91,6 +111,13 @@ int desc_decode(const uint8_t *buf, size_t len, struct remote_desc *ret_desc)
 	desc.access = msg->access;
 	if (msg->node_name && copy_string(desc.node_name, sizeof(desc.node_name), msg->node_name)) {
 		goto out_free;
+	}
+	if (msg->mailbox) {
+		/* An address names a mailbox, never a region: its region fields stay 0. */
+		if (!valid_mailbox(msg->mailbox) || msg->region_id || msg->length || msg->access) {
+			goto out_free;
+		}
+		copy_string(desc.mailbox, sizeof(desc.mailbox), msg->mailbox);
 	}
 	for (size_t i = 0; i < msg->n_endpoints; i++) {
 		const Rdmax__V1__Endpoint *m = msg->endpoints[i];

@@ -13,6 +13,8 @@
 #define DESC_VERSION       1
 #define DESC_MAX_ENDPOINTS 8
 #define DESC_MAX_BYTES     1024
+/* Bytes of a mailbox address's scoped name "<uid>:<name>" (10 digits, ':', 64). */
+#define DESC_MAILBOX_MAX 75
 
 /* Fabric of an endpoint; values equal rdmax.v1.Transport. */
 enum endpoint_transport {
@@ -37,6 +39,8 @@ struct remote_desc {
 	uint64_t length;
 	uint32_t access; /* RDMAX_ACCESS_* */
 	char node_name[64];
+	/* A mailbox address: its scoped name ("" for a region; region_key is its key). */
+	char mailbox[DESC_MAILBOX_MAX + 1];
 	uint32_t n_endpoints;
 	struct endpoint endpoints[DESC_MAX_ENDPOINTS];
 };
@@ -47,7 +51,8 @@ int desc_encode(const struct remote_desc *desc, uint8_t *buf, size_t buf_size);
 /*
  * Decode and check a descriptor received from a client. Returns 0 or
  * RDMAX_E_INVALID_ARGUMENT for bytes that are not a well-formed version-1
- * descriptor (unknown transport, empty address, too many endpoints...).
+ * descriptor (unknown transport, empty address, too many endpoints, a
+ * mailbox address with a bad name or with region fields set...).
  */
 int desc_decode(const uint8_t *buf, size_t len, struct remote_desc *ret_desc);
 

@@ -142,6 +142,7 @@ void session_close(struct session *s, const char *why)
 		free(s->completions[i].message);
 	}
 	s->n_completions = 0;
+	s->share->queued_bytes -= s->queued_bytes;
 	s->queued_bytes = 0;
 	s->share->clients--;
 	s->share->regions -= s->region_count;
@@ -297,6 +298,8 @@ static void accept_clients(uv_poll_t *poll, int status, int events)
 		s->share = share;
 		share->clients++;
 		s->owner.uid_outstanding = &share->outstanding;
+		s->owner.has_uid = true;
+		s->owner.uid = (uint32_t)cred.uid;
 		if (imm_space_open(&daemon->imm, &s->owner, &share->imm_counters,
 				   daemon->cfg.per_uid_imm_counters) < 0) {
 			share->clients--;

@@ -144,6 +144,7 @@ void ipc_flush_out_queue(struct session *s)
 			return;
 		}
 		s->queued_bytes -= m->len;
+		s->share->queued_bytes -= m->len;
 		list_del(&m->link);
 		free(m);
 		if (s->paused && s->queued_bytes < SESSION_PAUSE_QUEUED_BYTES / 2) {

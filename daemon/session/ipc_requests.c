@@ -13,7 +13,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "desc.h"
 #include "gpu.h"
 #include "log.h"
 #include "peer_group.h"
@@ -479,15 +481,56 @@ static void handle_peer_group_create(struct session *s, uint64_t seq,
 	ipc_send_msg(s, &msg);
 }
 
-static void handle_mailbox_open(struct session *s, uint64_t seq, const char *name)
+/* The address of an open mailbox: the node's endpoints, its scoped name and key. */
+static int encode_mailbox_addr(struct rdmaxd *daemon, const struct mailbox_ref *ref, uint8_t *buf,
+			       size_t size)
 {
-	int ret = mailbox_open(&s->ipc->mailboxes, &s->owner, name);
+	struct remote_desc addr;
+
+	memset(&addr, 0, sizeof(addr));
+	addr.instance_id = daemon->instance_id;
+	addr.region_key = ref->key;
+	copy_string(addr.node_name, sizeof(addr.node_name), daemon->node_name);
+	copy_string(addr.mailbox, sizeof(addr.mailbox), ref->scoped);
+	addr.n_endpoints = collect_endpoints(daemon, NULL, addr.endpoints, DESC_MAX_ENDPOINTS);
+	return desc_encode(&addr, buf, size);
+}
+
+static void handle_mailbox_open(struct session *s, uint64_t seq, const char *name,
+				bool want_address)
+{
+	const struct config *cfg = &s->ipc->daemon->cfg;
+	struct mailbox_ref ref;
+	int ret = mailbox_open(&s->ipc->mailboxes, &s->owner, (uint32_t)s->uid, name,
+			       &s->share->mailboxes, cfg->per_uid_mailboxes, &ref);
 
 	switch (ret) {
-	case 0:
-		log_debug("client %" PRIu64 " opened mailbox '%s'", s->id, name);
-		ipc_reply_status(s, seq, 0, NULL);
+	case 0: {
+		if (!want_address) {
+			log_debug("client %" PRIu64 " opened mailbox '%s'", s->id, ref.scoped);
+			ipc_reply_status(s, seq, 0, NULL);
+			break;
+		}
+		uint8_t addr[DESC_MAX_BYTES];
+		int len = encode_mailbox_addr(s->ipc->daemon, &ref, addr, sizeof(addr));
+		if (len < 0) {
+			mailbox_close(&s->ipc->mailboxes, &s->owner, (uint32_t)s->uid, name);
+			ipc_reply_status(s, seq, len, "cannot encode the mailbox's address: %s",
+					 rdmax_strerror(len));
+			break;
+		}
+		Rdmax__V1__DaemonMsg msg = RDMAX__V1__DAEMON_MSG__INIT;
+		Rdmax__V1__MailboxReply reply = RDMAX__V1__MAILBOX_REPLY__INIT;
+		log_debug("client %" PRIu64 " opened mailbox '%s'", s->id, ref.scoped);
+		reply.address.data = addr;
+		reply.address.len = (size_t)len;
+		msg.has_seq = 1;
+		msg.seq = seq;
+		msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_MAILBOX;
+		msg.mailbox = &reply;
+		ipc_send_msg(s, &msg);
 		break;
+	}
 	case RDMAX_E_INVALID_ARGUMENT:
 		ipc_reply_status(s, seq, ret,
 				 "mailbox name '%.64s' is not valid: 1 to %u printable characters "
@@ -495,12 +538,16 @@ static void handle_mailbox_open(struct session *s, uint64_t seq, const char *nam
 				 name ? name : "", MAILBOX_NAME_MAX);
 		break;
 	case RDMAX_E_ALREADY_EXISTS:
-		ipc_reply_status(s, seq, ret, "mailbox '%s' is already open on this node", name);
+		ipc_reply_status(s, seq, ret,
+				 "mailbox '%s' is already open for uid %u on this node", name,
+				 (unsigned)s->uid);
 		break;
 	case RDMAX_E_RESOURCE_EXHAUSTED:
 		ipc_reply_status(s, seq, ret,
-				 "too many mailboxes open (limits: %u per client, %u per node)",
-				 MAILBOX_MAX_PER_CLIENT, MAILBOX_MAX_PER_NODE);
+				 "too many mailboxes open (limits: %u per client, %u per uid "
+				 "([limits] per_uid_mailboxes), %u per node)",
+				 MAILBOX_MAX_PER_CLIENT, cfg->per_uid_mailboxes,
+				 MAILBOX_MAX_PER_NODE);
 		break;
 	default:
 		ipc_reply_status(s, seq, ret, "cannot open mailbox: %s", rdmax_strerror(ret));
@@ -511,8 +558,9 @@ static void handle_mailbox_open(struct session *s, uint64_t seq, const char *nam
 /*
  * Mailbox delivery (mailbox_deliver_cb): one MailboxMessage event to the
  * owner. Refused, so the sender hears of it, rather than risk the owner's
- * session: when it does not read its events or the event would not fit its
- * message limit.
+ * session: when it does not read its events, when the clients of its uid
+ * together have per_uid_queued_message_bytes unread, or when the event would
+ * not fit its message limit.
  */
 int ipc_deliver_message(void *owner, const char *name, const uint8_t *payload, size_t len,
 			const char *from_node)
@@ -524,7 +572,8 @@ int ipc_deliver_message(void *owner, const char *name, const uint8_t *payload, s
 	if (!session_live(s)) {
 		return RDMAX_E_NOT_FOUND;
 	}
-	if (s->queued_bytes + len > SESSION_MAX_QUEUED_BYTES / 2) {
+	if (s->queued_bytes + len > SESSION_MAX_QUEUED_BYTES / 2 ||
+	    s->share->queued_bytes + len > s->ipc->daemon->cfg.per_uid_queued_message_bytes) {
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
 	ev.mailbox = (char *)name;
@@ -616,10 +665,13 @@ void ipc_dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *f
 				 m->peer_group_destroy->peer_group);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN:
-		handle_mailbox_open(s, seq, m->mailbox_open->name);
+		handle_mailbox_open(s, seq, m->mailbox_open->name,
+				    m->mailbox_open->has_want_address &&
+					    m->mailbox_open->want_address);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE:
-		ret = mailbox_close(&s->ipc->mailboxes, &s->owner, m->mailbox_close->name);
+		ret = mailbox_close(&s->ipc->mailboxes, &s->owner, (uint32_t)s->uid,
+				    m->mailbox_close->name);
 		ipc_reply_status(s, seq, ret,
 				 ret ? "this client has no mailbox '%.64s' open" : NULL,
 				 m->mailbox_close->name);

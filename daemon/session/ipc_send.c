@@ -88,6 +88,7 @@ static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 	memcpy(m->data, data, len);
 	list_add_tail(&s->out_queue, &m->link);
 	s->queued_bytes += len;
+	s->share->queued_bytes += len;
 	count_sent(s);
 	session_poll_update(s);
 	return 0;

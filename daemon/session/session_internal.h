@@ -56,6 +56,8 @@ struct uid_share {
 	uint64_t registered_bytes;
 	uint32_t outstanding;  /* jobs without a completion (the engine counts them) */
 	uint32_t imm_counters; /* in the namespaces of its clients (imm.c counts them) */
+	uint32_t mailboxes;    /* open in its namespace (mailbox.c counts them) */
+	uint64_t queued_bytes; /* replies and events its clients have not read yet */
 };
 
 struct session {

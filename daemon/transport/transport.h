@@ -52,13 +52,20 @@ struct xfer {
 	uint64_t length;
 	bool has_imm; /* count one landed job under `imm` at the peer */
 	uint32_t imm;
+	/*
+	 * The uid whose job this is: a connection a transport opens for the
+	 * xfer counts in that uid's share (daemon->peer_conns) until it closes.
+	 */
+	bool has_uid;
+	uint32_t uid;
 	xfer_done_cb done;   /* err: 0 or RDMAX_E_*; message names the cause */
 	void *ctx;           /* caller's */
 	uint64_t bytes_done; /* progress, updated by the transport */
 	/*
 	 * send_message() only (SEND jobs): `length` bytes at `payload` for the
-	 * mailbox named `mailbox` (1..TRANSPORT_MAILBOX_NAME_MAX printable bytes,
-	 * NUL-terminated) of the daemon `remote_instance`; both stay valid until
+	 * mailbox of scoped name `mailbox` ("<uid>:<name>",
+	 * 1..TRANSPORT_MAILBOX_NAME_MAX printable bytes, NUL-terminated) and key
+	 * `remote_key` of the daemon `remote_instance`; both stay valid until
 	 * done. Region, offsets, local and imm are unused.
 	 */
 	const char *mailbox;
@@ -106,7 +113,7 @@ static inline bool transport_is_lookup(const struct xfer *xfer)
 }
 
 /* Bounds of a SEND message (equal to mailbox.h's; the wire format depends on them). */
-#define TRANSPORT_MAILBOX_NAME_MAX    64
+#define TRANSPORT_MAILBOX_NAME_MAX    75 /* a scoped name "<uid>:<name>" */
 #define TRANSPORT_MESSAGE_PAYLOAD_MAX (64u * 1024)
 
 /* One connection to a peer daemon, as the admin socket shows it. */

@@ -56,6 +56,22 @@ static size_t tcp_desc(uint8_t *buf, uint64_t instance, uint16_t port)
 	return (size_t)desc_encode(&d, buf, DESC_MAX_BYTES);
 }
 
+/* A mailbox address: the node's endpoint, a scoped name and a key, no region. */
+static size_t mailbox_addr(uint8_t *buf, uint64_t instance, uint16_t port)
+{
+	struct remote_desc d = {
+		.instance_id = instance,
+		.region_key = 0x5eed,
+		.node_name = "seed",
+		.mailbox = "0:inbox",
+		.n_endpoints = 1,
+	};
+	d.endpoints[0].transport = ENDPOINT_TCP;
+	strcpy(d.endpoints[0].addr, "127.0.0.1");
+	d.endpoints[0].port = port;
+	return (size_t)desc_encode(&d, buf, DESC_MAX_BYTES);
+}
+
 static void desc_seeds(void)
 {
 	uint8_t buf[DESC_MAX_BYTES];
@@ -70,6 +86,7 @@ static void desc_seeds(void)
 	};
 
 	put("desc", "tcp", buf, tcp_desc(buf, 42, 7471));
+	put("desc", "mailbox-address", buf, mailbox_addr(buf, 42, 7471));
 	d.endpoints[0].transport = ENDPOINT_VERBS;
 	strcpy(d.endpoints[0].addr, "192.0.2.2");
 	d.endpoints[0].port = 7471;
@@ -129,9 +146,10 @@ static void add_jobs(struct stream *s, uint64_t seq, Rdmax__V1__Job **jobs, size
 
 static void client_seeds(void)
 {
-	uint8_t d_self[DESC_MAX_BYTES], d_far[DESC_MAX_BYTES];
+	uint8_t d_self[DESC_MAX_BYTES], d_far[DESC_MAX_BYTES], d_box[DESC_MAX_BYTES];
 	/* The fuzzing daemon's instance (fuzz_daemon.c), and a port nobody listens on. */
 	size_t n_self = tcp_desc(d_self, 0x0123456789abcdefull, 7471);
+	size_t n_box = mailbox_addr(d_box, 0x0123456789abcdefull, 7471);
 	size_t n_far = tcp_desc(d_far, 99, 1);
 	struct stream s;
 
@@ -205,7 +223,7 @@ static void client_seeds(void)
 	b.imm = 9;
 	j[4].kind_case = RDMAX__V1__JOB__KIND_BARRIER;
 	j[4].barrier = &b;
-	se.remote_desc = bd_self;
+	se.remote_desc = (ProtobufCBinaryData){n_box, d_box};
 	se.mailbox = "inbox";
 	se.payload.len = 5;
 	se.payload.data = (uint8_t *)"hello";
@@ -405,7 +423,7 @@ static void conn_seeds(void)
 	static uint8_t staging[CONN_MSG_STAGING];
 	static uint8_t payload[5000];
 	memset(payload, 'p', sizeof(payload));
-	int body = conn_msg_encode(staging, sizeof(staging), 9, "inbox", "node-a", payload,
+	int body = conn_msg_encode(staging, sizeof(staging), 9, "inbox", 0, "node-a", payload,
 				   sizeof(payload));
 	n = 0;
 	buf[n++] = 2;

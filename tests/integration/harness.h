@@ -218,6 +218,9 @@ void itest_report_leftovers(void);
 /* First call in a forked child: die with the parent (whose pid the caller took before fork). */
 void itest_child_setup(pid_t parent);
 
+/* Give every other uid a way to the daemon's socket (the test directories are 0700). */
+void itest_open_socket_dirs(const struct itest_daemon *d);
+
 /* Test cases, one TCase each (see README.md). */
 /* t_peer.c, shared with t_tls.c: what an attacker learns from a descriptor. */
 struct itest_target {
@@ -258,6 +261,7 @@ TCase *itest_tcase_names(void);
 TCase *itest_tcase_discovery(void);
 TCase *itest_tcase_tls(void);
 TCase *itest_tcase_qos(void);
+TCase *itest_tcase_mailbox(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
 

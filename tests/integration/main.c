@@ -21,6 +21,7 @@ int main(void)
 		itest_tcase_ring,       itest_tcase_paged_read,  itest_tcase_harden,
 		itest_tcase_peer,       itest_tcase_names,       itest_tcase_discovery,
 		itest_tcase_multipair,  itest_tcase_tls,         itest_tcase_qos,
+		itest_tcase_mailbox,
 	};
 	char binary[512];
 

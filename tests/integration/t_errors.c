@@ -248,7 +248,10 @@ START_TEST(job_errors)
 	job = itest_job(id++, RDMAX_OP_READ, src, 0, &garbage, 0, 64);
 	itest_expect_job_error(ca, &job, RDMAX_E_INVALID_ARGUMENT, ITEST_WAIT_MS);
 
-	/* A barrier without peers, a SEND to a missing mailbox, and a kind that does not exist. */
+	/*
+	 * A barrier without peers, a SEND to a region descriptor (no mailbox
+	 * address), one to a closed mailbox, and a kind that does not exist.
+	 */
 	job = itest_job(id++, RDMAX_OP_BARRIER, NULL, 0, &drw, 0, 0);
 	job.flags = RDMAX_JOB_IMM;
 	job.imm = 9;
@@ -256,6 +259,11 @@ START_TEST(job_errors)
 	itest_assert_quiet(ca, 100);
 	job = itest_job(id++, RDMAX_OP_SEND, NULL, 0, &drw, 0, 0);
 	job.u.send.mailbox = "itest-nobody";
+	itest_expect_job_error(ca, &job, RDMAX_E_INVALID_ARGUMENT, ITEST_WAIT_MS);
+	struct rdmax_desc closed;
+	ck_assert_int_eq(rdmax_mailbox_open_addr(cb, "itest-closed", &closed), 0);
+	ck_assert_int_eq(rdmax_mailbox_close(cb, "itest-closed"), 0);
+	job = itest_job(id++, RDMAX_OP_SEND, NULL, 0, &closed, 0, 0);
 	itest_expect_job_error(ca, &job, RDMAX_E_NOT_FOUND, ITEST_WAIT_MS);
 	job = itest_job(id++, (enum rdmax_op)42, src, 0, &drw, 0, 64);
 	itest_expect_job_error(ca, &job, RDMAX_E_INVALID_ARGUMENT, ITEST_WAIT_MS);

@@ -196,20 +196,6 @@ START_TEST(flood_never_reading)
 }
 END_TEST
 
-/* Give every other uid a way to the daemon's socket (the test directories are 0700). */
-static void open_socket_dirs(const struct itest_daemon *d)
-{
-	char path[sizeof(d->socket_path)];
-
-	snprintf(path, sizeof(path), "%s", d->socket_path);
-	for (int up = 0; up < 2; up++) {
-		char *slash = strrchr(path, '/');
-		ck_assert_ptr_nonnull(slash);
-		*slash = '\0';
-		ck_assert_int_eq(chmod(path, 0711), 0);
-	}
-}
-
 /*
  * In a child that became uid: connect, say Hello, and exit 0 when welcomed,
  * 2 when refused, 3 on anything else.
@@ -287,7 +273,7 @@ START_TEST(uid_shares_and_hello_timeout)
 	expect_refused(a->socket_path);
 	/* Another uid still gets in. */
 	if (geteuid() == 0) {
-		open_socket_dirs(a);
+		itest_open_socket_dirs(a);
 		pid_t parent = getpid(), child = fork();
 		ck_assert_int_ge(child, 0);
 		if (child == 0) {
@@ -780,7 +766,7 @@ START_TEST(imm_scoped_to_region)
 	pid_t child = -1;
 	struct rdmax_desc dt;
 	if (geteuid() == 0) {
-		open_socket_dirs(b);
+		itest_open_socket_dirs(b);
 		ck_assert_int_eq(pipe2(to_child, O_CLOEXEC), 0);
 		ck_assert_int_eq(pipe2(from_child, O_CLOEXEC), 0);
 		pid_t parent = getpid();
@@ -1003,6 +989,118 @@ START_TEST(leaving_client_returns_uid_share)
 	itest_daemon_free(b);
 }
 END_TEST
+
+/* In a child that became uid: WRITE 4 KiB to desc from a client of socket_path; exit 0 on OK. */
+static int other_uid_writes(const char *socket_path, uid_t uid, const struct rdmax_desc *desc)
+{
+	struct rdmax_client *c;
+	struct rdmax_region *r;
+
+	if (setgid(uid) < 0 || setuid(uid) < 0) {
+		return 2;
+	}
+	if (rdmax_client_open(socket_path, "tenant", &c) < 0 ||
+	    rdmax_region_alloc_host(c, 4096, RDMAX_ACCESS_LOCAL, &r) < 0) {
+		return 3;
+	}
+	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, r, 0, desc, 0, 4096);
+	if (rdmax_submit(c, &job, 1) != 0) {
+		return 4;
+	}
+	int status = rdmax_wait_job(c, 1, ITEST_WAIT_MS);
+	rdmax_client_close(c);
+	return status == 0 ? 0 : 5;
+}
+
+/*
+ * Issue 12 item 2: descriptors carry endpoints, so a client can make its
+ * daemon open connections to many peers. per_uid_peer_connections=2: a uid's
+ * jobs open two, the third peer is refused with RESOURCE_EXHAUSTED naming the
+ * limit, while its jobs keep using the two it has and another uid still
+ * connects; once the connections are evicted, the share is back.
+ */
+START_TEST(uid_peer_connection_share)
+{
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *t[3];
+	struct rdmax_desc d[3];
+	struct rdmax_region *dst[3];
+	struct rdmax_client *ct[3];
+
+	itest_daemon_set(a, "limits.per_uid_peer_connections=2");
+	itest_daemon_set(a, "peers.idle_timeout_s=2");
+	itest_daemon_start(a);
+	for (int i = 0; i < 3; i++) {
+		char name[8];
+		snprintf(name, sizeof(name), "t%d", i);
+		t[i] = itest_daemon_new(name, itest_addr_b());
+		itest_daemon_start(t[i]);
+		ct[i] = itest_client(t[i], "target");
+		dst[i] = itest_alloc(ct[i], 4096, RDMAX_ACCESS_REMOTE_WRITE);
+		d[i] = itest_desc(dst[i]);
+	}
+	struct rdmax_client *c = itest_client(a, "spreader");
+	struct rdmax_region *src = itest_alloc(c, 4096, RDMAX_ACCESS_LOCAL);
+	itest_fill(itest_bytes(src), 4096, 31);
+
+	for (int i = 0; i < 2; i++) {
+		struct rdmax_job job =
+			itest_job(1 + (uint64_t)i, RDMAX_OP_WRITE, src, 0, &d[i], 0, 4096);
+		struct rdmax_event ev = itest_run_job(c, &job, ITEST_WAIT_MS);
+		ck_assert_msg(ev.status == 0, "write to peer %d: %s ('%s')", i,
+			      rdmax_err_name(ev.status), ev.reason);
+		itest_assert_mem_eq(itest_bytes(dst[i]), itest_bytes(src), 4096, "write");
+	}
+	struct rdmax_job job = itest_job(3, RDMAX_OP_WRITE, src, 0, &d[2], 0, 4096);
+	struct rdmax_event ev = itest_run_job(c, &job, ITEST_WAIT_MS);
+	itest_assert_err(ev.status, RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_msg(strstr(ev.reason, "per_uid_peer_connections"), "reason: '%s'", ev.reason);
+	/* A second client of the uid shares the share; existing connections still serve. */
+	struct rdmax_client *c2 = itest_client(a, "spreader-2");
+	struct rdmax_region *src2 = itest_alloc(c2, 4096, RDMAX_ACCESS_LOCAL);
+	job = itest_job(4, RDMAX_OP_WRITE, src2, 0, &d[2], 0, 4096);
+	itest_assert_err(itest_run_job(c2, &job, ITEST_WAIT_MS).status, RDMAX_E_RESOURCE_EXHAUSTED);
+	job = itest_job(5, RDMAX_OP_WRITE, src, 0, &d[0], 0, 4096);
+	itest_assert_err(itest_run_job(c, &job, ITEST_WAIT_MS).status, 0);
+
+	if (geteuid() == 0) {
+		itest_open_socket_dirs(a);
+		pid_t parent = getpid();
+		pid_t child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0) {
+			itest_child_setup(parent);
+			_exit(other_uid_writes(a->socket_path, 65534, &d[2]));
+		}
+		int status;
+		ck_assert_int_eq(waitpid(child, &status, 0), child);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "a client of uid 65534 could not reach the third peer (step %d)",
+			      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	} else {
+		fprintf(stderr, "itest harden: not root, so no second uid: the other-uid part of "
+				"uid_peer_connection_share did not run\n");
+	}
+	/* Idle connections are evicted and counted back: the uid reaches the third peer. */
+	itest_wait_status(a, "connections", 0);
+	job = itest_job(6, RDMAX_OP_WRITE, src, 0, &d[2], 0, 4096);
+	ev = itest_run_job(c, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "write to peer 2 after eviction: %s ('%s')",
+		      rdmax_err_name(ev.status), ev.reason);
+	itest_assert_mem_eq(itest_bytes(dst[2]), itest_bytes(src), 4096, "write after eviction");
+
+	rdmax_client_close(c);
+	rdmax_client_close(c2);
+	itest_daemon_stop(a);
+	itest_daemon_free(a);
+	for (int i = 0; i < 3; i++) {
+		rdmax_client_close(ct[i]);
+		itest_daemon_stop(t[i]);
+		itest_daemon_free(t[i]);
+	}
+}
+END_TEST
+
 TCase *itest_tcase_harden(void)
 {
 	TCase *tc = tcase_create("harden");
@@ -1013,6 +1111,7 @@ TCase *itest_tcase_harden(void)
 	tcase_add_test(tc, bad_datagrams_named);
 	tcase_add_test(tc, admin_bounded_idle);
 	tcase_add_test(tc, imm_scoped_to_region);
+	tcase_add_test(tc, uid_peer_connection_share);
 	ITEST_ADD_STALLING_TEST(tc, duplicate_job_id_one_completion);
 	ITEST_ADD_STALLING_TEST(tc, final_completion_connecting);
 	/* The NIC keeps work requests already posted: withdrawn only over TCP so far. */

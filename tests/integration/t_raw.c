@@ -563,10 +563,10 @@ START_TEST(bad_jobs)
 	jobs[0].kind_case = RDMAX__V1__JOB__KIND_SEND;
 	jobs[0].send = &sj;
 	send_jobs(fd, 5, ptrs, 1);
-	/* Nobody opened mailbox "itest". */
+	/* A region descriptor is no mailbox address: a name alone reaches nothing. */
 	status = raw_wait_completion(fd, 101, ITEST_WAIT_MS);
-	ck_assert_msg(status == RDMAX_E_NOT_FOUND || status == RDMAX_E_UNIMPLEMENTED,
-		      "SEND to a mailbox nobody opened completed with %s", rdmax_err_name(status));
+	ck_assert_msg(status == RDMAX_E_INVALID_ARGUMENT,
+		      "SEND to a region descriptor completed with %s", rdmax_err_name(status));
 
 	/* A job without a kind. */
 	jobs[0].job_id = 102;
@@ -636,6 +636,14 @@ START_TEST(bad_jobs)
 	ck_assert_msg(status == RDMAX_E_INVALID_ARGUMENT || status == RDMAX_E_UNIMPLEMENTED,
 		      "MailboxOpen with a control character in the name: %s",
 		      rdmax_err_name(status));
+	/* Without want_address (a library from before addresses): opened, answered OK. */
+	mo.name = "raw-box";
+	send_simple(fd, 40, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN, &mo);
+	raw_expect_status(fd, 40, 0);
+	mo.has_want_address = 1;
+	mo.want_address = 1;
+	send_simple(fd, 41, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN, &mo);
+	raw_expect_status(fd, 41, RDMAX_E_ALREADY_EXISTS);
 	Rdmax__V1__MailboxClose mc = RDMAX__V1__MAILBOX_CLOSE__INIT;
 	mc.name = "never-opened";
 	send_simple(fd, 15, RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_CLOSE, &mc);

@@ -214,6 +214,7 @@ struct side {
 	struct rdmax_client *client;
 	struct rdmax_region *region;
 	struct rdmax_desc desc;
+	struct rdmax_desc mailbox; /* the address of its mailbox, when it opened one */
 	uint8_t *mem;
 };
 
@@ -235,8 +236,8 @@ static int side_open(struct side *s, struct node *node, const char *name)
 	int ret = rdmax_client_open(node->sock, name, &s->client);
 	if (ret == 0) {
 		ret = rdmax_region_alloc_host(s->client, REGION_BYTES,
-				       RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE,
-				       &s->region);
+					      RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE,
+					      &s->region);
 	}
 	if (ret == 0) {
 		ret = rdmax_region_desc(s->region, &s->desc);
@@ -379,7 +380,7 @@ static void run_batch(struct side *home, struct side *far, struct side *c, uint6
 			break;
 		case 5: /* SEND to the far client's mailbox */
 			job->op = RDMAX_OP_SEND;
-			job->remote = &far->desc;
+			job->remote = &far->mailbox;
 			snprintf(e->mailbox, sizeof(e->mailbox), "soak-%d", (int)getpid());
 			job->u.send.mailbox = e->mailbox;
 			e->payload_len = 1 + rnd() % payload_max;
@@ -558,7 +559,7 @@ static int worker(int index, enum kind kind, uint32_t rounds, int result_fd)
 		_exit(0);
 	}
 	snprintf(name, sizeof(name), "soak-%d", (int)getpid());
-	if ((ret = rdmax_mailbox_open(far.client, name)) < 0) {
+	if ((ret = rdmax_mailbox_open_addr(far.client, name, &far.mailbox)) < 0) {
 		die("mailbox %s: %s", name, rdmax_strerror(ret));
 	}
 	for (uint32_t r = 0; r < rounds; r++) {

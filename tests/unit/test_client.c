@@ -1054,13 +1054,14 @@ START_TEST(test_submit_refused_locally)
 	struct rdmax_job j = ok;
 	j.op = (enum rdmax_op)99;
 	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
-	/* Other kinds whose fields cannot be encoded: a page list without indices, no mailbox. */
+	/* Other kinds whose fields cannot be encoded: a page list without indices, no payload. */
 	j.op = RDMAX_OP_PAGED_WRITE;
 	j.u.paged.page_len = 4096;
 	j.u.paged.local_pages.count = j.u.paged.remote_pages.count = 1;
 	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
 	j = ok;
 	j.op = RDMAX_OP_SEND;
+	j.u.send.length = 1;
 	ck_assert_int_eq(rdmax_submit(c, &j, 1), RDMAX_E_INVALID_ARGUMENT);
 	j.u.send.mailbox = "box";
 	j.u.send.length = RDMAX_MESSAGE_PAYLOAD_MAX + 1;

@@ -164,6 +164,9 @@ static const char g_every_key[] = "; all keys\n"
 				  "per_uid_registered_bytes = 1G\n"
 				  "per_uid_outstanding_jobs = 7\n"
 				  "per_uid_imm_counters = 9\n"
+				  "per_uid_mailboxes = 11\n"
+				  "per_uid_queued_message_bytes = 1M\n"
+				  "per_uid_peer_connections = 13\n"
 				  "admin_max_connections = 2\n"
 				  "admin_idle_timeout_ms = 1500\n"
 				  "[peers]\n"
@@ -248,6 +251,9 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.per_uid_registered_bytes, 1ull << 30);
 	ck_assert_uint_eq(cfg.per_uid_outstanding_jobs, 7);
 	ck_assert_uint_eq(cfg.per_uid_imm_counters, 9);
+	ck_assert_uint_eq(cfg.per_uid_mailboxes, 11);
+	ck_assert_uint_eq(cfg.per_uid_queued_message_bytes, 1u << 20);
+	ck_assert_uint_eq(cfg.per_uid_peer_connections, 13);
 	ck_assert_uint_eq(cfg.admin_max_connections, 2);
 	ck_assert_uint_eq(cfg.admin_idle_timeout_ms, 1500);
 	ck_assert_uint_eq(cfg.connect_timeout_ms, 10);
@@ -298,7 +304,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 67);
+	ck_assert_int_eq(keys, 70);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -947,7 +953,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 67);
+	ck_assert_int_eq(keys, 70);
 	free(printed);
 	free(man);
 }

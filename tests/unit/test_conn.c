@@ -870,6 +870,56 @@ START_TEST(conn_limit)
 }
 END_TEST
 
+/* Connections opened for a uid's xfers count in its share until they close. */
+START_TEST(conn_uid_share)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct uid_counts counts;
+	const uint32_t limit = 1;
+	struct txfer a, b, c, d;
+
+	table_setup(&t, &p, NULL);
+	ck_assert_int_eq(uid_counts_init(&counts), 0);
+	t.uid_conns = &counts;
+	t.uid_conn_limit = &limit;
+	unit_txfer_init(&a, XFER_WRITE, 64, PEER_INSTANCE);
+	a.x.has_uid = true;
+	a.x.uid = 1000;
+	ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
+	ck_assert_uint_eq(uid_counts_get(&counts, 1000), 1);
+	/* A second peer for the same uid is past its share; another uid's xfer is not. */
+	unit_txfer_init(&b, XFER_WRITE, 64, PEER_INSTANCE);
+	snprintf(b.x.peer.addr, sizeof(b.x.peer.addr), "192.0.2.9");
+	b.x.has_uid = true;
+	b.x.uid = 1000;
+	ck_assert_int_eq(conn_submit(&t, &b.x, 0), RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_uint_eq(t.n_conns, 1);
+	b.x.uid = 1001;
+	ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
+	ck_assert_uint_eq(uid_counts_get(&counts, 1001), 1);
+	/* The same peer reuses the connection, whoever asks; an xfer with no uid is free. */
+	unit_txfer_init(&c, XFER_WRITE, 64, PEER_INSTANCE);
+	c.x.has_uid = true;
+	c.x.uid = 1001;
+	ck_assert_int_eq(conn_submit(&t, &c.x, 0), 0);
+	ck_assert_uint_eq(uid_counts_get(&counts, 1001), 1);
+	unit_txfer_init(&d, XFER_WRITE, 64, PEER_INSTANCE);
+	snprintf(d.x.peer.addr, sizeof(d.x.peer.addr), "192.0.2.10");
+	ck_assert_int_eq(conn_submit(&t, &d.x, 0), 0);
+	ck_assert_uint_eq(t.n_conns, 3);
+	/* Closed and released: every share is given back. */
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 1);
+	ck_assert_int_eq(a.calls + b.calls + c.calls + d.calls, 4);
+	ck_assert_uint_eq(t.n_conns, 0);
+	ck_assert_uint_eq(uid_counts_get(&counts, 1000), 0);
+	ck_assert_uint_eq(uid_counts_get(&counts, 1001), 0);
+	table_teardown(&t);
+	uid_counts_fini(&counts);
+}
+END_TEST
+
 START_TEST(conn_post_failure_and_lists)
 {
 	struct conn_table t;
@@ -977,7 +1027,7 @@ static struct tmsg *tmsg_new(uint64_t id, uint32_t payload_len, uint64_t instanc
 	for (uint32_t i = 0; i < payload_len; i++) {
 		payload[i] = (uint8_t)(i * 7 + 3);
 	}
-	int body = conn_msg_encode(t->staging, sizeof(t->staging), id, "inbox", "alpha", payload,
+	int body = conn_msg_encode(t->staging, sizeof(t->staging), id, "inbox", 0, "alpha", payload,
 				   payload_len);
 	free(payload);
 	ck_assert_int_eq(body, 5 + 5 + (int)payload_len);
@@ -1241,6 +1291,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_stale_descriptor);
 	tcase_add_test(tc, conn_mutual_auth);
 	tcase_add_test(tc, conn_limit);
+	tcase_add_test(tc, conn_uid_share);
 	tcase_add_test(tc, conn_post_failure_and_lists);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("private data and errors");

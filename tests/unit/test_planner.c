@@ -434,83 +434,137 @@ START_TEST(planner_pairs_repeat_runs_per_pair)
 }
 END_TEST
 
+/* Shorthands: open for owner in uid's namespace, deliver a short text. */
+static uint32_t g_uid_open[3];
+
+static int open_box(struct mailbox_table *t, void *owner, uint32_t uid, const char *name,
+		    struct mailbox_ref *ret_ref)
+{
+	struct mailbox_ref ref;
+
+	return mailbox_open(t, owner, uid, name, &g_uid_open[uid % 3], 1000,
+			    ret_ref ? ret_ref : &ref);
+}
+
+static int deliver_text(struct mailbox_table *t, const char *scoped, uint64_t key, const char *text)
+{
+	return mailbox_deliver(t, scoped, key, (const uint8_t *)text, strlen(text), "n");
+}
+
 START_TEST(mailbox_open_close_deliver)
 {
 	struct mailbox_table t;
-	int a, b;
+	struct mailbox_ref ra, rb, rc;
+	int a, b, c;
 	char name[80];
 
 	g_delivered = 0;
 	g_deliver_err = 0;
+	memset(g_uid_open, 0, sizeof(g_uid_open));
 	ck_assert_int_eq(mailbox_table_init(&t, record_deliver), 0);
-	ck_assert_int_eq(mailbox_open(&t, &a, "kv.layer-0"), 0);
-	ck_assert_int_eq(mailbox_open(&t, &a, "kv.layer-0"), RDMAX_E_ALREADY_EXISTS);
-	ck_assert_int_eq(mailbox_open(&t, &b, "kv.layer-0"), RDMAX_E_ALREADY_EXISTS);
-	ck_assert_int_eq(mailbox_open(&t, &b, ""), RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(mailbox_open(&t, &b, "has space"), RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(mailbox_open(&t, &b, "bad\x01"), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(open_box(&t, &a, 1000, "kv.layer-0", &ra), 0);
+	ck_assert_str_eq(ra.scoped, "1000:kv.layer-0");
+	ck_assert_uint_ne(ra.key, 0);
+	ck_assert_int_eq(open_box(&t, &a, 1000, "kv.layer-0", NULL), RDMAX_E_ALREADY_EXISTS);
+	/* Same uid, other client: the same namespace. */
+	ck_assert_int_eq(open_box(&t, &b, 1000, "kv.layer-0", NULL), RDMAX_E_ALREADY_EXISTS);
+	/* Another uid has a namespace of its own: the same name coexists. */
+	ck_assert_int_eq(open_box(&t, &c, 1001, "kv.layer-0", &rc), 0);
+	ck_assert_str_eq(rc.scoped, "1001:kv.layer-0");
+	ck_assert_uint_ne(rc.key, ra.key);
+	ck_assert_int_eq(open_box(&t, &b, 1000, "", NULL), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(open_box(&t, &b, 1000, "has space", NULL), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(open_box(&t, &b, 1000, "bad\x01", NULL), RDMAX_E_INVALID_ARGUMENT);
 	memset(name, 'x', 65);
 	name[65] = '\0';
-	ck_assert_int_eq(mailbox_open(&t, &b, name), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(open_box(&t, &b, 1000, name, NULL), RDMAX_E_INVALID_ARGUMENT);
 	name[64] = '\0';
-	ck_assert_int_eq(mailbox_open(&t, &b, name), 0);
+	ck_assert_int_eq(open_box(&t, &b, UINT32_MAX, name, &rb), 0);
+	ck_assert_uint_eq(strlen(rb.scoped), MAILBOX_ADDR_NAME_MAX);
 
-	ck_assert_int_eq(mailbox_deliver(&t, "kv.layer-0", (const uint8_t *)"hello", 5, "node-a"),
+	ck_assert_int_eq(mailbox_deliver(&t, "1000:kv.layer-0", ra.key, (const uint8_t *)"hello", 5,
+					 "node-a"),
 			 0);
 	ck_assert_int_eq(g_delivered, 1);
 	ck_assert_ptr_eq(g_last_owner, &a);
 	ck_assert_str_eq(g_last_name, "kv.layer-0");
 	ck_assert_str_eq(g_last_payload, "hello");
 	ck_assert_str_eq(g_last_from, "node-a");
-	ck_assert_int_eq(mailbox_deliver(&t, "nobody", (const uint8_t *)"x", 1, "n"),
-			 RDMAX_E_NOT_FOUND);
-	ck_assert_int_eq(mailbox_deliver(&t, "kv.layer-0", NULL, MAILBOX_PAYLOAD_MAX + 1, "n"),
-			 RDMAX_E_INVALID_ARGUMENT);
+	/* The other uid's mailbox of the same name gets its own messages only. */
+	ck_assert_int_eq(deliver_text(&t, "1001:kv.layer-0", rc.key, "y"), 0);
+	ck_assert_ptr_eq(g_last_owner, &c);
+	/* A wrong key, another mailbox's key, no key, a bare name: all as if not open. */
+	ck_assert_int_eq(deliver_text(&t, "1000:kv.layer-0", ra.key ^ 1, "x"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(deliver_text(&t, "1000:kv.layer-0", rc.key, "x"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(deliver_text(&t, "1000:kv.layer-0", 0, "x"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(deliver_text(&t, "kv.layer-0", ra.key, "x"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(g_delivered, 2);
+	ck_assert_int_eq(deliver_text(&t, "nobody", 1, "x"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(
+		mailbox_deliver(&t, "1000:kv.layer-0", ra.key, NULL, MAILBOX_PAYLOAD_MAX + 1, "n"),
+		RDMAX_E_INVALID_ARGUMENT);
 	g_deliver_err = RDMAX_E_RESOURCE_EXHAUSTED;
-	ck_assert_int_eq(mailbox_deliver(&t, "kv.layer-0", (const uint8_t *)"x", 1, "n"),
+	ck_assert_int_eq(deliver_text(&t, "1000:kv.layer-0", ra.key, "x"),
 			 RDMAX_E_RESOURCE_EXHAUSTED);
 	g_deliver_err = 0;
-	ck_assert_uint_eq(t.delivered, 1);
-	ck_assert_uint_eq(t.refused, 2);
+	ck_assert_uint_eq(t.delivered, 2);
+	ck_assert_uint_eq(t.refused, 6);
 
-	/* Only the owner closes it. */
-	ck_assert_int_eq(mailbox_close(&t, &b, "kv.layer-0"), RDMAX_E_NOT_FOUND);
-	ck_assert_int_eq(mailbox_close(&t, &a, "kv.layer-0"), 0);
-	ck_assert_int_eq(mailbox_close(&t, &a, "kv.layer-0"), RDMAX_E_NOT_FOUND);
-	ck_assert_int_eq(mailbox_deliver(&t, "kv.layer-0", (const uint8_t *)"x", 1, "n"),
-			 RDMAX_E_NOT_FOUND);
-	/* The name is free again. */
-	ck_assert_int_eq(mailbox_open(&t, &b, "kv.layer-0"), 0);
-	ck_assert_uint_eq(t.count, 2);
+	/* Only the owner closes it, in its own namespace. */
+	ck_assert_int_eq(mailbox_close(&t, &b, 1000, "kv.layer-0"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(mailbox_close(&t, &a, 1001, "kv.layer-0"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(mailbox_close(&t, &a, 1000, "kv.layer-0"), 0);
+	ck_assert_int_eq(mailbox_close(&t, &a, 1000, "kv.layer-0"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(deliver_text(&t, "1000:kv.layer-0", ra.key, "x"), RDMAX_E_NOT_FOUND);
+	/* The name is free again, under a new key: the old address stays refused. */
+	ck_assert_int_eq(open_box(&t, &b, 1000, "kv.layer-0", &rb), 0);
+	ck_assert_uint_ne(rb.key, ra.key);
+	ck_assert_int_eq(deliver_text(&t, "1000:kv.layer-0", ra.key, "x"), RDMAX_E_NOT_FOUND);
+	ck_assert_uint_eq(t.count, 3);
 	mailbox_table_fini(&t);
-	ck_assert_int_eq(mailbox_deliver(NULL, "x", NULL, 0, "n"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(mailbox_deliver(NULL, "x", 1, NULL, 0, "n"), RDMAX_E_NOT_FOUND);
 }
 END_TEST
 
 START_TEST(mailbox_limits_and_release)
 {
 	struct mailbox_table t;
-	int a, b;
+	struct mailbox_ref ref;
+	uint32_t uid_open = 0, other_open = 0;
+	int a, b, c;
 	char name[32];
 
 	ck_assert_int_eq(mailbox_table_init(&t, record_deliver), 0);
 	for (int i = 0; i < MAILBOX_MAX_PER_CLIENT; i++) {
 		snprintf(name, sizeof(name), "a-%d", i);
-		ck_assert_int_eq(mailbox_open(&t, &a, name), 0);
+		ck_assert_int_eq(mailbox_open(&t, &a, 7, name, &uid_open, 1000, &ref), 0);
 	}
-	ck_assert_int_eq(mailbox_open(&t, &a, "one-more"), RDMAX_E_RESOURCE_EXHAUSTED);
-	ck_assert_int_eq(mailbox_open(&t, &b, "b-0"), 0);
+	ck_assert_int_eq(mailbox_open(&t, &a, 7, "one-more", &uid_open, 1000, &ref),
+			 RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_int_eq(mailbox_open(&t, &b, 7, "b-0", &uid_open, 1000, &ref), 0);
+	struct mailbox_ref b0 = ref;
 	ck_assert_uint_eq(t.count, MAILBOX_MAX_PER_CLIENT + 1);
+	ck_assert_uint_eq(uid_open, MAILBOX_MAX_PER_CLIENT + 1);
+	/* The uid's share: b may not go past it, a client of another uid still may. */
+	ck_assert_int_eq(
+		mailbox_open(&t, &b, 7, "b-1", &uid_open, MAILBOX_MAX_PER_CLIENT + 1, &ref),
+		RDMAX_E_RESOURCE_EXHAUSTED);
+	ck_assert_int_eq(mailbox_open(&t, &c, 8, "b-1", &other_open, 1, &ref), 0);
+	ck_assert_int_eq(mailbox_open(&t, &c, 8, "c-1", &other_open, 1, &ref),
+			 RDMAX_E_RESOURCE_EXHAUSTED);
 	mailbox_release_owner(&t, &a);
-	ck_assert_uint_eq(t.count, 1);
-	ck_assert_int_eq(mailbox_deliver(&t, "a-3", (const uint8_t *)"x", 1, "n"),
-			 RDMAX_E_NOT_FOUND);
-	ck_assert_int_eq(mailbox_deliver(&t, "b-0", (const uint8_t *)"x", 1, "n"), 0);
+	ck_assert_uint_eq(t.count, 2);
+	ck_assert_uint_eq(uid_open, 1);
+	ck_assert_int_eq(deliver_text(&t, "7:a-3", 1, "x"), RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(deliver_text(&t, "7:b-0", b0.key, "x"), 0);
 	/* a may open again after leaving. */
-	ck_assert_int_eq(mailbox_open(&t, &a, "a-0"), 0);
+	ck_assert_int_eq(mailbox_open(&t, &a, 7, "a-0", &uid_open, 1000, &ref), 0);
 	mailbox_release_owner(&t, &b);
 	mailbox_release_owner(&t, &b);
+	mailbox_release_owner(&t, &c);
 	ck_assert_uint_eq(t.count, 1);
+	ck_assert_uint_eq(uid_open, 1);
+	ck_assert_uint_eq(other_open, 0);
 	mailbox_table_fini(&t);
 }
 END_TEST
@@ -1149,14 +1203,33 @@ END_TEST
 
 /* ------------------------------------------------------------ engine: send */
 
-static void submit_send(uint64_t id, int desc, const char *mailbox, const char *payload)
+/* The address of mailbox `scoped` (key `key`) on the node of descriptor desc. */
+static ProtobufCBinaryData addr_of(int desc, const char *scoped, uint64_t key)
+{
+	static uint8_t buf[DESC_MAX_BYTES];
+	struct remote_desc rd;
+
+	ck_assert_int_eq(desc_decode(F.desc[desc], F.desc_len[desc], &rd), 0);
+	rd.region_id = 0;
+	rd.length = 0;
+	rd.access = 0;
+	rd.region_key = key;
+	snprintf(rd.mailbox, sizeof(rd.mailbox), "%s", scoped);
+	int len = desc_encode(&rd, buf, sizeof(buf));
+	ck_assert_int_gt(len, 0);
+	return (ProtobufCBinaryData){.len = (size_t)len, .data = buf};
+}
+
+/* A SEND to (scoped, key) on desc's node; `name` is the job's optional mailbox field. */
+static void submit_send_to(uint64_t id, ProtobufCBinaryData remote, const char *name,
+			   const char *payload)
 {
 	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
 	Rdmax__V1__SendJob sj = RDMAX__V1__SEND_JOB__INIT;
 	char copy[64];
 	snprintf(copy, sizeof(copy), "%s", payload);
-	sj.remote_desc = desc_of(desc);
-	sj.mailbox = (char *)mailbox;
+	sj.remote_desc = remote;
+	sj.mailbox = (char *)name;
 	sj.payload.data = (uint8_t *)copy;
 	sj.payload.len = strlen(copy);
 	job.job_id = id;
@@ -1166,48 +1239,79 @@ static void submit_send(uint64_t id, int desc, const char *mailbox, const char *
 	memset(copy, 0, sizeof(copy)); /* the engine must have copied the payload */
 }
 
+static void submit_send(uint64_t id, int desc, const char *scoped, uint64_t key,
+			const char *payload)
+{
+	submit_send_to(id, addr_of(desc, scoped, key), NULL, payload);
+}
+
 START_TEST(send_remote_local_and_unimplemented)
 {
-	submit_send(1, 2, "inbox", "hello node 3");
+	submit_send(1, 2, "7:inbox", 0x1234, "hello node 3");
 	ck_assert_int_eq(F.tcp.n, 1);
 	struct xfer *x = F.tcp.xfers[0];
-	ck_assert_str_eq(x->mailbox, "inbox");
+	ck_assert_str_eq(x->mailbox, "7:inbox");
+	ck_assert_uint_eq(x->remote_key, 0x1234);
 	ck_assert_uint_eq(x->length, 12);
 	ck_assert_mem_eq(x->payload, "hello node 3", 12);
 	ck_assert_uint_eq(x->remote_instance, 3);
 	ck_assert(!x->has_imm);
-	x->done(x, RDMAX_E_NOT_FOUND, "127.0.0.1:7002: no mailbox 'inbox' is open on node 'n3'");
+	x->done(x, RDMAX_E_NOT_FOUND, "127.0.0.1:7002: no mailbox '7:inbox' is open on node 'n3'");
 	ck_assert_int_eq(g_done[0].err, RDMAX_E_NOT_FOUND);
-	ck_assert_ptr_nonnull(strstr(g_done[0].message, "no mailbox 'inbox'"));
+	ck_assert_ptr_nonnull(strstr(g_done[0].message, "no mailbox '7:inbox'"));
 
-	/* Same node: delivered in place. */
+	/* Same node: delivered in place, with the right key only. */
 	int owner2;
-	ck_assert_int_eq(mailbox_open(&F.boxes, &owner2, "inbox"), 0);
-	submit_send(2, 3, "inbox", "local");
+	uint32_t uid_open = 0;
+	struct mailbox_ref ref;
+	ck_assert_int_eq(mailbox_open(&F.boxes, &owner2, 7, "inbox", &uid_open, 8, &ref), 0);
+	submit_send(2, 3, ref.scoped, ref.key, "local");
 	ck_assert_int_eq(g_done[1].err, 0);
 	ck_assert_uint_eq(g_done[1].bytes, 5);
 	ck_assert_int_eq(g_delivered, 1);
 	ck_assert_str_eq(g_last_payload, "local");
 	ck_assert_str_eq(g_last_from, "self");
-	submit_send(3, 3, "other", "x");
+	submit_send(3, 3, "7:other", ref.key, "x");
 	ck_assert_int_eq(g_done[2].err, RDMAX_E_NOT_FOUND);
-	ck_assert_ptr_nonnull(strstr(g_done[2].message, "no mailbox 'other' is open on node"));
-	submit_send(4, 3, "bad name", "x");
-	ck_assert_int_eq(g_done[3].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(g_done[2].message, "no mailbox '7:other' with this key"));
+	submit_send(4, 3, ref.scoped, ref.key + 1, "x");
+	ck_assert_int_eq(g_done[3].err, RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(g_delivered, 1);
+	/* A region descriptor is no address; the job's name must match the address's. */
+	submit_send_to(5, desc_of(3), "inbox", "x");
+	ck_assert_int_eq(g_done[4].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(g_done[4].message, "needs the mailbox's address"));
+	submit_send_to(6, addr_of(3, ref.scoped, ref.key), "other", "x");
+	ck_assert_int_eq(g_done[5].err, RDMAX_E_INVALID_ARGUMENT);
+	submit_send_to(7, addr_of(3, ref.scoped, ref.key), "inbox", "named");
+	ck_assert_int_eq(g_done[6].err, 0);
+	ck_assert_int_eq(g_delivered, 2);
+	/* An address is no region descriptor either. */
+	const uint32_t one[] = {0};
+	Rdmax__V1__Job wj = RDMAX__V1__JOB__INIT;
+	Rdmax__V1__WriteJob w = RDMAX__V1__WRITE_JOB__INIT;
+	w.local_region = F.local->id;
+	w.length = 1;
+	w.remote_desc = addr_of(2, "7:inbox", 1);
+	wj.job_id = 8;
+	wj.kind_case = RDMAX__V1__JOB__KIND_WRITE;
+	wj.write = &w;
+	engine_submit(F.engine, &F.owner, &wj);
+	ck_assert_int_eq(g_done[7].err, RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_ptr_nonnull(strstr(g_done[7].message, "not a region descriptor"));
 
 	/* A node reachable only over a transport without send_message. */
 	uint8_t vdesc[DESC_MAX_BYTES];
 	F.desc_len[0] = encode_remote(vdesc, 4, 1, 7004, ENDPOINT_VERBS);
 	memcpy(F.desc[0], vdesc, F.desc_len[0]);
-	submit_send(5, 0, "inbox", "x");
-	ck_assert_int_eq(g_done[4].err, RDMAX_E_UNIMPLEMENTED);
-	ck_assert_ptr_nonnull(strstr(g_done[4].message, "'verbs' transport cannot carry SEND"));
+	submit_send(9, 0, "7:inbox", 1, "x");
+	ck_assert_int_eq(g_done[8].err, RDMAX_E_UNIMPLEMENTED);
+	ck_assert_ptr_nonnull(strstr(g_done[8].message, "'verbs' transport cannot carry SEND"));
 	/* Writes to it use verbs. */
-	const uint32_t one[] = {0};
-	submit_paged(6, 64, one, one, 1, 0, -1);
+	submit_paged(10, 64, one, one, 1, 0, -1);
 	ck_assert_int_eq(F.verbs.n, 1);
 	fake_transport_finish(&F.verbs, 0, 0);
-	ck_assert_int_eq(g_done[5].err, 0);
+	ck_assert_int_eq(g_done[9].err, 0);
 	ck_assert_int_eq(F.tcp.n, 1);
 }
 END_TEST
@@ -1219,8 +1323,7 @@ START_TEST(send_is_never_chunked)
 	Rdmax__V1__Job job = RDMAX__V1__JOB__INIT;
 	Rdmax__V1__SendJob sj = RDMAX__V1__SEND_JOB__INIT;
 	memset(payload, 0x5a, sizeof(payload));
-	sj.remote_desc = desc_of(0);
-	sj.mailbox = "big";
+	sj.remote_desc = addr_of(0, "0:big", 1);
 	sj.payload.data = payload;
 	sj.payload.len = sizeof(payload);
 	job.job_id = 1;
@@ -1446,10 +1549,17 @@ START_TEST(wire_message_frame)
 	h.length = 5 + WIRE_MESSAGE_PAYLOAD_MAX;
 	wire_header_encode(&h, buf);
 	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &got), 0);
+	/* The mailbox's key rides in region_key; a scoped name may be 75 bytes. */
+	h.region_key = UINT64_C(0xfedcba9876543210);
+	h.offset = WIRE_MAILBOX_NAME_MAX;
+	h.length = WIRE_MAILBOX_NAME_MAX + 1;
+	wire_header_encode(&h, buf);
+	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &got), 0);
+	ck_assert_uint_eq(got.region_key, h.region_key);
 
 	const struct wire_header bad[] = {
 		{.type = WIRE_MESSAGE, .offset = 0, .length = 10},  /* no name */
-		{.type = WIRE_MESSAGE, .offset = 65, .length = 70}, /* name too long */
+		{.type = WIRE_MESSAGE, .offset = 76, .length = 80}, /* name too long */
 		{.type = WIRE_MESSAGE, .offset = 5, .length = 4},   /* body shorter than the name */
 		{.type = WIRE_MESSAGE, .offset = 5, .length = 6 + WIRE_MESSAGE_PAYLOAD_MAX},
 		{.type = WIRE_MESSAGE, .offset = 5, .length = 6, .region_id = 1},

@@ -62,7 +62,7 @@ START_TEST(msg_round_trip)
 		struct conn_msg_rx rx;
 		memset(&rx, 0, sizeof(rx));
 		memset(g_staging, 0xee, sizeof(g_staging));
-		int body = conn_msg_encode(g_staging, sizeof(g_staging), 42 + k, "decode.ctl",
+		int body = conn_msg_encode(g_staging, sizeof(g_staging), 42 + k, "decode.ctl", 0,
 					   "alpha", g_payload, sizes[k]);
 		ck_assert_int_eq(body, 10 + 5 + (int)sizes[k]);
 		uint32_t frames = conn_msg_frames((uint64_t)body);
@@ -83,7 +83,7 @@ START_TEST(msg_round_trip)
 		ck_assert_ptr_null(rx.owned);
 	}
 	/* The largest message fills every frame of its staging. */
-	int body = conn_msg_encode(g_staging, sizeof(g_staging), 1, "n", "", g_payload,
+	int body = conn_msg_encode(g_staging, sizeof(g_staging), 1, "n", 0, "", g_payload,
 				   TRANSPORT_MESSAGE_PAYLOAD_MAX);
 	ck_assert_int_eq(body, 1 + TRANSPORT_MESSAGE_PAYLOAD_MAX);
 	ck_assert_uint_eq(conn_msg_frame_len((uint64_t)body, 0), CONN_FRAME_MAX);
@@ -101,31 +101,36 @@ START_TEST(msg_encode_refuses)
 	name[sizeof(name) - 1] = '\0';
 	memset(from, 'f', sizeof(from));
 	from[sizeof(from) - 1] = '\0';
-	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 0, "a", "b", g_payload, 1),
+	ck_assert_int_eq(
+		conn_msg_encode(g_staging, sizeof(g_staging), 0, "a", 0, "b", g_payload, 1),
+		RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, "", 0, "b", g_payload, 1),
 			 RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, "", "b", g_payload, 1),
-			 RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, name, "b", g_payload, 1),
-			 RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, "a", from, g_payload, 1),
-			 RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, "a", "b", g_payload,
+	ck_assert_int_eq(
+		conn_msg_encode(g_staging, sizeof(g_staging), 1, name, 0, "b", g_payload, 1),
+		RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(
+		conn_msg_encode(g_staging, sizeof(g_staging), 1, "a", 0, from, g_payload, 1),
+		RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, "a", 0, "b", g_payload,
 					 TRANSPORT_MESSAGE_PAYLOAD_MAX + 1),
 			 RDMAX_E_INVALID_ARGUMENT);
-	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, "a", "b", NULL, 1),
+	ck_assert_int_eq(conn_msg_encode(g_staging, sizeof(g_staging), 1, "a", 0, "b", NULL, 1),
 			 RDMAX_E_INVALID_ARGUMENT);
 	/* Staging too small for the frames: nothing written past it. */
-	ck_assert_int_eq(
-		conn_msg_encode(g_staging, CONN_FRAME_MAX, 1, "a", "b", g_payload, CONN_FRAME_DATA),
-		-ENOSPC);
-	ck_assert_int_eq(conn_msg_encode(g_staging, CONN_FRAME_HDR + 2, 1, "a", "b", NULL, 0), 2);
+	ck_assert_int_eq(conn_msg_encode(g_staging, CONN_FRAME_MAX, 1, "a", 0, "b", g_payload,
+					 CONN_FRAME_DATA),
+			 -ENOSPC);
+	ck_assert_int_eq(conn_msg_encode(g_staging, CONN_FRAME_HDR + 2, 1, "a", 0, "b", NULL, 0),
+			 2);
 }
 END_TEST
 
 /* A valid one-frame message in buf; returns its length. */
 static size_t one_frame(uint8_t *buf, uint64_t id, uint32_t payload_len)
 {
-	int body = conn_msg_encode(buf, CONN_FRAME_MAX, id, "box", "node", g_payload, payload_len);
+	int body =
+		conn_msg_encode(buf, CONN_FRAME_MAX, id, "box", 0, "node", g_payload, payload_len);
 
 	ck_assert_int_gt(body, 0);
 	return conn_msg_frame_len((uint64_t)body, 0);
@@ -165,14 +170,13 @@ START_TEST(msg_decode_hostile)
 		const char *what;
 	} bytes[] = {
 		{0, 'X', "magic"},
-		{4, 2, "version"},
+		{4, 1, "version 1 (frames without a key)"},
+		{4, 3, "version"},
 		{5, 0, "type 0"},
 		{5, 9, "unknown type"},
 		{6, 0, "empty mailbox name"},
 		{6, TRANSPORT_MAILBOX_NAME_MAX + 1, "name longer than the limit"},
 		{7, CONN_FROM_MAX + 1, "sender name longer than the limit"},
-		{24, 1, "reserved byte"},
-		{31, 0x80, "reserved byte"},
 	};
 	for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++) {
 		len = one_frame(buf, 9, 100);
@@ -180,6 +184,18 @@ START_TEST(msg_decode_hostile)
 		ck_assert_msg(conn_frame_decode(buf, len, &f) == RDMAX_E_PROTOCOL_ERROR,
 			      "accepted a frame with a bad %s", bytes[i].what);
 	}
+	/* The key travels in every frame of a message; an answer carries none. */
+	ck_assert_int_gt(conn_msg_encode(buf, CONN_FRAME_MAX, 9, "box",
+					 UINT64_C(0x8877665544332211), "node", g_payload, 100),
+			 0);
+	ck_assert_int_eq(conn_frame_decode(buf, len, &f), 0);
+	ck_assert_uint_eq(f.key, UINT64_C(0x8877665544332211));
+	f = untouched;
+	len = (size_t)conn_answer_encode(buf, sizeof(buf), 9, RDMAX_E_NOT_FOUND, "no");
+	ck_assert_int_eq(conn_frame_decode(buf, len, &f), 0);
+	buf[31] = 0x80;
+	ck_assert_int_eq(conn_frame_decode(buf, len, &f), RDMAX_E_PROTOCOL_ERROR);
+	f = untouched;
 	/* Sizes that lie about the data that follows. */
 	const uint32_t payloads[] = {99, 101, TRANSPORT_MESSAGE_PAYLOAD_MAX + 1, UINT32_MAX};
 	for (size_t i = 0; i < sizeof(payloads) / sizeof(payloads[0]); i++) {
@@ -203,7 +219,7 @@ START_TEST(msg_decode_hostile)
 	ck_assert_int_eq(conn_frame_decode(buf, len, &f), RDMAX_E_PROTOCOL_ERROR);
 
 	/* A later frame must be full unless it is the last one. */
-	int body = conn_msg_encode(g_staging, sizeof(g_staging), 3, "box", "node", g_payload,
+	int body = conn_msg_encode(g_staging, sizeof(g_staging), 3, "box", 0, "node", g_payload,
 				   3 * CONN_FRAME_DATA);
 	uint8_t *second = g_staging + CONN_FRAME_MAX;
 	ck_assert_int_eq(conn_frame_decode(second, conn_msg_frame_len((uint64_t)body, 1), &f), 0);
@@ -305,7 +321,7 @@ START_TEST(msg_reassembly_hostile)
 
 	fill_payload(9);
 	memset(&rx, 0, sizeof(rx));
-	int body = conn_msg_encode(g_staging, sizeof(g_staging), 5, "box", "node", g_payload,
+	int body = conn_msg_encode(g_staging, sizeof(g_staging), 5, "box", 0, "node", g_payload,
 				   4 * CONN_FRAME_DATA);
 	ck_assert_uint_eq(conn_msg_frames((uint64_t)body), 5);
 
@@ -322,13 +338,16 @@ START_TEST(msg_reassembly_hostile)
 	ck_assert_int_eq(conn_msg_rx_feed(&rx, &f), RDMAX_E_PROTOCOL_ERROR);
 	conn_msg_rx_reset(&rx);
 	/* Another message's frame in the middle, or the same id with other sizes. */
-	int body2 = conn_msg_encode(other, sizeof(other), 6, "box", "node", g_payload,
+	int body2 = conn_msg_encode(other, sizeof(other), 6, "box", 0, "node", g_payload,
 				    4 * CONN_FRAME_DATA);
 	f = frame_of(body, 0);
 	ck_assert_int_eq(conn_msg_rx_feed(&rx, &f), 0);
 	ck_assert_int_eq(conn_frame_decode(other + CONN_FRAME_MAX,
 					   conn_msg_frame_len((uint64_t)body2, 1), &g),
 			 0);
+	ck_assert_int_eq(conn_msg_rx_feed(&rx, &g), RDMAX_E_PROTOCOL_ERROR);
+	g = frame_of(body, 1);
+	g.key ^= 1; /* a key that changes mid-message */
 	ck_assert_int_eq(conn_msg_rx_feed(&rx, &g), RDMAX_E_PROTOCOL_ERROR);
 	g = frame_of(body, 1);
 	g.payload_len -= 1;
@@ -354,7 +373,7 @@ START_TEST(msg_reassembly_hostile)
 	conn_msg_rx_reset(&rx);
 
 	/* A sender name that is not printable. */
-	body = conn_msg_encode(g_staging, sizeof(g_staging), 7, "box", "no\tde", g_payload, 10);
+	body = conn_msg_encode(g_staging, sizeof(g_staging), 7, "box", 0, "no\tde", g_payload, 10);
 	f = frame_of(body, 0);
 	ck_assert_int_eq(conn_msg_rx_feed(&rx, &f), RDMAX_E_PROTOCOL_ERROR);
 	conn_msg_rx_reset(&rx);
@@ -371,7 +390,7 @@ START_TEST(msg_fuzz)
 
 	fill_payload(3);
 	memset(&rx, 0, sizeof(rx));
-	int body = conn_msg_encode(g_staging, sizeof(g_staging), 11, "box", "node", g_payload,
+	int body = conn_msg_encode(g_staging, sizeof(g_staging), 11, "box", 0, "node", g_payload,
 				   2 * CONN_FRAME_DATA + 17);
 	for (int round = 0; round < 200000; round++) {
 		seed = seed * 1103515245u + 12345u;

@@ -305,8 +305,10 @@ class Client(_rdmax.Client):
         return self.submit(Job(OP_PAGED_READ, local, remote, page_len=page_len,
                                local_pages=local_pages, remote_pages=remote_pages, **kw))
 
-    def send(self, remote, mailbox, payload, *, deadline=None, traffic_class=None):
-        return self.submit(Job(OP_SEND, None, remote, mailbox=mailbox, payload=payload,
+    def send(self, address, payload, *, mailbox=None, deadline=None, traffic_class=None):
+        """A message to the mailbox at ``address`` (what ``mailbox_open`` returned on the
+        receiving side); ``mailbox``, when given, must be that mailbox's name."""
+        return self.submit(Job(OP_SEND, None, address, mailbox=mailbox, payload=payload,
                                deadline=deadline, traffic_class=traffic_class))
 
     def scatter(self, local, dests, *, group=None, imm=None, deadline=None, traffic_class=None):

@@ -34,7 +34,7 @@ import time
 import rdmax
 
 MAGIC = b"RDKV"
-VERSION = 1
+VERSION = 2  # 2: the mailbox travels as its address, not its name
 _HEAD = struct.Struct("<4sHHIIQIIII")  # magic, version, kv_per_layer, layers, blocks,
 #                                        block_bytes, heads, tp_rank, tp_size, n_regions
 _MSG_WRITTEN = b"W"  # the sender's push of this request has landed
@@ -76,12 +76,13 @@ class Peer:
     def __init__(self, layout, descs, mailbox, name):
         self.layout = layout
         self.descs = descs
-        self.mailbox = mailbox
+        self.mailbox = mailbox  # the address of the agent's mailbox (rdmax.Desc)
         self.name = name
 
 
 def encode_handshake(layout, descs, mailbox, name):
-    mb, nm = mailbox.encode(), name.encode()
+    """mailbox: the address of the agent's mailbox (bytes from Client.mailbox_open)."""
+    mb, nm = bytes(mailbox), name.encode()
     out = [_HEAD.pack(MAGIC, VERSION, layout.kv_per_layer, layout.num_layers,
                       layout.num_blocks, layout.block_bytes, layout.num_heads, layout.tp_rank,
                       layout.tp_size, len(descs)),
@@ -128,7 +129,7 @@ def decode_handshake(data):
     if pos != len(data):
         raise bad("trailing bytes")
     descs = [rdmax.Desc(f) for f in fields[2:]]
-    return Peer(layout, descs, fields[0].decode(), fields[1].decode())
+    return Peer(layout, descs, rdmax.Desc(fields[0]), fields[1].decode())
 
 
 def head_slices(local, remote):
@@ -182,7 +183,7 @@ class Agent:
         self._expected = {}  # request -> deadline (monotonic) of a push we wait for
         # Region pairs one paged job may carry (1: a daemon that predates them).
         self._max_pairs = client.info().get("max_paged_pairs", 1)
-        client.mailbox_open(self.mailbox)
+        self.mailbox_addr = client.mailbox_open(self.mailbox)
 
     # ---- caches
 
@@ -212,8 +213,8 @@ class Agent:
 
     def handshake(self):
         """Versioned bytes for the peers: layout facts, mailbox and one descriptor per cache."""
-        return encode_handshake(self.layout, [r.desc() for r in self.regions], self.mailbox,
-                                self.name)
+        return encode_handshake(self.layout, [r.desc() for r in self.regions],
+                                self.mailbox_addr, self.name)
 
     def add_peer(self, handshake):
         return decode_handshake(handshake)
@@ -286,7 +287,7 @@ class Agent:
                     if req.notify:
                         # Phase two: tell the other side, then report the request.
                         try:
-                            req.jobs = [self.client.send(peer.descs[0], peer.mailbox, msg,
+                            req.jobs = [self.client.send(peer.mailbox, msg,
                                                          deadline=_NOTIFY_DEADLINE)
                                         for peer, msg in req.notify]
                         except rdmax.Error as e:

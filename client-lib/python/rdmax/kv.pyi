@@ -25,10 +25,10 @@ class Layout:
 class Peer:
     layout: Layout
     descs: list[rdmax.Desc]
-    mailbox: str
+    mailbox: rdmax.Desc
     name: str
 
-def encode_handshake(layout: Layout, descs: Sequence[Any], mailbox: str, name: str) -> bytes: ...
+def encode_handshake(layout: Layout, descs: Sequence[Any], mailbox: bytes, name: str) -> bytes: ...
 def decode_handshake(data: bytes) -> Peer: ...
 def head_slices(local: Layout, remote: Layout) -> list[tuple[int, int, int, int]]: ...
 
@@ -37,6 +37,7 @@ class Agent:
     layout: Layout
     name: str
     mailbox: str
+    mailbox_addr: bytes
     regions: list[rdmax.Region]
     def __init__(self, client: rdmax.Client, layout: Layout, name: str) -> None: ...
     def alloc_caches(self, access: int = ...) -> list[rdmax.Region]: ...

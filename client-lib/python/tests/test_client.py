@@ -177,14 +177,33 @@ def test_imm_and_mailbox(daemons):
         ca.write(src, dst.desc(), 10, imm=0x77)
         ca.write(src, dst.desc(), 10, imm=0x77)
         assert cb.wait_imm(0x77, 10) == 2
-        cb.mailbox_open("decode.ctl")
-        ca.send(dst.desc(), "decode.ctl", b"hello").wait(10)
+        addr = cb.mailbox_open("decode.ctl")
+        assert isinstance(addr, bytes) and addr
+        ca.send(addr, b"hello").wait(10)
         box, payload, frm = cb.recv("decode.ctl", 10)
         assert (box, payload, frm) == ("decode.ctl", b"hello", "prefill")
-        with pytest.raises(rdmax.NotFound):
-            ca.send(dst.desc(), "nobody", b"x").wait(10)
+        ca.send(addr, b"named", mailbox="decode.ctl").wait(10)
+        assert cb.recv("decode.ctl", 10)[1] == b"named"
+        # A region descriptor is no mailbox address; a name must be the address's.
+        with pytest.raises(rdmax.InvalidArgument):
+            ca.send(dst.desc(), b"x").wait(10)
+        with pytest.raises(rdmax.InvalidArgument):
+            ca.send(addr, b"x", mailbox="other").wait(10)
+        # The same name in this uid's namespace is taken.
+        with pytest.raises(rdmax.AlreadyExists):
+            cb.mailbox_open("decode.ctl")
         with pytest.raises(rdmax.Timeout):
             cb.recv("decode.ctl", 0.05)
+        cb.mailbox_close("decode.ctl")
+        # Closed: the address reaches nothing; reopened: a new key, the old one stays refused.
+        with pytest.raises(rdmax.NotFound):
+            ca.send(addr, b"x").wait(10)
+        addr2 = cb.mailbox_open("decode.ctl")
+        assert addr2 != addr
+        with pytest.raises(rdmax.NotFound):
+            ca.send(addr, b"x").wait(10)
+        ca.send(addr2, b"again").wait(10)
+        assert cb.recv("decode.ctl", 10)[1] == b"again"
         cb.mailbox_close("decode.ctl")
 
 

@@ -267,6 +267,10 @@ void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message)
 	list_del(&conn->link);
 	tt->n_conns--;
 	tt->n_in -= conn->outgoing ? 0 : 1;
+	if (conn->has_uid) {
+		conn->has_uid = false;
+		uid_counts_put(&tt->daemon->peer_conns, conn->uid);
+	}
 	if (conn->in_handshake) {
 		conn->in_handshake = false;
 		tt->n_in_handshake--;

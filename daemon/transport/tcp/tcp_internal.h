@@ -103,6 +103,8 @@ struct tcp_conn {
 	 * never wait behind bulk bytes in either end's socket buffers.
 	 */
 	bool urgent_lane;
+	bool has_uid; /* opened for a job of uid: counted in daemon->peer_conns until closed */
+	uint32_t uid;
 	bool ever_ready;
 	bool in_handshake; /* incoming, counted in tt->n_in_handshake */
 	int fd;

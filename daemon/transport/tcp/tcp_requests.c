@@ -248,17 +248,19 @@ void tcp_on_message_done(struct tcp_conn *conn, bool received)
 			err = RDMAX_E_NOT_FOUND;
 			snprintf(conn->rx_msg, sizeof(conn->rx_msg),
 				 "a message must name the instance of node '%s'", d->node_name);
-		} else if (memchr(body, '\0', name_len) || mailbox_name_check(name, name_len) < 0) {
+		} else if (memchr(body, '\0', name_len) ||
+			   mailbox_scoped_check(name, name_len) < 0) {
 			err = RDMAX_E_INVALID_ARGUMENT;
 			snprintf(conn->rx_msg, sizeof(conn->rx_msg),
 				 "mailbox name '%s' is not valid", name);
 		} else {
-			err = mailbox_deliver(d->mailboxes, name, body + name_len,
-					      conn->rx_h.length - name_len, conn->node_name);
+			err = mailbox_deliver(d->mailboxes, name, conn->rx_h.region_key,
+					      body + name_len, conn->rx_h.length - name_len,
+					      conn->node_name);
 			if (err == RDMAX_E_NOT_FOUND) {
 				snprintf(conn->rx_msg, sizeof(conn->rx_msg),
-					 "no mailbox '%s' is open on node '%s'", name,
-					 d->node_name);
+					 "no mailbox '%s' with this key is open on node '%.32s'",
+					 name, d->node_name);
 			} else if (err < 0) {
 				snprintf(conn->rx_msg, sizeof(conn->rx_msg),
 					 "mailbox '%s' refused the message: %s", name,

@@ -29,6 +29,7 @@
 
 #include "auth.h"
 #include "listen_backoff.h"
+#include "log.h"
 #include "region.h"
 #include "tcp_internal.h"
 
@@ -172,11 +173,31 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 			tcp_frame_release(tt, frame);
 			return RDMAX_E_RESOURCE_EXHAUSTED;
 		}
+		/* A connection opened for a client's job counts in its uid's share. */
+		int err = xfer->has_uid ? uid_counts_take(&tt->daemon->peer_conns, xfer->uid,
+							  tt->daemon->cfg.per_uid_peer_connections)
+					: 0;
+		if (err < 0) {
+			char name[64];
+			tcp_format_addr(addr, name, sizeof(name));
+			log_ratelimited(&tt->rl, LOG_INFO,
+					"refused a connection to %s for uid %u: %u open for it "
+					"([limits] per_uid_peer_connections)",
+					name, xfer->uid,
+					uid_counts_get(&tt->daemon->peer_conns, xfer->uid));
+			tcp_frame_release(tt, frame);
+			return err;
+		}
 		conn = tcp_conn_new(tt, true);
 		if (!conn) {
+			if (xfer->has_uid) {
+				uid_counts_put(&tt->daemon->peer_conns, xfer->uid);
+			}
 			tcp_frame_release(tt, frame);
 			return -ENOMEM;
 		}
+		conn->has_uid = xfer->has_uid;
+		conn->uid = xfer->uid;
 		conn->addr = *addr;
 		conn->addr_len = addr_len;
 		conn->urgent_lane = xfer->urgent;
@@ -204,7 +225,10 @@ static int start_request(struct tcp_transport *tt, struct xfer *xfer, struct fra
 	return 0;
 }
 
-/* SEND: MESSAGE frame with the mailbox name in the head and the payload sent from the job. */
+/*
+ * SEND: MESSAGE frame with the mailbox's scoped name in the head, its key in
+ * region_key, and the payload sent from the job.
+ */
 static int tcp_send_message(struct transport *transport, struct xfer *xfer)
 {
 	struct tcp_transport *tt = container_of(transport, struct tcp_transport, base);
@@ -229,6 +253,7 @@ static int tcp_send_message(struct transport *transport, struct xfer *xfer)
 		.type = WIRE_MESSAGE,
 		.request_id = tt->next_id + 1,
 		.instance = xfer->remote_instance,
+		.region_key = xfer->remote_key,
 		.offset = name_len,
 		.length = name_len + xfer->length,
 	};

@@ -70,10 +70,10 @@ static int check_header(const struct wire_header *h)
 		}
 		return 0;
 	case WIRE_MESSAGE:
-		/* The name is 1..WIRE_MAILBOX_NAME_MAX bytes and leads the body. */
-		if (h->region_id != 0 || h->region_key != 0 || h->offset == 0 ||
-		    h->offset > WIRE_MAILBOX_NAME_MAX || h->length < h->offset ||
-		    h->length - h->offset > WIRE_MESSAGE_PAYLOAD_MAX) {
+		/* The name is 1..WIRE_MAILBOX_NAME_MAX bytes and leads the body; the key may be
+		 * any. */
+		if (h->region_id != 0 || h->offset == 0 || h->offset > WIRE_MAILBOX_NAME_MAX ||
+		    h->length < h->offset || h->length - h->offset > WIRE_MESSAGE_PAYLOAD_MAX) {
 			return RDMAX_E_PROTOCOL_ERROR;
 		}
 		return 0;

@@ -20,7 +20,7 @@
 #define WIRE_HELLO_BYTES         112          /* version, flags, instance, nonce, node name */
 #define WIRE_MESSAGE_MAX         160          /* text of ACK / ERROR / failed READ_RESP */
 #define WIRE_BODY_MAX            256          /* largest body of a non-data frame */
-#define WIRE_MAILBOX_NAME_MAX    64           /* MESSAGE: bytes of the mailbox name */
+#define WIRE_MAILBOX_NAME_MAX    75           /* MESSAGE: bytes of the scoped mailbox name */
 #define WIRE_MESSAGE_PAYLOAD_MAX (64u << 10)  /* MESSAGE: bytes of the payload */
 #define WIRE_SEGS_MAX            256          /* WRITE_SEGS: segments in one frame */
 #define WIRE_SEG_BYTES           16           /* one entry of a segment table */
@@ -37,7 +37,8 @@ enum wire_type {
 	WIRE_ACK = 6, /* answer to WRITE or MESSAGE: status + message (length = message bytes); to a
 		       * lookup MESSAGE status 0 + the descriptor */
 	WIRE_ERROR = 7,   /* fatal: status + message, then the sender closes */
-	WIRE_MESSAGE = 8, /* request: mailbox name (`offset` bytes) then payload; for SEND jobs */
+	WIRE_MESSAGE = 8, /* request: scoped mailbox name (`offset` bytes) then payload; key in
+			     region_key */
 	/*
 	 * request: a segment table of `offset` entries (1..WIRE_SEGS_MAX) for
 	 * one region, then `length` data bytes, the segments' bytes in table

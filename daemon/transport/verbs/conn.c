@@ -742,10 +742,21 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 		if (t->n_conns + t->n_groups >= p->max_connections) {
 			return RDMAX_E_RESOURCE_EXHAUSTED;
 		}
+		/* A connection opened for a client's xfer counts in its uid's share. */
+		bool charge = xfer->has_uid && t->uid_conns && t->uid_conn_limit;
+		int err = charge ? uid_counts_take(t->uid_conns, xfer->uid, *t->uid_conn_limit) : 0;
+		if (err < 0) {
+			return err;
+		}
 		conn = conn_new(t, &xfer->peer, now);
 		if (!conn) {
+			if (charge) {
+				uid_counts_put(t->uid_conns, xfer->uid);
+			}
 			return -ENOMEM;
 		}
+		conn->has_uid = charge;
+		conn->uid = xfer->uid;
 		/* The attempt starts from the loop: nothing here may complete an xfer. */
 		t->ops->timer_start(t->ctx, conn, 0);
 	}
@@ -1134,6 +1145,10 @@ void conn_table_work(struct conn_table *t, uint64_t now)
 			if (conn->state == CONN_CLOSED) {
 				list_del(&conn->link);
 				t->n_conns--;
+				if (conn->has_uid) {
+					conn->has_uid = false;
+					uid_counts_put(t->uid_conns, conn->uid);
+				}
 				if (conn->probe) {
 					conn->probe->conn = NULL;
 					conn->probe = NULL;

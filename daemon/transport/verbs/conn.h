@@ -25,6 +25,7 @@
 #include "conn_msg.h"
 #include "sq_plan.h"
 #include "transport.h"
+#include "uid_counts.h"
 #include "util.h"
 
 #define CONN_MAX_LINKS 64
@@ -107,6 +108,8 @@ struct conn {
 	uint32_t attempts;   /* failed attempts since the last success */
 	uint32_t attempt_id; /* random per attempt; groups the links at the peer */
 	uint64_t peer_instance;
+	bool has_uid; /* opened for an xfer of uid: counted in table->uid_conns until closed */
+	uint32_t uid;
 	bool ever_up;
 	bool dirty;               /* pending xfers may be postable */
 	struct list_node pending; /* xfers not yet posted (xfer->link) */
@@ -220,9 +223,11 @@ struct conn_table {
 	struct list_node probes; /* struct conn_probe waiting for a verdict */
 	struct hmap by_peer;     /* peer hash -> conn (those that take new xfers) */
 	uint32_t n_conns;
-	uint32_t n_groups;        /* incoming connections (link groups) */
-	struct hmap groups;       /* group key -> count of live incoming links */
-	struct hmap replay;       /* MAC prefix -> expiry (ms) of seen connect requests */
+	struct uid_counts *uid_conns;   /* per-uid outgoing connections; NULL: not counted */
+	const uint32_t *uid_conn_limit; /* their limit, read at each new connection (reloads) */
+	uint32_t n_groups;              /* incoming connections (link groups) */
+	struct hmap groups;             /* group key -> count of live incoming links */
+	struct hmap replay;             /* MAC prefix -> expiry (ms) of seen connect requests */
 	struct hmap msgs;         /* message id -> struct conn_msg an answer may still finish */
 	uint64_t outstanding_wrs; /* posted and not retired, all links */
 	bool dirty;

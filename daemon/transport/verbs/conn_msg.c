@@ -12,7 +12,7 @@
 #include "conn_msg.h"
 #include "util.h"
 
-#define FRAME_VERSION 1
+#define FRAME_VERSION 2 /* 2: message frames carry the mailbox key */
 /* Statuses an answer may carry: 0 and the RDMAX_E_* range. */
 #define STATUS_LOWEST  (-1199)
 #define STATUS_HIGHEST (-1001)
@@ -36,7 +36,7 @@ uint32_t conn_msg_frame_len(uint64_t body_len, uint32_t index)
 }
 
 static void frame_header(uint8_t *p, enum conn_frame_type type, uint8_t name_len, uint8_t from_len,
-			 uint64_t id, uint32_t a, uint32_t b)
+			 uint64_t id, uint32_t a, uint32_t b, uint64_t key)
 {
 	memset(p, 0, CONN_FRAME_HDR);
 	put_le32(p, CONN_FRAME_MAGIC);
@@ -47,10 +47,11 @@ static void frame_header(uint8_t *p, enum conn_frame_type type, uint8_t name_len
 	put_le64(p + 8, id);
 	put_le32(p + 16, a);
 	put_le32(p + 20, b);
+	put_le64(p + 24, key);
 }
 
-int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name, const char *from,
-		    const uint8_t *payload, uint32_t payload_len)
+int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name, uint64_t key,
+		    const char *from, const uint8_t *payload, uint32_t payload_len)
 {
 	size_t name_len = name ? strnlen(name, TRANSPORT_MAILBOX_NAME_MAX + 1) : 0;
 	size_t from_len = from ? strnlen(from, CONN_FROM_MAX + 1) : 0;
@@ -75,7 +76,7 @@ int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name
 		uint32_t base = 0;
 
 		frame_header(f, CONN_FRAME_MESSAGE, (uint8_t)name_len, (uint8_t)from_len, id,
-			     payload_len, off);
+			     payload_len, off, key);
 		/* The body is name | from | payload: copy the part of each piece in [off, end). */
 		for (int k = 0; k < 3; k++) {
 			uint32_t s = MAX(off, base), e = MIN(end, base + len[k]);
@@ -95,7 +96,7 @@ int conn_answer_encode(uint8_t *buf, size_t size, uint64_t id, int status, const
 	if (size < CONN_FRAME_HDR + n) {
 		return -ENOSPC;
 	}
-	frame_header(buf, CONN_FRAME_ANSWER, 0, 0, id, (uint32_t)status, (uint32_t)n);
+	frame_header(buf, CONN_FRAME_ANSWER, 0, 0, id, (uint32_t)status, (uint32_t)n, 0);
 	memcpy(buf + CONN_FRAME_HDR, text, n);
 	return (int)(CONN_FRAME_HDR + n);
 }
@@ -105,7 +106,7 @@ int conn_answer_encode_data(uint8_t *buf, size_t size, uint64_t id, const uint8_
 	if (len > CONN_ANSWER_DATA_MAX || size < CONN_FRAME_HDR + len) {
 		return -ENOSPC;
 	}
-	frame_header(buf, CONN_FRAME_ANSWER, 0, 0, id, 0, (uint32_t)len);
+	frame_header(buf, CONN_FRAME_ANSWER, 0, 0, id, 0, (uint32_t)len, 0);
 	memcpy(buf + CONN_FRAME_HDR, data, len);
 	return (int)(CONN_FRAME_HDR + len);
 }
@@ -117,11 +118,6 @@ int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_fra
 	if (!buf || len < CONN_FRAME_HDR || len > CONN_FRAME_MAX ||
 	    get_le32(buf) != CONN_FRAME_MAGIC || buf[4] != FRAME_VERSION) {
 		return RDMAX_E_PROTOCOL_ERROR;
-	}
-	for (size_t i = 24; i < CONN_FRAME_HDR; i++) {
-		if (buf[i]) {
-			return RDMAX_E_PROTOCOL_ERROR;
-		}
 	}
 	memset(&f, 0, sizeof(f));
 	f.id = get_le64(buf + 8);
@@ -137,6 +133,7 @@ int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_fra
 		f.from_len = buf[7];
 		f.payload_len = get_le32(buf + 16);
 		f.offset = get_le32(buf + 20);
+		f.key = get_le64(buf + 24);
 		if (f.name_len == 0 || f.name_len > TRANSPORT_MAILBOX_NAME_MAX ||
 		    f.from_len > CONN_FROM_MAX || f.payload_len > TRANSPORT_MESSAGE_PAYLOAD_MAX) {
 			return RDMAX_E_PROTOCOL_ERROR;
@@ -152,7 +149,8 @@ int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_fra
 	case CONN_FRAME_ANSWER:
 		f.type = CONN_FRAME_ANSWER;
 		f.status = (int)(int32_t)get_le32(buf + 16);
-		if (buf[6] || buf[7] || get_le32(buf + 20) != f.data_len ||
+		if (buf[6] || buf[7] || get_le64(buf + 24) != 0 ||
+		    get_le32(buf + 20) != f.data_len ||
 		    f.data_len > (f.status == 0 ? CONN_ANSWER_DATA_MAX : CONN_ANSWER_TEXT_MAX) ||
 		    (f.status != 0 && (f.status < STATUS_LOWEST || f.status > STATUS_HIGHEST))) {
 			return RDMAX_E_PROTOCOL_ERROR;
@@ -186,6 +184,7 @@ int conn_msg_rx_feed(struct conn_msg_rx *rx, const struct conn_frame *f)
 			return RDMAX_E_PROTOCOL_ERROR;
 		}
 		rx->id = f->id;
+		rx->key = f->key;
 		rx->name_len = f->name_len;
 		rx->from_len = f->from_len;
 		rx->payload_len = f->payload_len;
@@ -199,8 +198,9 @@ int conn_msg_rx_feed(struct conn_msg_rx *rx, const struct conn_frame *f)
 		if (!rx->owned) {
 			return -ENOMEM;
 		}
-	} else if (f->id != rx->id || f->name_len != rx->name_len || f->from_len != rx->from_len ||
-		   f->payload_len != rx->payload_len || f->offset != rx->got) {
+	} else if (f->id != rx->id || f->key != rx->key || f->name_len != rx->name_len ||
+		   f->from_len != rx->from_len || f->payload_len != rx->payload_len ||
+		   f->offset != rx->got) {
 		return RDMAX_E_PROTOCOL_ERROR;
 	}
 	memcpy(rx->owned + rx->got, f->data, f->data_len);

@@ -26,7 +26,8 @@
  * Frame header (CONN_FRAME_HDR bytes, little-endian):
  *   0 magic u32 "RXM1" | 4 version u8 | 5 type u8 | 6 name_len u8 | 7 from_len u8
  *   8 id u64 | 16 payload_len u32 (answer: status i32) | 20 offset u32 (answer:
- *   text_len u32) | 24..31 zero
+ *   text_len u32) | 24 key u64 (message: the mailbox's key, the same in every
+ *   frame of a message, 0 for the daemon's reserved mailboxes; answer: zero)
  * Message frame data: bytes [offset, offset + n) of the body, which is the
  * mailbox name, the sender's node name and the payload; every frame but the
  * last carries CONN_FRAME_DATA bytes. Answer data: the text (no NUL).
@@ -61,6 +62,7 @@ struct conn_frame {
 	uint8_t from_len;
 	uint32_t payload_len;
 	uint32_t offset;     /* body bytes before this frame's data */
+	uint64_t key;        /* message: the mailbox's key */
 	int status;          /* answer: 0 or RDMAX_E_* */
 	const uint8_t *data; /* message: body bytes; answer: text */
 	uint32_t data_len;
@@ -73,11 +75,12 @@ uint32_t conn_msg_frame_len(uint64_t body_len, uint32_t index);
 /*
  * Lay out a message's frames in staging (size >= CONN_MSG_STAGING for the
  * largest message): frame i at i * CONN_FRAME_MAX.
+ * \param name the mailbox's scoped name (or a reserved one), \param key its key
  * \param from the sender's node name (0..CONN_FROM_MAX bytes)
  * \return the body length, or RDMAX_E_INVALID_ARGUMENT / -ENOSPC
  */
-int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name, const char *from,
-		    const uint8_t *payload, uint32_t payload_len);
+int conn_msg_encode(uint8_t *staging, size_t size, uint64_t id, const char *name, uint64_t key,
+		    const char *from, const uint8_t *payload, uint32_t payload_len);
 
 /* An answer frame (text cut to CONN_ANSWER_TEXT_MAX); returns its length or -ENOSPC. */
 int conn_answer_encode(uint8_t *buf, size_t size, uint64_t id, int status, const char *text);
@@ -96,6 +99,7 @@ int conn_frame_decode(const uint8_t *buf, size_t len, struct conn_frame *ret_fra
 /* Reassembly of one QP's incoming message (RC keeps its frames in order). */
 struct conn_msg_rx {
 	uint64_t id;
+	uint64_t key;
 	uint8_t name_len;
 	uint8_t from_len;
 	uint32_t payload_len;

@@ -335,6 +335,8 @@ static int submit_imm_check(struct verbs_transport *vt, struct xfer *xfer)
 	ic->msg.op = XFER_WRITE;
 	ic->msg.peer = xfer->peer;
 	ic->msg.remote_instance = xfer->remote_instance;
+	ic->msg.has_uid = xfer->has_uid; /* a connection it opens counts for the job's uid */
+	ic->msg.uid = xfer->uid;
 	ic->msg.length = IMM_RECORD_LEN;
 	ic->msg.mailbox = IMM_MAILBOX;
 	ic->msg.payload = ic->record;
@@ -849,6 +851,8 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 		create_undo(vt);
 		return ret;
 	}
+	vt->conns.uid_conns = &daemon->peer_conns;
+	vt->conns.uid_conn_limit = &daemon->cfg.per_uid_peer_connections;
 	vt->conns_ready = true;
 	struct region_hooks hooks = {.added = region_added, .removed = region_removed, .ctx = vt};
 	if ((ret = region_table_add_hooks(&daemon->regions, &hooks)) < 0) {

@@ -394,16 +394,17 @@ void vt_passive_recv(struct passive *p, const uint8_t *buf, uint32_t len)
 		}
 		return;
 	} else if (memchr(rx->body, '\0', rx->name_len) ||
-		   mailbox_name_check(name, rx->name_len) < 0) {
+		   mailbox_scoped_check(name, rx->name_len) < 0) {
 		status = RDMAX_E_INVALID_ARGUMENT;
 		snprintf(text, sizeof(text),
 			 "mailbox name is not valid (1 to %u printable characters without spaces)",
 			 TRANSPORT_MAILBOX_NAME_MAX);
 	} else {
-		status = wire_status(
-			mailbox_deliver(d->mailboxes, name, payload, rx->payload_len, from));
+		status = wire_status(mailbox_deliver(d->mailboxes, name, rx->key, payload,
+						     rx->payload_len, from));
 		if (status == RDMAX_E_NOT_FOUND) {
-			snprintf(text, sizeof(text), "no mailbox '%s' is open on node '%s'", name,
+			snprintf(text, sizeof(text),
+				 "no mailbox '%s' with this key is open on node '%.32s'", name,
 				 d->node_name);
 		} else if (status < 0) {
 			snprintf(text, sizeof(text), "mailbox '%s' refused the message: %s", name,

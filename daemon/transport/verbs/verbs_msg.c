@@ -27,8 +27,9 @@ static int msg_start(struct verbs_transport *vt, struct xfer *user)
 	int ret;
 
 	s->user = user;
-	int body = conn_msg_encode(s->staging, CONN_MSG_STAGING, id, user->mailbox, vt->from,
-				   user->payload, (uint32_t)user->length);
+	int body =
+		conn_msg_encode(s->staging, CONN_MSG_STAGING, id, user->mailbox, user->remote_key,
+				vt->from, user->payload, (uint32_t)user->length);
 	if (body < 0) {
 		ret = body;
 		goto out_free;
@@ -37,6 +38,8 @@ static int msg_start(struct verbs_transport *vt, struct xfer *user)
 	wire->op = XFER_WRITE;
 	wire->peer = user->peer;
 	wire->remote_instance = user->remote_instance;
+	wire->has_uid = user->has_uid;
+	wire->uid = user->uid;
 	wire->length = (uint64_t)body;
 	wire->mailbox = user->mailbox;
 	wire->payload = s->staging;
