@@ -245,7 +245,7 @@ int job_prepare_scatter(struct job *job, const Rdmax__V1__ScatterJob *sj, char *
 		job->n_dests = (uint32_t)(i + 1); /* so a refusal below frees what dests hold */
 		if (job->n_nodes == before) {
 			/* A node seen before: its endpoints carry another region's keys. */
-			char which[32];
+			char which[40];
 			snprintf(which, sizeof(which), "destination %zu", i);
 			ret = job_dest_own_endpoints(&job->nodes[node], t.endpoints, t.n_endpoints,
 						     which, &job->dests[i].eps,

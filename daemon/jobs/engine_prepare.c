@@ -355,7 +355,7 @@ static int take_pair(struct job *job, const struct paged_req *pr, size_t k, uint
 	}
 	struct endpoint *eps = NULL;
 	uint32_t n_eps = 0;
-	char which[32];
+	char which[40];
 	snprintf(which, sizeof(which), "pair %zu", k);
 	int ret = job_dest_own_endpoints(&job->node1, desc.endpoints, desc.n_endpoints, which, &eps,
 					 &n_eps, why, why_size);
