@@ -691,6 +691,89 @@ START_TEST(conn_peer_timeout)
 }
 END_TEST
 
+/*
+ * A completed job's xfers: one still queued is taken back (done never runs);
+ * one the NIC holds answers -EINPROGRESS and is done only when its WRs
+ * completed; one whose peer takes nothing within the grace brings the
+ * connection down, and is done once its QP flushed, together with the
+ * connection's other xfers, which name the cause.
+ */
+START_TEST(conn_withdraw_posted)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a, b, c, q;
+
+	p.links = 1;
+	p.sq_depth = 4; /* 3 credits: a, b and c post, q waits */
+	p.withdraw_grace_ms = 300;
+	table_setup(&t, &p, NULL);
+	unit_txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&b, XFER_READ, 4096, PEER_INSTANCE);
+	unit_txfer_init(&c, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&q, XFER_WRITE, 4096, PEER_INSTANCE);
+	struct txfer *all[] = {&a, &b, &c, &q};
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
+		ck_assert_int_eq(conn_submit(&t, &all[i]->x, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 3);
+	ck_assert_uint_eq(conn->n_pending, 1);
+
+	/* Queued: taken back at once; posted: finishing; unknown: -EBUSY. */
+	ck_assert_int_eq(conn_withdraw(&t, &q.x, 10), 0);
+	ck_assert_uint_eq(conn->n_pending, 0);
+	int stops = g_fake.timer_stops;
+	ck_assert_int_eq(conn_withdraw(&t, &a.x, 10), -EINPROGRESS);
+	ck_assert(g_fake.timer_on);
+	ck_assert_uint_eq(g_fake.timer_ms, 300);
+	ck_assert_int_eq(conn_withdraw(&t, &a.x, 11), -EBUSY);
+	ck_assert_uint_eq(conn->n_withdrawn, 1);
+
+	/* a's WR completes (its bytes were out): done, and the grace is over. */
+	wc(conn, 0, g_fake.posted[0].wr.seq, IBV_WC_SUCCESS);
+	conn_table_work(&t, 20);
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(a.err, 0);
+	ck_assert_uint_eq(conn->n_withdrawn, 0);
+	ck_assert_int_eq(g_fake.timer_stops, stops + 1);
+	ck_assert(!g_fake.timer_on);
+	ck_assert_int_eq(b.calls + c.calls + q.calls, 0);
+
+	/* b is withdrawn and the peer goes quiet: the grace counts from then. */
+	ck_assert_int_eq(conn_withdraw(&t, &b.x, 100), -EINPROGRESS);
+	ck_assert_uint_eq(g_fake.timer_ms, 300);
+	conn_timer_fired(conn, 250);
+	ck_assert_int_eq(conn->state, CONN_ESTABLISHED);
+	ck_assert_uint_eq(g_fake.timer_ms, 150);
+	int disconnects = g_fake.disconnects;
+	size_t before = g_fake.n_posted;
+	conn_timer_fired(conn, 400);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	ck_assert_int_eq(g_fake.disconnects, disconnects + 1);
+	ck_assert_uint_eq(g_fake.n_posted, before + 1);
+	struct wr_desc marker = g_fake.posted[before].wr;
+	ck_assert_int_eq(marker.kind, WR_MARKER);
+	conn_table_work(&t, 401);
+	ck_assert_int_eq(b.calls + c.calls, 0); /* until the QP flushed them */
+
+	wc(conn, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 402);
+	ck_assert_int_eq(b.calls, 1);
+	ck_assert_int_eq(c.calls, 1);
+	ck_assert_int_eq(c.err, RDMAX_E_TIMEOUT);
+	ck_assert_msg(strstr(c.msg, "completed jobs") && strstr(c.msg, "moved to error"),
+		      "message: %s", c.msg);
+	ck_assert_int_eq(q.calls, 0);
+	ck_assert_uint_eq(t.outstanding_wrs, 0);
+	table_teardown(&t);
+	ck_assert_int_eq(q.calls, 0);
+}
+END_TEST
+
 START_TEST(conn_stale_descriptor)
 {
 	struct conn_table t;
@@ -1238,6 +1321,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_probe_verdicts);
 	tcase_add_test(tc, conn_idle_eviction);
 	tcase_add_test(tc, conn_peer_timeout);
+	tcase_add_test(tc, conn_withdraw_posted);
 	tcase_add_test(tc, conn_stale_descriptor);
 	tcase_add_test(tc, conn_mutual_auth);
 	tcase_add_test(tc, conn_limit);

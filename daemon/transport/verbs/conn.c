@@ -324,11 +324,26 @@ static void msg_retired(struct conn_link *link, struct conn_msg *msg, enum sq_ou
 	}
 }
 
+/* A withdrawn xfer left the send queue: the grace is over for it. True when it was withdrawn. */
+static bool withdrawn_retired(struct conn *conn, struct xfer *xfer)
+{
+	if (!xfer->withdrawn) {
+		return false;
+	}
+	xfer->withdrawn = false;
+	conn->n_withdrawn--;
+	if (conn->n_withdrawn == 0 && conn->state == CONN_ESTABLISHED) {
+		conn->table->ops->timer_stop(conn->table->ctx, conn);
+	}
+	return true;
+}
+
 void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 {
 	struct conn_link *link = arg;
 	struct conn *conn = link->conn;
 	struct conn_msg *msg = as_msg(xfer);
+	bool withdrawn = withdrawn_retired(conn, xfer);
 
 	if (msg) {
 		msg_retired(link, msg, outcome);
@@ -346,7 +361,7 @@ void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 	case SQ_FAILED_CAUSE:
 		/* The NIC cannot say why; the owner can: bounds, key, access, deregistration. */
 		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && conn->table->ops->probe_start &&
-		    !conn->table->shut && !conn->probe) {
+		    !conn->table->shut && !conn->probe && !withdrawn) {
 			start_probe(conn, link, xfer);
 		} else {
 			finish(conn->table, xfer, link->cause_err, "%s", link->cause_msg);
@@ -396,7 +411,30 @@ static void fail_queue(struct conn *conn, struct list_node *queue, uint32_t *cou
 	}
 }
 
-int conn_withdraw(struct conn_table *table, struct xfer *xfer)
+/* The link whose send queue holds WRs of xfer, or NULL. */
+static struct conn_link *posted_on(struct conn *conn, const struct xfer *xfer)
+{
+	for (uint32_t i = 0; i < conn->n_links; i++) {
+		struct sq_plan *sq = &conn->links[i].sq;
+		if (!sq->ring) {
+			continue;
+		}
+		for (uint64_t seq = sq->done_seq; seq < sq->next_seq; seq++) {
+			if (sq->ring[seq % sq->depth].xfer == xfer) {
+				return &conn->links[i];
+			}
+		}
+	}
+	return NULL;
+}
+
+/* When a connection with withdrawn xfers out gives up on them. */
+static uint64_t withdraw_deadline(const struct conn *conn)
+{
+	return MAX(conn->withdrawn_ms, conn->last_progress_ms) + policy(conn)->withdraw_grace_ms;
+}
+
+int conn_withdraw(struct conn_table *table, struct xfer *xfer, uint64_t now)
 {
 	for (struct list_node *c = table->conns.next; c != &table->conns; c = c->next) {
 		struct conn *conn = container_of(c, struct conn, link);
@@ -407,6 +445,23 @@ int conn_withdraw(struct conn_table *table, struct xfer *xfer)
 				return 0;
 			}
 		}
+		if (xfer->withdrawn || !posted_on(conn, xfer)) {
+			continue;
+		}
+		/*
+		 * The NIC may still read (or, for a READ, write) its memory: done
+		 * follows its last WR's completion or flush. A draining connection
+		 * flushes within its drain timer; an established one gets the grace.
+		 */
+		xfer->withdrawn = true;
+		if (conn->n_withdrawn++ == 0) {
+			conn->withdrawn_ms = now;
+			if (conn->state == CONN_ESTABLISHED) {
+				table->ops->timer_start(table->ctx, conn,
+							withdraw_deadline(conn) - now);
+			}
+		}
+		return -EINPROGRESS;
 	}
 	return -EBUSY;
 }
@@ -751,6 +806,7 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 	}
 	xfer->bytes_done = 0;
 	xfer->started_ms = now;
+	xfer->withdrawn = false;
 	if (conn->state == CONN_ESTABLISHED && xfer->remote_instance != conn->peer_instance &&
 	    !(xfer->remote_instance == 0 && transport_is_lookup(xfer))) {
 		finish(t, xfer, RDMAX_E_NOT_FOUND,
@@ -1038,6 +1094,23 @@ void conn_timer_fired(struct conn *conn, uint64_t now)
 		snprintf(why, sizeof(why), "no connection within %u ms",
 			 policy(conn)->connect_timeout_ms);
 		conn_attempt_failed(conn, RDMAX_E_UNREACHABLE, true, why);
+		break;
+	case CONN_ESTABLISHED:
+		/* Work requests of completed jobs are out: the grace without a completion. */
+		if (conn->n_withdrawn == 0) {
+			break;
+		}
+		if (now < withdraw_deadline(conn)) {
+			conn->table->ops->timer_start(conn->table->ctx, conn,
+						      withdraw_deadline(conn) - now);
+			break;
+		}
+		snprintf(why, sizeof(why),
+			 "stalled peer %.48s: no completion for %" PRIu64
+			 " ms with WRs of completed jobs out; QPs moved to error",
+			 conn->name, now - MAX(conn->withdrawn_ms, conn->last_progress_ms));
+		log_warn("%s", why);
+		conn_down(conn, RDMAX_E_TIMEOUT, why);
 		break;
 	case CONN_DRAINING:
 		/* Flushes that never came: the QPs are in error, so nothing moves any more. */

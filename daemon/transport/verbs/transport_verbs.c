@@ -399,8 +399,10 @@ static int submit_write_then_record(struct verbs_transport *vt, struct xfer *xfe
 /*
  * transport_ops.withdraw: a data xfer still queued (while its connection is
  * set up, or behind the send queue's credits) is taken back. What the NIC
- * already holds cannot be: it finishes or flushes, and done follows. An imm
- * or message xfer travels inside a wrapper and is left to finish too.
+ * already holds cannot be: -EINPROGRESS, and done follows once its WRs
+ * completed or flushed (conn_withdraw(): a peer that takes none of them
+ * within WITHDRAW_GRACE_MS loses the connection, whose QPs then flush). An
+ * imm or message xfer travels inside a wrapper and is left to finish.
  */
 static int verbs_withdraw(struct transport *transport, struct xfer *xfer)
 {
@@ -409,7 +411,7 @@ static int verbs_withdraw(struct transport *transport, struct xfer *xfer)
 	if (xfer->has_imm || xfer->mailbox) {
 		return -EBUSY;
 	}
-	return conn_withdraw(&vt->conns, xfer);
+	return conn_withdraw(&vt->conns, xfer, now_ms());
 }
 
 static int verbs_submit(struct transport *transport, struct xfer *xfer)
@@ -763,6 +765,7 @@ static void build_policy(struct verbs_transport *vt, struct conn_policy *p)
 	p->retry_backoff_ms = cfg->retry_backoff_ms;
 	p->drain_timeout_ms = MAX((uint32_t)DRAIN_MIN_MS, cfg->connect_timeout_ms);
 	p->peer_timeout_ms = cfg->peer_timeout_ms;
+	p->withdraw_grace_ms = MIN((uint32_t)WITHDRAW_GRACE_MS, cfg->peer_timeout_ms);
 	p->idle_timeout_s = cfg->idle_timeout_s;
 	p->max_connections = cfg->max_connections;
 }

@@ -47,6 +47,12 @@
 #define LISTEN_BACKLOG 128
 #define MAX_WR_BYTES   (1ull << 30)
 #define DRAIN_MIN_MS   2000
+/*
+ * Work requests of a completed job get this long without a completion on
+ * their connection before its QPs go to error (a few ACK timeouts: a peer
+ * that lost packets gets its retransmissions).
+ */
+#define WITHDRAW_GRACE_MS 1500
 /* The region key picks the high bits of a region's iova (see vt_region_iova()). */
 #define IOVA_KEY_SHIFT 41
 #define MSG_SLOTS      16   /* messages staged at once; more wait for a slot */
