@@ -201,7 +201,8 @@ struct verbs_transport {
 	struct msg_slot slots[MSG_SLOTS];
 	uint32_t free_slots[MSG_SLOTS];
 	uint32_t n_free_slots;
-	struct list_node msg_wait; /* engine xfers waiting for a slot (xfer->link) */
+	struct list_node msg_wait;   /* engine xfers waiting for a slot (xfer->link) */
+	struct list_node imm_writes; /* struct imm_write whose write is not done */
 	uint64_t next_msg_id;
 	char from[CONN_FROM_MAX + 1]; /* this node's name as frames carry it */
 };
