@@ -84,7 +84,8 @@ struct xfer {
 	struct list_node link;
 	uint64_t wire_id;
 	uint64_t started_ms;
-	bool withdrawn; /* its job completed while the transport still held it */
+	bool withdrawn;   /* its job completed while the transport still held it */
+	uint8_t requeues; /* times sent again after another xfer's fault broke its connection */
 };
 
 /*

@@ -553,6 +553,117 @@ START_TEST(conn_wc_error_fails_cause_and_flushes_rest)
 }
 END_TEST
 
+/*
+ * The peer's device refuses one access (its region was deregistered): that
+ * xfer, and another to the same region, fail by name; xfers to other regions
+ * on the broken connection, posted and flushed or never posted, go again on
+ * a new connection and complete OK there, each done exactly once. One of them
+ * withdrawn before it went again is done at once instead. An xfer goes again
+ * at most CONN_REQUEUE_MAX times.
+ */
+START_TEST(conn_refused_access_requeues_others)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer bad, same, other, gone, q;
+
+	p.links = 1;
+	p.sq_depth = 5; /* 4 credits: bad, same, other, gone post; q waits */
+	table_setup(&t, &p, NULL);
+	unit_txfer_init(&bad, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&same, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&other, XFER_READ, 4096, PEER_INSTANCE);
+	unit_txfer_init(&gone, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&q, XFER_WRITE, 4096, PEER_INSTANCE);
+	bad.x.remote_region = same.x.remote_region = 5;
+	other.x.remote_region = 6;
+	gone.x.remote_region = 7;
+	q.x.remote_region = 8;
+	struct txfer *all[] = {&bad, &same, &other, &gone, &q};
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
+		ck_assert_int_eq(conn_submit(&t, &all[i]->x, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 4);
+	ck_assert_uint_eq(conn->n_pending, 1);
+
+	wc(conn, 0, g_fake.posted[0].wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	struct wr_desc marker = g_fake.posted[g_fake.n_posted - 1].wr;
+	ck_assert_int_eq(marker.kind, WR_MARKER);
+	wc(conn, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	/* gone's job completes before it went again: done follows, nothing is sent. */
+	ck_assert_int_eq(conn_withdraw(&t, &gone.x, 3), -EINPROGRESS);
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(gone.calls, 1);
+	ck_assert_int_eq(gone.err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(bad.calls + same.calls + other.calls + q.calls, 0);
+	conn_probe_answer(g_fake.probe, NULL, 0);
+	conn_table_work(&t, 4);
+	ck_assert_int_eq(bad.calls, 1);
+	ck_assert_int_eq(bad.err, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_int_eq(same.calls, 1);
+	ck_assert_int_eq(same.err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(other.calls + q.calls, 0);
+
+	/* A new connection carries the other two. */
+	ck_assert_uint_eq(t.n_conns, 1);
+	struct conn *again = the_conn(&t);
+	ck_assert_ptr_ne(again, conn);
+	connect_all(again, NULL, PEER_INSTANCE, 5);
+	size_t before = g_fake.n_posted;
+	conn_table_work(&t, 6);
+	ck_assert_uint_eq(g_fake.n_posted, before + 2);
+	wc(again, 0, g_fake.posted[g_fake.n_posted - 1].wr.seq, IBV_WC_SUCCESS);
+	conn_table_work(&t, 7);
+	ck_assert_int_eq(other.calls, 1);
+	ck_assert_int_eq(other.err, 0);
+	ck_assert_int_eq(q.calls, 1);
+	ck_assert_int_eq(q.err, 0);
+	ck_assert_int_eq(gone.calls, 1);
+	ck_assert_int_eq(bad.calls + same.calls, 2);
+
+	/* Faults of other regions, again and again: q goes again at most 3 times. */
+	struct txfer faults[CONN_REQUEUE_MAX + 1];
+	for (int round = 0; round <= CONN_REQUEUE_MAX; round++) {
+		unit_txfer_init(&faults[round], XFER_WRITE, 64, PEER_INSTANCE);
+		faults[round].x.remote_region = 100 + (uint64_t)round;
+	}
+	unit_txfer_init(&q, XFER_WRITE, 64, PEER_INSTANCE);
+	q.x.remote_region = 8;
+	ck_assert_int_eq(conn_submit(&t, &faults[0].x, 10), 0);
+	ck_assert_int_eq(conn_submit(&t, &q.x, 10), 0);
+	for (int round = 0; round <= CONN_REQUEUE_MAX; round++) {
+		struct conn *c = container_of(t.conns.prev, struct conn, link);
+		if (c->state == CONN_BACKOFF) {
+			connect_all(c, NULL, PEER_INSTANCE, 10);
+		}
+		before = g_fake.n_posted;
+		conn_table_work(&t, 11);
+		ck_assert_uint_eq(g_fake.n_posted, before + 2);
+		/* The fault is posted first: q, behind it, flushes. */
+		ck_assert_ptr_eq(g_fake.posted[before].wr.xfer, &faults[round].x);
+		wc(c, 0, g_fake.posted[before].wr.seq, IBV_WC_REM_ACCESS_ERR);
+		marker = g_fake.posted[g_fake.n_posted - 1].wr;
+		wc(c, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+		conn_probe_answer(g_fake.probe, NULL, 0);
+		if (round < CONN_REQUEUE_MAX) {
+			/* The next fault goes to the next connection ahead of q. */
+			ck_assert_int_eq(conn_submit(&t, &faults[round + 1].x, 12), 0);
+		}
+		conn_table_work(&t, 12);
+		ck_assert_int_eq(faults[round].calls, 1);
+		ck_assert_msg(q.calls == (round == CONN_REQUEUE_MAX ? 1 : 0), "round %d: %d calls",
+			      round, q.calls);
+	}
+	ck_assert_int_eq(q.err, RDMAX_E_TRANSPORT_ERROR);
+	table_teardown(&t);
+}
+END_TEST
+
 START_TEST(conn_probe_verdicts)
 {
 	static const struct {
@@ -580,6 +691,7 @@ START_TEST(conn_probe_verdicts)
 		a.x.remote_key = 0x1234;
 		a.x.remote_offset = 100;
 		unit_txfer_init(&b, XFER_WRITE, 4096, PEER_INSTANCE);
+		b.x.remote_region = 42; /* to the same region: not sent again */
 		ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 		ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 		struct conn *conn = the_conn(&t);
@@ -1319,6 +1431,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_disconnect_mid_flight);
 	tcase_add_test(tc, conn_wc_error_fails_cause_and_flushes_rest);
 	tcase_add_test(tc, conn_probe_verdicts);
+	tcase_add_test(tc, conn_refused_access_requeues_others);
 	tcase_add_test(tc, conn_idle_eviction);
 	tcase_add_test(tc, conn_peer_timeout);
 	tcase_add_test(tc, conn_withdraw_posted);

@@ -196,6 +196,7 @@ static void finish(struct conn_table *t, struct xfer *xfer, int err, const char 
 	}
 	r = &t->results[t->n_results++];
 	r->xfer = xfer;
+	r->requeue = false;
 	r->err = err;
 	r->message[0] = '\0';
 	if (fmt) {
@@ -223,6 +224,8 @@ uint64_t conn_realtime_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now);
+
 void conn_table_deliver(struct conn_table *t)
 {
 	struct conn_result r;
@@ -234,6 +237,9 @@ void conn_table_deliver(struct conn_table *t)
 	/* done may submit, and so finish, again: new results land behind the cursor. */
 	for (size_t i = 0; i < t->n_results; i++) {
 		r = t->results[i];
+		if (r.requeue && !t->shut && submit(t, r.xfer, t->now_ms) == 0) {
+			continue; /* on a new connection; done follows from there */
+		}
 		r.xfer->done(r.xfer, r.err, r.err ? r.message : NULL);
 	}
 	t->n_results = 0;
@@ -274,6 +280,32 @@ static void unindex(struct conn *conn)
 }
 
 static void start_probe(struct conn *conn, struct conn_link *link, struct xfer *xfer);
+
+/*
+ * A data xfer that failed only because another one's refused access broke the
+ * connection goes again, once, on a new connection (a WRITE or READ of the
+ * same bytes to the same place: landing twice changes nothing). True when it
+ * is queued for that; its done then runs only if the new submission fails.
+ */
+static bool requeue_collateral(struct conn *conn, struct xfer *xfer)
+{
+	struct conn_table *t = conn->table;
+
+	size_t n = t->n_results;
+
+	if (!conn->requeue || t->shut || as_msg(xfer) || xfer->requeues >= CONN_REQUEUE_MAX ||
+	    (xfer->remote_instance == conn->refused_instance &&
+	     xfer->remote_region == conn->refused_region)) {
+		return false;
+	}
+	xfer->requeues++;
+	finish(t, xfer, conn->down_err ? conn->down_err : RDMAX_E_TRANSPORT_ERROR, "%s",
+	       conn->down_msg[0] ? conn->down_msg : "connection failed");
+	if (t->n_results > n) {
+		t->results[n].requeue = true;
+	}
+	return true;
+}
 
 /* An xfer that failed only because its connection did. */
 static void collateral(struct conn *conn, struct xfer *xfer)
@@ -368,6 +400,9 @@ void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 		}
 		break;
 	default:
+		if (!withdrawn && requeue_collateral(conn, xfer)) {
+			break;
+		}
 		collateral(conn, xfer);
 		break;
 	}
@@ -403,6 +438,9 @@ static void fail_queue(struct conn *conn, struct list_node *queue, uint32_t *cou
 		if (count) {
 			(*count)--;
 		}
+		if (requeue_collateral(conn, xfer)) {
+			continue;
+		}
 		if (conn->probe) {
 			collateral(conn, xfer);
 		} else {
@@ -436,6 +474,13 @@ static uint64_t withdraw_deadline(const struct conn *conn)
 
 int conn_withdraw(struct conn_table *table, struct xfer *xfer, uint64_t now)
 {
+	for (size_t i = 0; i < table->n_results; i++) {
+		if (table->results[i].xfer == xfer && table->results[i].requeue) {
+			/* About to go again: it does not, and its done follows instead. */
+			table->results[i].requeue = false;
+			return -EINPROGRESS;
+		}
+	}
 	for (struct list_node *c = table->conns.next; c != &table->conns; c = c->next) {
 		struct conn *conn = container_of(c, struct conn, link);
 		for (struct list_node *p = conn->pending.next; p != &conn->pending; p = p->next) {
@@ -831,6 +876,7 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 {
 	xfer->wire_id = 0;
+	xfer->requeues = 0;
 	return submit(t, xfer, now);
 }
 
@@ -961,6 +1007,7 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 	if (!sq->ring || seq < sq->done_seq || seq >= sq->next_seq) {
 		return;
 	}
+	conn->table->now_ms = now;
 	conn->last_progress_ms = now;
 	conn->last_active_ms = now;
 	if (!ok && !sq->failed && !flush) {
@@ -970,6 +1017,15 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 		link->cause_err = wc_error(wc_status, vendor_err, what, conn->name, link->cause_msg,
 					   sizeof(link->cause_msg));
 		log_info("connection to %s QP %u: %s", conn->name, link->index, link->cause_msg);
+		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && !conn->requeue && slot->xfer) {
+			/* One transfer's fault, not the peer's: the others go again. */
+			conn->requeue = true;
+			conn->refused_instance = slot->xfer->remote_instance;
+			conn->refused_region = slot->xfer->remote_region;
+			log_info("connection to %s: its other transfers go again on a new "
+				 "connection",
+				 conn->name);
+		}
 	}
 	if (!ok) {
 		char message[CONN_MSG_MAX];
@@ -1188,6 +1244,7 @@ void conn_table_work(struct conn_table *t, uint64_t now)
 {
 	struct list_node *pos, *tmp;
 
+	t->now_ms = now;
 	for (int round = 0; round < 4 && (t->dirty || t->n_results > 0); round++) {
 		if (t->dirty) {
 			t->dirty = false;

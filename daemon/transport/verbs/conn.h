@@ -27,8 +27,9 @@
 #include "transport.h"
 #include "util.h"
 
-#define CONN_MAX_LINKS 64
-#define CONN_NAME_MAX  64
+#define CONN_MAX_LINKS   64
+#define CONN_REQUEUE_MAX 3 /* re-submissions of one xfer after other xfers' faults */
+#define CONN_NAME_MAX    64
 
 /* ============================================================ connections */
 
@@ -126,6 +127,14 @@ struct conn {
 	 */
 	uint32_t n_withdrawn;
 	uint64_t withdrawn_ms;
+	/*
+	 * The peer's device refused one access (a region deregistered under a
+	 * transfer) and so broke the connection: every other data xfer on it,
+	 * flushed or never posted, goes again on a new connection (at most
+	 * CONN_REQUEUE_MAX times), except those to the refused region.
+	 */
+	bool requeue;
+	uint64_t refused_instance, refused_region;
 	int down_err; /* error for flushed xfers once the conn fails */
 	char down_msg[CONN_MSG_MAX];
 	void *priv;               /* the transport's (timer) */
@@ -214,6 +223,7 @@ struct conn_probe {
 
 struct conn_result {
 	struct xfer *xfer;
+	bool requeue; /* submitted again when delivered; done (err) only when that fails */
 	int err;
 	char message[CONN_MSG_MAX];
 };
@@ -240,6 +250,7 @@ struct conn_table {
 	size_t n_results;
 	size_t cap_results;
 	bool delivering;
+	uint64_t now_ms;       /* of the last work or completion (for re-submissions) */
 	struct wr_desc *wrbuf; /* policy.sq_depth entries */
 };
 
