@@ -277,9 +277,12 @@ void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message)
 	{
 		struct frame *frame = container_of(pos, struct frame, link);
 		struct xfer *xfer = frame->xfer;
+		bool orphan = frame->orphan; /* its ghost xfer goes with the frame */
 		list_del(pos);
 		tcp_frame_release(tt, frame);
-		xfer->done(xfer, err, message);
+		if (!orphan) {
+			xfer->done(xfer, err, message);
+		}
 	}
 }
 

@@ -63,10 +63,14 @@ void tcp_complete_request(struct tcp_conn *conn)
 			xfer->reply_len = (uint32_t)conn->rx_h.length;
 		}
 	}
+	/* An orphan's xfer is its ghost, inside the frame: released with it, never done. */
+	bool orphan = frame->orphan;
 	list_del(&frame->link);
 	tcp_frame_release(conn->tt, frame);
 	conn->rx_req = NULL;
-	xfer->done(xfer, err, message);
+	if (!orphan) {
+		xfer->done(xfer, err, message);
+	}
 }
 
 void tcp_on_answer_header(struct tcp_conn *conn)
