@@ -512,8 +512,8 @@ static void run_batch(struct side *home, struct side *far, struct side *c, uint6
 			if (ev[i].status != 0) {
 				check_known(ev[i].status, ev[i].reason, e->id);
 				if (!e->involves_c && !e->may_fail) {
-					die("job %" PRIu64 " between a and b failed: %s", e->id,
-					    ev[i].reason);
+					die("job %" PRIu64 " (op %d) between a and b failed: %s",
+					    e->id, (int)jobs[e - ex].op, ev[i].reason);
 				}
 			}
 			done++;

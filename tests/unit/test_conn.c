@@ -664,6 +664,62 @@ START_TEST(conn_refused_access_requeues_others)
 }
 END_TEST
 
+/*
+ * A refused access on one link does not cut the others short: the xfer the
+ * other link carries completes OK after the refusal, then that link drains
+ * too and the connection closes; nothing new is posted on it meanwhile.
+ */
+START_TEST(conn_refused_access_other_link_finishes)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer bad, good, late;
+
+	table_setup(&t, &p, NULL); /* two links */
+	unit_txfer_init(&bad, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&good, XFER_WRITE, 4096, PEER_INSTANCE);
+	bad.x.remote_region = 5;
+	good.x.remote_region = 6;
+	ck_assert_int_eq(conn_submit(&t, &bad.x, 0), 0);
+	ck_assert_int_eq(conn_submit(&t, &good.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 2);
+	struct posted pb = g_fake.posted[0], pg = g_fake.posted[1];
+	ck_assert_ptr_eq(pb.wr.xfer, &bad.x);
+	ck_assert_uint_ne(pb.link, pg.link);
+
+	int disconnects = g_fake.disconnects;
+	wc(conn, pb.link, pb.wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	ck_assert_int_eq(g_fake.disconnects, disconnects + 1); /* the refused link only */
+	ck_assert_int_eq(conn->links[pg.link].state, LINK_UP);
+	/* A new xfer goes to a new connection. */
+	unit_txfer_init(&late, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &late.x, 3), 0);
+	ck_assert_uint_eq(t.n_conns, 2);
+
+	/* Nothing was behind the refused WR: its link is drained already. */
+	ck_assert_int_eq(conn->links[pb.link].state, LINK_DRAINED);
+	wc(conn, pg.link, pg.wr.seq, IBV_WC_SUCCESS);
+	ck_assert_int_eq(g_fake.disconnects, disconnects + 2);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 4);
+	ck_assert_int_eq(good.calls, 1);
+	ck_assert_int_eq(good.err, 0);
+	conn_probe_answer(g_fake.probe, NULL, 0);
+	conn_table_work(&t, 5);
+	ck_assert_int_eq(bad.calls, 1);
+	ck_assert_int_eq(bad.err, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_int_eq(late.calls, 0);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 6);
+	ck_assert_int_eq(late.calls, 1);
+	table_teardown(&t);
+}
+END_TEST
+
 START_TEST(conn_probe_verdicts)
 {
 	static const struct {
@@ -1432,6 +1488,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_wc_error_fails_cause_and_flushes_rest);
 	tcase_add_test(tc, conn_probe_verdicts);
 	tcase_add_test(tc, conn_refused_access_requeues_others);
+	tcase_add_test(tc, conn_refused_access_other_link_finishes);
 	tcase_add_test(tc, conn_idle_eviction);
 	tcase_add_test(tc, conn_peer_timeout);
 	tcase_add_test(tc, conn_withdraw_posted);

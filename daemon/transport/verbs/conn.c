@@ -237,7 +237,9 @@ void conn_table_deliver(struct conn_table *t)
 	/* done may submit, and so finish, again: new results land behind the cursor. */
 	for (size_t i = 0; i < t->n_results; i++) {
 		r = t->results[i];
-		if (r.requeue && !t->shut && submit(t, r.xfer, t->now_ms) == 0) {
+		if (r.requeue && !t->shut &&
+		    (as_msg(r.xfer) ? conn_submit_message(t, as_msg(r.xfer), t->now_ms)
+				    : submit(t, r.xfer, t->now_ms)) == 0) {
 			continue; /* on a new connection; done follows from there */
 		}
 		r.xfer->done(r.xfer, r.err, r.err ? r.message : NULL);
@@ -283,17 +285,18 @@ static void start_probe(struct conn *conn, struct conn_link *link, struct xfer *
 
 /*
  * A data xfer that failed only because another one's refused access broke the
- * connection goes again, once, on a new connection (a WRITE or READ of the
- * same bytes to the same place: landing twice changes nothing). True when it
- * is queued for that; its done then runs only if the new submission fails.
+ * connection goes again on a new connection (a WRITE or READ of the same bytes
+ * to the same place: landing twice changes nothing). A message only when it
+ * certainly never reached the peer (`unsent`). True when it is queued for
+ * that; its done then runs only if the new submission fails.
  */
-static bool requeue_collateral(struct conn *conn, struct xfer *xfer)
+static bool requeue_collateral(struct conn *conn, struct xfer *xfer, bool unsent)
 {
 	struct conn_table *t = conn->table;
-
 	size_t n = t->n_results;
 
-	if (!conn->requeue || t->shut || as_msg(xfer) || xfer->requeues >= CONN_REQUEUE_MAX ||
+	if (!conn->requeue || t->shut || (as_msg(xfer) && !unsent) ||
+	    xfer->requeues >= CONN_REQUEUE_MAX ||
 	    (xfer->remote_instance == conn->refused_instance &&
 	     xfer->remote_region == conn->refused_region)) {
 		return false;
@@ -351,7 +354,14 @@ static void msg_retired(struct conn_link *link, struct conn_msg *msg, enum sq_ou
 		finish(conn->table, &msg->xfer, link->cause_err, "%s", link->cause_msg);
 		break;
 	default:
-		collateral(conn, &msg->xfer);
+		/*
+		 * Behind the refused WR on its own QP, a one-frame message never
+		 * reached the peer (RC stops at the refusal): it may go again.
+		 */
+		if (!(link->index == conn->refused_link && conn_msg_frames(msg->xfer.length) == 1 &&
+		      requeue_collateral(conn, &msg->xfer, true))) {
+			collateral(conn, &msg->xfer);
+		}
 		break;
 	}
 }
@@ -400,7 +410,7 @@ void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 		}
 		break;
 	default:
-		if (!withdrawn && requeue_collateral(conn, xfer)) {
+		if (!withdrawn && requeue_collateral(conn, xfer, false)) {
 			break;
 		}
 		collateral(conn, xfer);
@@ -438,7 +448,7 @@ static void fail_queue(struct conn *conn, struct list_node *queue, uint32_t *cou
 		if (count) {
 			(*count)--;
 		}
-		if (requeue_collateral(conn, xfer)) {
+		if (requeue_collateral(conn, xfer, true)) {
 			continue;
 		}
 		if (conn->probe) {
@@ -639,6 +649,35 @@ void conn_down(struct conn *conn, int err, const char *message)
 		link_begin_drain(&conn->links[i]);
 	}
 	conn_check_drained(conn);
+}
+
+/*
+ * A link whose peer refused one access (conn->requeue): the connection takes
+ * nothing new, its unsent xfers go again on a new one, the refused link
+ * drains (its flushed data xfers go again too), and the other links finish
+ * what they carry, then drain (conn_link_quiet()), within the drain timer.
+ */
+static void conn_down_gently(struct conn *conn, struct conn_link *refused)
+{
+	unindex(conn);
+	conn->state = CONN_DRAINING;
+	fail_pending(conn, conn->down_err, conn->down_msg);
+	conn->table->ops->timer_start(conn->table->ctx, conn, policy(conn)->drain_timeout_ms);
+	link_begin_drain(refused);
+	for (uint32_t i = 0; i < conn->n_links; i++) {
+		conn_link_quiet(&conn->links[i]);
+	}
+	conn_check_drained(conn);
+}
+
+void conn_link_quiet(struct conn_link *link)
+{
+	struct conn *conn = link->conn;
+
+	if (conn->state == CONN_DRAINING && link->state == LINK_UP &&
+	    sq_plan_outstanding(&link->sq) == 0 && link->n_awaiting == 0) {
+		link_begin_drain(link);
+	}
 }
 
 /* Close a connection that never came up (or gave up): its pending xfers fail. */
@@ -1017,9 +1056,11 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 		link->cause_err = wc_error(wc_status, vendor_err, what, conn->name, link->cause_msg,
 					   sizeof(link->cause_msg));
 		log_info("connection to %s QP %u: %s", conn->name, link->index, link->cause_msg);
-		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && !conn->requeue && slot->xfer) {
+		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && !conn->requeue && slot->xfer &&
+		    conn->state == CONN_ESTABLISHED) {
 			/* One transfer's fault, not the peer's: the others go again. */
 			conn->requeue = true;
+			conn->refused_link = link->index;
 			conn->refused_instance = slot->xfer->remote_instance;
 			conn->refused_region = slot->xfer->remote_region;
 			log_info("connection to %s: its other transfers go again on a new "
@@ -1035,10 +1076,19 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 	}
 	conn_retired(conn, sq_plan_complete(sq, seq, ok, flush, conn_on_retire, link));
 	if (!ok && conn->state != CONN_DRAINING && conn->state != CONN_CLOSED) {
-		conn_down(conn, conn->down_err, conn->down_msg);
+		if (conn->requeue) {
+			conn_down_gently(conn, link);
+		} else {
+			conn_down(conn, conn->down_err, conn->down_msg);
+		}
 	}
 	if (link->state == LINK_DRAINING && sq->marker_posted && sq->done_seq > sq->marker_seq) {
 		link->state = LINK_DRAINED;
+		conn_check_drained(conn);
+		return;
+	}
+	if (link->state == LINK_UP && conn->state == CONN_DRAINING) {
+		conn_link_quiet(link);
 		conn_check_drained(conn);
 		return;
 	}
@@ -1174,6 +1224,12 @@ void conn_timer_fired(struct conn *conn, uint64_t now)
 			 conn->name, policy(conn)->drain_timeout_ms);
 		for (uint32_t i = 0; i < conn->n_links; i++) {
 			struct conn_link *link = &conn->links[i];
+			if (link->state == LINK_UP) {
+				/* Finishing what it carried after another link's refusal: no more.
+				 */
+				conn->table->ops->link_disconnect(conn->table->ctx, link);
+				link->state = LINK_DRAINING;
+			}
 			if (link->state == LINK_DRAINING) {
 				conn_retired(conn,
 					     sq_plan_fail_all(&link->sq, conn_on_retire, link));
@@ -1465,6 +1521,8 @@ void conn_link_answer(struct conn_link *link, const struct conn_frame *a, uint64
 	}
 	if (msg->sent) {
 		finish(t, &msg->xfer, status, "%s", text);
+		conn_link_quiet(link);
+		conn_check_drained(conn);
 		return;
 	}
 	/* Before our completion: the last frame's retirement finishes it. */

@@ -134,6 +134,7 @@ struct conn {
 	 * CONN_REQUEUE_MAX times), except those to the refused region.
 	 */
 	bool requeue;
+	uint32_t refused_link; /* whose WR was refused */
 	uint64_t refused_instance, refused_region;
 	int down_err; /* error for flushed xfers once the conn fails */
 	char down_msg[CONN_MSG_MAX];
