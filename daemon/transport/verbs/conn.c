@@ -1225,8 +1225,7 @@ void conn_timer_fired(struct conn *conn, uint64_t now)
 		for (uint32_t i = 0; i < conn->n_links; i++) {
 			struct conn_link *link = &conn->links[i];
 			if (link->state == LINK_UP) {
-				/* Finishing what it carried after another link's refusal: no more.
-				 */
+				/* Still finishing after another link's refusal: no more. */
 				conn->table->ops->link_disconnect(conn->table->ctx, link);
 				link->state = LINK_DRAINING;
 			}
