@@ -720,6 +720,50 @@ START_TEST(conn_refused_access_other_link_finishes)
 }
 END_TEST
 
+/*
+ * Both links refuse writes to one deregistered region: the first refusal is
+ * asked about, the second waits for that verdict, so the first error of the
+ * job is the owner's NOT_FOUND; the second link drains too.
+ */
+START_TEST(conn_refused_access_on_both_links)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer x0, x1;
+	uint8_t pd[16];
+
+	table_setup(&t, &p, NULL);
+	unit_txfer_init(&x0, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&x1, XFER_WRITE, 4096, PEER_INSTANCE);
+	x0.x.remote_region = x1.x.remote_region = 9;
+	ck_assert_int_eq(conn_submit(&t, &x0.x, 0), 0);
+	ck_assert_int_eq(conn_submit(&t, &x1.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 2);
+	struct posted p0 = g_fake.posted[0], p1 = g_fake.posted[1];
+	wc(conn, p0.link, p0.wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(g_fake.probes, 1);
+	ck_assert_int_eq(conn->links[p1.link].state, LINK_UP);
+	wc(conn, p1.link, p1.wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(g_fake.probes, 1);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(x0.calls + x1.calls, 0);
+	int len = conn_pd_verdict(pd, sizeof(pd), RDMAX_E_NOT_FOUND);
+	conn_probe_answer(g_fake.probe, pd, (size_t)len);
+	conn_table_work(&t, 4);
+	struct txfer *first = p0.wr.xfer == &x0.x ? &x0 : &x1;
+	struct txfer *second = first == &x0 ? &x1 : &x0;
+	ck_assert_int_eq(first->calls, 1);
+	ck_assert_int_eq(first->err, RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(second->calls, 1);
+	ck_assert_int_lt(first->order, second->order);
+	table_teardown(&t);
+}
+END_TEST
+
 START_TEST(conn_probe_verdicts)
 {
 	static const struct {
@@ -1489,6 +1533,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_probe_verdicts);
 	tcase_add_test(tc, conn_refused_access_requeues_others);
 	tcase_add_test(tc, conn_refused_access_other_link_finishes);
+	tcase_add_test(tc, conn_refused_access_on_both_links);
 	tcase_add_test(tc, conn_idle_eviction);
 	tcase_add_test(tc, conn_peer_timeout);
 	tcase_add_test(tc, conn_withdraw_posted);

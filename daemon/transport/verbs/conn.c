@@ -405,6 +405,12 @@ void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && conn->table->ops->probe_start &&
 		    !conn->table->shut && !conn->probe && !withdrawn) {
 			start_probe(conn, link, xfer);
+		} else if (link->cause_err == RDMAX_E_REMOTE_ACCESS && conn->probe && !withdrawn) {
+			/*
+			 * Another link refused one too while the first refusal is asked
+			 * about (most likely the same region): it waits for that verdict.
+			 */
+			collateral(conn, xfer);
 		} else {
 			finish(conn->table, xfer, link->cause_err, "%s", link->cause_msg);
 		}
@@ -1084,6 +1090,12 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 	}
 	if (link->state == LINK_DRAINING && sq->marker_posted && sq->done_seq > sq->marker_seq) {
 		link->state = LINK_DRAINED;
+		conn_check_drained(conn);
+		return;
+	}
+	if (!ok && link->state == LINK_UP && conn->state == CONN_DRAINING) {
+		/* A link still finishing after another's refusal failed too: it drains. */
+		link_begin_drain(link);
 		conn_check_drained(conn);
 		return;
 	}
