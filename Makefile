@@ -355,6 +355,13 @@ $(BUILD)/tests/soak: tests/soak/soak.c $(BUILD)/$(LIB_SONAME)
 soak: $(BUILD)/rdmaxd $(BUILD)/tests/soak
 	RDMAX_BUILD=$(BUILD) tests/soak/run $(DURATION)
 
+# The same over verbs, in the Soft-RoCE guest: a on the first device, b on the second, c on the first.
+soak-verbs: $(BUILD)/rdmaxd $(BUILD)/tests/soak
+	tests/vm/run-in-guest --two-nodes --timeout $$(( $(DURATION) + 300 )) -e RDMAX_BUILD=$(BUILD) \
+		-e SOAK_CLIENTS -e SOAK_RESTART_S -e SOAK_RSS_SLACK_KB -e SOAK_SEED -e SOAK_SILENT_JOBS -- \
+		bash -c 'SOAK_TRANSPORT=verbs SOAK_ADDRS=$$RDMAX_GUEST_IP0,$$RDMAX_GUEST_IP1,$$RDMAX_GUEST_IP0 \
+			tests/soak/run $(DURATION)'
+
 format:
 	clang-format -i $$(find daemon proto/common -name '*.[ch]') client-lib/*.[ch] client-lib/include/*.h tools/*.c tools/*/*.[ch] \
 		tests/unit/*.[ch] tests/integration/*.[ch] tests/fuzz/*.[ch] tests/soak/*.c tests/bench/*.c tests/abi/*.c \
@@ -394,6 +401,6 @@ clean:
 
 .PHONY: all check check-layout check-unit check-abi check-python check-tcp check-discovery check-ops \
 	check-verbs check-gpu device-check device-check-bundle demo demo-verbs examples run-examples \
-	bench format install clean fuzz fuzz-build fuzz-seeds soak
+	bench format install clean fuzz fuzz-build fuzz-seeds soak soak-verbs
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

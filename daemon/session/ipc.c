@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,14 @@ static void session_freed(uv_handle_t *handle)
 
 	free(s->completions);
 	free(s);
+}
+
+static void trim_heap(uv_timer_t *timer)
+{
+	(void)timer;
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
 }
 
 void session_close(struct session *s, const char *why)
@@ -159,6 +168,9 @@ void session_close(struct session *s, const char *why)
 	close(s->fd);
 	s->fd = -1;
 	uv_close((uv_handle_t *)&s->poll, session_freed);
+	if (ipc->listening && !uv_is_active((uv_handle_t *)&ipc->trim_timer)) {
+		uv_timer_start(&ipc->trim_timer, trim_heap, SESSION_TRIM_DELAY_MS, 0);
+	}
 }
 
 static void reject_client(int fd, int err, const char *text)
@@ -445,6 +457,9 @@ out_listening:
 	uint64_t sweep = MAX(cfg->hello_timeout_ms / 4, 25);
 	uv_timer_start(&ipc->hello_timer, hello_deadline, sweep, sweep);
 	uv_unref((uv_handle_t *)&ipc->hello_timer);
+	uv_timer_init(daemon->loop, &ipc->trim_timer);
+	ipc->trim_timer.data = ipc;
+	uv_unref((uv_handle_t *)&ipc->trim_timer);
 	ipc->listening = true;
 	daemon->mailboxes = &ipc->mailboxes;
 	daemon->names = &ipc->names;
@@ -481,6 +496,8 @@ void ipc_shutdown(struct ipc *ipc)
 	uv_close((uv_handle_t *)&ipc->flush_check, NULL);
 	uv_timer_stop(&ipc->hello_timer);
 	uv_close((uv_handle_t *)&ipc->hello_timer, NULL);
+	uv_timer_stop(&ipc->trim_timer);
+	uv_close((uv_handle_t *)&ipc->trim_timer, NULL);
 	close(ipc->listen_fd);
 	if (!ipc->inherited) {
 		unlink(ipc->daemon->cfg.socket_path);

@@ -29,6 +29,13 @@
  * can only have its outstanding jobs' completions queued, not more.
  */
 #define SESSION_PAUSE_QUEUED_BYTES (4u << 20)
+/*
+ * After a client left, free heap pages go back to the system this much later
+ * (one malloc_trim() for any number of departures meanwhile): the small
+ * allocations of a client's backlog leave the heap fragmented, and glibc
+ * only returns its top on its own (docs/reliability.md, "Soak").
+ */
+#define SESSION_TRIM_DELAY_MS 1000
 /* Completions per Completions message at most. */
 #define COMPLETION_BATCH_MAX 1024u
 #define MAX_FDS_HARD         253
@@ -127,6 +134,7 @@ struct ipc {
 	struct list_node doomed; /* sessions to close at the next turn */
 	uv_idle_t doom_idle;     /* runs that turn */
 	uv_timer_t hello_timer;  /* closes connections that sent no Hello in time */
+	uv_timer_t trim_timer;   /* gives free heap pages back after clients left */
 	struct hmap shares;      /* uid+1 -> struct uid_share */
 	uint8_t *rx_buf;
 	size_t rx_size;

@@ -97,6 +97,8 @@ struct xfer {
 	struct list_node link;
 	uint64_t wire_id;
 	uint64_t started_ms;
+	bool withdrawn;   /* its job completed while the transport still held it */
+	uint8_t requeues; /* times sent again after another xfer's fault broke its connection */
 };
 
 /*
@@ -198,11 +200,12 @@ struct transport_ops {
 	 * when the xfer is detached: it is never started, its source is never read
 	 * again, a READ's answer is discarded instead of written, and done is
 	 * never called. Returns -EINPROGRESS for an xfer half on the wire (a TCP
-	 * frame): the transport stops reading its memory once the frame is out,
-	 * then calls done, within a bound (it fails the connection otherwise),
-	 * and the engine delivers the job's completion only then. Returns -EBUSY
-	 * when the transport cannot stop it (WRs a NIC holds); done then follows
-	 * as usual. Never calls done itself.
+	 * frame, or verbs work requests a NIC holds): the transport calls done
+	 * once nothing of it can move any more (the frame is out, the WRs
+	 * completed or flushed), within a bound (it fails the connection
+	 * otherwise), and the engine delivers the job's completion only then.
+	 * Returns -EBUSY when the transport cannot stop it; done then follows as
+	 * usual. Never calls done itself.
 	 */
 	int (*withdraw)(struct transport *transport, struct xfer *xfer);
 };

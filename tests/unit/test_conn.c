@@ -553,6 +553,217 @@ START_TEST(conn_wc_error_fails_cause_and_flushes_rest)
 }
 END_TEST
 
+/*
+ * The peer's device refuses one access (its region was deregistered): that
+ * xfer, and another to the same region, fail by name; xfers to other regions
+ * on the broken connection, posted and flushed or never posted, go again on
+ * a new connection and complete OK there, each done exactly once. One of them
+ * withdrawn before it went again is done at once instead. An xfer goes again
+ * at most CONN_REQUEUE_MAX times.
+ */
+START_TEST(conn_refused_access_requeues_others)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer bad, same, other, gone, q;
+
+	p.links = 1;
+	p.sq_depth = 5; /* 4 credits: bad, same, other, gone post; q waits */
+	table_setup(&t, &p, NULL);
+	unit_txfer_init(&bad, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&same, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&other, XFER_READ, 4096, PEER_INSTANCE);
+	unit_txfer_init(&gone, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&q, XFER_WRITE, 4096, PEER_INSTANCE);
+	bad.x.remote_region = same.x.remote_region = 5;
+	other.x.remote_region = 6;
+	gone.x.remote_region = 7;
+	q.x.remote_region = 8;
+	struct txfer *all[] = {&bad, &same, &other, &gone, &q};
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
+		ck_assert_int_eq(conn_submit(&t, &all[i]->x, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 4);
+	ck_assert_uint_eq(conn->n_pending, 1);
+
+	wc(conn, 0, g_fake.posted[0].wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	struct wr_desc marker = g_fake.posted[g_fake.n_posted - 1].wr;
+	ck_assert_int_eq(marker.kind, WR_MARKER);
+	wc(conn, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	/* gone's job completes before it went again: done follows, nothing is sent. */
+	ck_assert_int_eq(conn_withdraw(&t, &gone.x, 3), -EINPROGRESS);
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(gone.calls, 1);
+	ck_assert_int_eq(gone.err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(bad.calls + same.calls + other.calls + q.calls, 0);
+	conn_probe_answer(g_fake.probe, NULL, 0);
+	conn_table_work(&t, 4);
+	ck_assert_int_eq(bad.calls, 1);
+	ck_assert_int_eq(bad.err, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_int_eq(same.calls, 1);
+	ck_assert_int_eq(same.err, RDMAX_E_TRANSPORT_ERROR);
+	ck_assert_int_eq(other.calls + q.calls, 0);
+
+	/* A new connection carries the other two. */
+	ck_assert_uint_eq(t.n_conns, 1);
+	struct conn *again = the_conn(&t);
+	ck_assert_ptr_ne(again, conn);
+	connect_all(again, NULL, PEER_INSTANCE, 5);
+	size_t before = g_fake.n_posted;
+	conn_table_work(&t, 6);
+	ck_assert_uint_eq(g_fake.n_posted, before + 2);
+	wc(again, 0, g_fake.posted[g_fake.n_posted - 1].wr.seq, IBV_WC_SUCCESS);
+	conn_table_work(&t, 7);
+	ck_assert_int_eq(other.calls, 1);
+	ck_assert_int_eq(other.err, 0);
+	ck_assert_int_eq(q.calls, 1);
+	ck_assert_int_eq(q.err, 0);
+	ck_assert_int_eq(gone.calls, 1);
+	ck_assert_int_eq(bad.calls + same.calls, 2);
+
+	/* Faults of other regions, again and again: q goes again at most 3 times. */
+	struct txfer faults[CONN_REQUEUE_MAX + 1];
+	for (int round = 0; round <= CONN_REQUEUE_MAX; round++) {
+		unit_txfer_init(&faults[round], XFER_WRITE, 64, PEER_INSTANCE);
+		faults[round].x.remote_region = 100 + (uint64_t)round;
+	}
+	unit_txfer_init(&q, XFER_WRITE, 64, PEER_INSTANCE);
+	q.x.remote_region = 8;
+	ck_assert_int_eq(conn_submit(&t, &faults[0].x, 10), 0);
+	ck_assert_int_eq(conn_submit(&t, &q.x, 10), 0);
+	for (int round = 0; round <= CONN_REQUEUE_MAX; round++) {
+		struct conn *c = container_of(t.conns.prev, struct conn, link);
+		if (c->state == CONN_BACKOFF) {
+			connect_all(c, NULL, PEER_INSTANCE, 10);
+		}
+		before = g_fake.n_posted;
+		conn_table_work(&t, 11);
+		ck_assert_uint_eq(g_fake.n_posted, before + 2);
+		/* The fault is posted first: q, behind it, flushes. */
+		ck_assert_ptr_eq(g_fake.posted[before].wr.xfer, &faults[round].x);
+		wc(c, 0, g_fake.posted[before].wr.seq, IBV_WC_REM_ACCESS_ERR);
+		marker = g_fake.posted[g_fake.n_posted - 1].wr;
+		wc(c, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+		conn_probe_answer(g_fake.probe, NULL, 0);
+		if (round < CONN_REQUEUE_MAX) {
+			/* The next fault goes to the next connection ahead of q. */
+			ck_assert_int_eq(conn_submit(&t, &faults[round + 1].x, 12), 0);
+		}
+		conn_table_work(&t, 12);
+		ck_assert_int_eq(faults[round].calls, 1);
+		ck_assert_msg(q.calls == (round == CONN_REQUEUE_MAX ? 1 : 0), "round %d: %d calls",
+			      round, q.calls);
+	}
+	ck_assert_int_eq(q.err, RDMAX_E_TRANSPORT_ERROR);
+	table_teardown(&t);
+}
+END_TEST
+
+/*
+ * A refused access on one link does not cut the others short: the xfer the
+ * other link carries completes OK after the refusal, then that link drains
+ * too and the connection closes; nothing new is posted on it meanwhile.
+ */
+START_TEST(conn_refused_access_other_link_finishes)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer bad, good, late;
+
+	table_setup(&t, &p, NULL); /* two links */
+	unit_txfer_init(&bad, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&good, XFER_WRITE, 4096, PEER_INSTANCE);
+	bad.x.remote_region = 5;
+	good.x.remote_region = 6;
+	ck_assert_int_eq(conn_submit(&t, &bad.x, 0), 0);
+	ck_assert_int_eq(conn_submit(&t, &good.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 2);
+	struct posted pb = g_fake.posted[0], pg = g_fake.posted[1];
+	ck_assert_ptr_eq(pb.wr.xfer, &bad.x);
+	ck_assert_uint_ne(pb.link, pg.link);
+
+	int disconnects = g_fake.disconnects;
+	wc(conn, pb.link, pb.wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	ck_assert_int_eq(g_fake.disconnects, disconnects + 1); /* the refused link only */
+	ck_assert_int_eq(conn->links[pg.link].state, LINK_UP);
+	/* A new xfer goes to a new connection. */
+	unit_txfer_init(&late, XFER_WRITE, 64, PEER_INSTANCE);
+	ck_assert_int_eq(conn_submit(&t, &late.x, 3), 0);
+	ck_assert_uint_eq(t.n_conns, 2);
+
+	/* Nothing was behind the refused WR: its link is drained already. */
+	ck_assert_int_eq(conn->links[pb.link].state, LINK_DRAINED);
+	wc(conn, pg.link, pg.wr.seq, IBV_WC_SUCCESS);
+	ck_assert_int_eq(g_fake.disconnects, disconnects + 2);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 4);
+	ck_assert_int_eq(good.calls, 1);
+	ck_assert_int_eq(good.err, 0);
+	conn_probe_answer(g_fake.probe, NULL, 0);
+	conn_table_work(&t, 5);
+	ck_assert_int_eq(bad.calls, 1);
+	ck_assert_int_eq(bad.err, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_int_eq(late.calls, 0);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 6);
+	ck_assert_int_eq(late.calls, 1);
+	table_teardown(&t);
+}
+END_TEST
+
+/*
+ * Both links refuse writes to one deregistered region: the first refusal is
+ * asked about, the second waits for that verdict, so the first error of the
+ * job is the owner's NOT_FOUND; the second link drains too.
+ */
+START_TEST(conn_refused_access_on_both_links)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer x0, x1;
+	uint8_t pd[16];
+
+	table_setup(&t, &p, NULL);
+	unit_txfer_init(&x0, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&x1, XFER_WRITE, 4096, PEER_INSTANCE);
+	x0.x.remote_region = x1.x.remote_region = 9;
+	ck_assert_int_eq(conn_submit(&t, &x0.x, 0), 0);
+	ck_assert_int_eq(conn_submit(&t, &x1.x, 0), 0);
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 2);
+	struct posted p0 = g_fake.posted[0], p1 = g_fake.posted[1];
+	wc(conn, p0.link, p0.wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(g_fake.probes, 1);
+	ck_assert_int_eq(conn->links[p1.link].state, LINK_UP);
+	wc(conn, p1.link, p1.wr.seq, IBV_WC_REM_ACCESS_ERR);
+	ck_assert_int_eq(g_fake.probes, 1);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(x0.calls + x1.calls, 0);
+	int len = conn_pd_verdict(pd, sizeof(pd), RDMAX_E_NOT_FOUND);
+	conn_probe_answer(g_fake.probe, pd, (size_t)len);
+	conn_table_work(&t, 4);
+	struct txfer *first = p0.wr.xfer == &x0.x ? &x0 : &x1;
+	struct txfer *second = first == &x0 ? &x1 : &x0;
+	ck_assert_int_eq(first->calls, 1);
+	ck_assert_int_eq(first->err, RDMAX_E_NOT_FOUND);
+	ck_assert_int_eq(second->calls, 1);
+	ck_assert_int_lt(first->order, second->order);
+	table_teardown(&t);
+}
+END_TEST
+
 START_TEST(conn_probe_verdicts)
 {
 	static const struct {
@@ -580,6 +791,7 @@ START_TEST(conn_probe_verdicts)
 		a.x.remote_key = 0x1234;
 		a.x.remote_offset = 100;
 		unit_txfer_init(&b, XFER_WRITE, 4096, PEER_INSTANCE);
+		b.x.remote_region = 42; /* to the same region: not sent again */
 		ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 		ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 		struct conn *conn = the_conn(&t);
@@ -688,6 +900,89 @@ START_TEST(conn_peer_timeout)
 	ck_assert_int_eq(a.err, RDMAX_E_TIMEOUT);
 	ck_assert_msg(strstr(a.msg, "stopped answering"), "message: %s", a.msg);
 	table_teardown(&t);
+}
+END_TEST
+
+/*
+ * A completed job's xfers: one still queued is taken back (done never runs);
+ * one the NIC holds answers -EINPROGRESS and is done only when its WRs
+ * completed; one whose peer takes nothing within the grace brings the
+ * connection down, and is done once its QP flushed, together with the
+ * connection's other xfers, which name the cause.
+ */
+START_TEST(conn_withdraw_posted)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer a, b, c, q;
+
+	p.links = 1;
+	p.sq_depth = 4; /* 3 credits: a, b and c post, q waits */
+	p.withdraw_grace_ms = 300;
+	table_setup(&t, &p, NULL);
+	unit_txfer_init(&a, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&b, XFER_READ, 4096, PEER_INSTANCE);
+	unit_txfer_init(&c, XFER_WRITE, 4096, PEER_INSTANCE);
+	unit_txfer_init(&q, XFER_WRITE, 4096, PEER_INSTANCE);
+	struct txfer *all[] = {&a, &b, &c, &q};
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++) {
+		ck_assert_int_eq(conn_submit(&t, &all[i]->x, 0), 0);
+	}
+	struct conn *conn = the_conn(&t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_uint_eq(g_fake.n_posted, 3);
+	ck_assert_uint_eq(conn->n_pending, 1);
+
+	/* Queued: taken back at once; posted: finishing; unknown: -EBUSY. */
+	ck_assert_int_eq(conn_withdraw(&t, &q.x, 10), 0);
+	ck_assert_uint_eq(conn->n_pending, 0);
+	int stops = g_fake.timer_stops;
+	ck_assert_int_eq(conn_withdraw(&t, &a.x, 10), -EINPROGRESS);
+	ck_assert(g_fake.timer_on);
+	ck_assert_uint_eq(g_fake.timer_ms, 300);
+	ck_assert_int_eq(conn_withdraw(&t, &a.x, 11), -EBUSY);
+	ck_assert_uint_eq(conn->n_withdrawn, 1);
+
+	/* a's WR completes (its bytes were out): done, and the grace is over. */
+	wc(conn, 0, g_fake.posted[0].wr.seq, IBV_WC_SUCCESS);
+	conn_table_work(&t, 20);
+	ck_assert_int_eq(a.calls, 1);
+	ck_assert_int_eq(a.err, 0);
+	ck_assert_uint_eq(conn->n_withdrawn, 0);
+	ck_assert_int_eq(g_fake.timer_stops, stops + 1);
+	ck_assert(!g_fake.timer_on);
+	ck_assert_int_eq(b.calls + c.calls + q.calls, 0);
+
+	/* b is withdrawn and the peer goes quiet: the grace counts from then. */
+	ck_assert_int_eq(conn_withdraw(&t, &b.x, 100), -EINPROGRESS);
+	ck_assert_uint_eq(g_fake.timer_ms, 300);
+	conn_timer_fired(conn, 250);
+	ck_assert_int_eq(conn->state, CONN_ESTABLISHED);
+	ck_assert_uint_eq(g_fake.timer_ms, 150);
+	int disconnects = g_fake.disconnects;
+	size_t before = g_fake.n_posted;
+	conn_timer_fired(conn, 400);
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	ck_assert_int_eq(g_fake.disconnects, disconnects + 1);
+	ck_assert_uint_eq(g_fake.n_posted, before + 1);
+	struct wr_desc marker = g_fake.posted[before].wr;
+	ck_assert_int_eq(marker.kind, WR_MARKER);
+	conn_table_work(&t, 401);
+	ck_assert_int_eq(b.calls + c.calls, 0); /* until the QP flushed them */
+
+	wc(conn, 0, marker.seq, IBV_WC_WR_FLUSH_ERR);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	conn_table_work(&t, 402);
+	ck_assert_int_eq(b.calls, 1);
+	ck_assert_int_eq(c.calls, 1);
+	ck_assert_int_eq(c.err, RDMAX_E_TIMEOUT);
+	ck_assert_msg(strstr(c.msg, "completed jobs") && strstr(c.msg, "moved to error"),
+		      "message: %s", c.msg);
+	ck_assert_int_eq(q.calls, 0);
+	ck_assert_uint_eq(t.outstanding_wrs, 0);
+	table_teardown(&t);
+	ck_assert_int_eq(q.calls, 0);
 }
 END_TEST
 
@@ -1286,8 +1581,12 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_disconnect_mid_flight);
 	tcase_add_test(tc, conn_wc_error_fails_cause_and_flushes_rest);
 	tcase_add_test(tc, conn_probe_verdicts);
+	tcase_add_test(tc, conn_refused_access_requeues_others);
+	tcase_add_test(tc, conn_refused_access_other_link_finishes);
+	tcase_add_test(tc, conn_refused_access_on_both_links);
 	tcase_add_test(tc, conn_idle_eviction);
 	tcase_add_test(tc, conn_peer_timeout);
+	tcase_add_test(tc, conn_withdraw_posted);
 	tcase_add_test(tc, conn_stale_descriptor);
 	tcase_add_test(tc, conn_mutual_auth);
 	tcase_add_test(tc, conn_limit);

@@ -283,10 +283,12 @@ void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message)
 	{
 		struct frame *frame = container_of(pos, struct frame, link);
 		struct xfer *xfer = frame->xfer;
+		bool orphan = frame->orphan; /* its ghost xfer goes with the frame */
 		list_del(pos);
 		bool more = frame->more;
 		tcp_frame_release(tt, frame);
-		if (!more) { /* a cut xfer completes once, with its last frame */
+		/* a cut xfer completes once, with its last frame; an orphan's never */
+		if (!more && !orphan) {
 			xfer->done(xfer, err, message);
 		}
 	}

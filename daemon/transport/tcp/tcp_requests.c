@@ -63,10 +63,15 @@ void tcp_complete_request(struct tcp_conn *conn)
 			xfer->reply_len = (uint32_t)conn->rx_h.length;
 		}
 	}
+	/* An orphan's xfer is its ghost, inside the frame: released with it, never done. */
+	bool orphan = frame->orphan;
 	list_del(&frame->link);
 	bool more = frame->more;
 	tcp_frame_release(conn->tt, frame);
 	conn->rx_req = NULL;
+	if (orphan) {
+		return;
+	}
 	if (more) {
 		/* A WRITE cut from a WRITE_SEGS: its xfer completes with the last one. */
 		if (err && conn->part_id != xfer->wire_id) {

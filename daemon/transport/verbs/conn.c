@@ -196,6 +196,7 @@ static void finish(struct conn_table *t, struct xfer *xfer, int err, const char 
 	}
 	r = &t->results[t->n_results++];
 	r->xfer = xfer;
+	r->requeue = false;
 	r->err = err;
 	r->message[0] = '\0';
 	if (fmt) {
@@ -223,6 +224,8 @@ uint64_t conn_realtime_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now);
+
 void conn_table_deliver(struct conn_table *t)
 {
 	struct conn_result r;
@@ -234,6 +237,11 @@ void conn_table_deliver(struct conn_table *t)
 	/* done may submit, and so finish, again: new results land behind the cursor. */
 	for (size_t i = 0; i < t->n_results; i++) {
 		r = t->results[i];
+		if (r.requeue && !t->shut &&
+		    (as_msg(r.xfer) ? conn_submit_message(t, as_msg(r.xfer), t->now_ms)
+				    : submit(t, r.xfer, t->now_ms)) == 0) {
+			continue; /* on a new connection; done follows from there */
+		}
 		r.xfer->done(r.xfer, r.err, r.err ? r.message : NULL);
 	}
 	t->n_results = 0;
@@ -274,6 +282,33 @@ static void unindex(struct conn *conn)
 }
 
 static void start_probe(struct conn *conn, struct conn_link *link, struct xfer *xfer);
+
+/*
+ * A data xfer that failed only because another one's refused access broke the
+ * connection goes again on a new connection (a WRITE or READ of the same bytes
+ * to the same place: landing twice changes nothing). A message only when it
+ * certainly never reached the peer (`unsent`). True when it is queued for
+ * that; its done then runs only if the new submission fails.
+ */
+static bool requeue_collateral(struct conn *conn, struct xfer *xfer, bool unsent)
+{
+	struct conn_table *t = conn->table;
+	size_t n = t->n_results;
+
+	if (!conn->requeue || t->shut || (as_msg(xfer) && !unsent) ||
+	    xfer->requeues >= CONN_REQUEUE_MAX ||
+	    (xfer->remote_instance == conn->refused_instance &&
+	     xfer->remote_region == conn->refused_region)) {
+		return false;
+	}
+	xfer->requeues++;
+	finish(t, xfer, conn->down_err ? conn->down_err : RDMAX_E_TRANSPORT_ERROR, "%s",
+	       conn->down_msg[0] ? conn->down_msg : "connection failed");
+	if (t->n_results > n) {
+		t->results[n].requeue = true;
+	}
+	return true;
+}
 
 /* An xfer that failed only because its connection did. */
 static void collateral(struct conn *conn, struct xfer *xfer)
@@ -319,9 +354,30 @@ static void msg_retired(struct conn_link *link, struct conn_msg *msg, enum sq_ou
 		finish(conn->table, &msg->xfer, link->cause_err, "%s", link->cause_msg);
 		break;
 	default:
-		collateral(conn, &msg->xfer);
+		/*
+		 * Behind the refused WR on its own QP, a one-frame message never
+		 * reached the peer (RC stops at the refusal): it may go again.
+		 */
+		if (!(link->index == conn->refused_link && conn_msg_frames(msg->xfer.length) == 1 &&
+		      requeue_collateral(conn, &msg->xfer, true))) {
+			collateral(conn, &msg->xfer);
+		}
 		break;
 	}
+}
+
+/* A withdrawn xfer left the send queue: the grace is over for it. True when it was withdrawn. */
+static bool withdrawn_retired(struct conn *conn, struct xfer *xfer)
+{
+	if (!xfer->withdrawn) {
+		return false;
+	}
+	xfer->withdrawn = false;
+	conn->n_withdrawn--;
+	if (conn->n_withdrawn == 0 && conn->state == CONN_ESTABLISHED) {
+		conn->table->ops->timer_stop(conn->table->ctx, conn);
+	}
+	return true;
 }
 
 void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
@@ -329,6 +385,7 @@ void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 	struct conn_link *link = arg;
 	struct conn *conn = link->conn;
 	struct conn_msg *msg = as_msg(xfer);
+	bool withdrawn = withdrawn_retired(conn, xfer);
 
 	if (msg) {
 		msg_retired(link, msg, outcome);
@@ -346,13 +403,22 @@ void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome)
 	case SQ_FAILED_CAUSE:
 		/* The NIC cannot say why; the owner can: bounds, key, access, deregistration. */
 		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && conn->table->ops->probe_start &&
-		    !conn->table->shut && !conn->probe) {
+		    !conn->table->shut && !conn->probe && !withdrawn) {
 			start_probe(conn, link, xfer);
+		} else if (link->cause_err == RDMAX_E_REMOTE_ACCESS && conn->probe && !withdrawn) {
+			/*
+			 * Another link refused one too while the first refusal is asked
+			 * about (most likely the same region): it waits for that verdict.
+			 */
+			collateral(conn, xfer);
 		} else {
 			finish(conn->table, xfer, link->cause_err, "%s", link->cause_msg);
 		}
 		break;
 	default:
+		if (!withdrawn && requeue_collateral(conn, xfer, false)) {
+			break;
+		}
 		collateral(conn, xfer);
 		break;
 	}
@@ -388,6 +454,9 @@ static void fail_queue(struct conn *conn, struct list_node *queue, uint32_t *cou
 		if (count) {
 			(*count)--;
 		}
+		if (requeue_collateral(conn, xfer, true)) {
+			continue;
+		}
 		if (conn->probe) {
 			collateral(conn, xfer);
 		} else {
@@ -396,8 +465,38 @@ static void fail_queue(struct conn *conn, struct list_node *queue, uint32_t *cou
 	}
 }
 
-int conn_withdraw(struct conn_table *table, struct xfer *xfer)
+/* The link whose send queue holds WRs of xfer, or NULL. */
+static struct conn_link *posted_on(struct conn *conn, const struct xfer *xfer)
 {
+	for (uint32_t i = 0; i < conn->n_links; i++) {
+		struct sq_plan *sq = &conn->links[i].sq;
+		if (!sq->ring) {
+			continue;
+		}
+		for (uint64_t seq = sq->done_seq; seq < sq->next_seq; seq++) {
+			if (sq->ring[seq % sq->depth].xfer == xfer) {
+				return &conn->links[i];
+			}
+		}
+	}
+	return NULL;
+}
+
+/* When a connection with withdrawn xfers out gives up on them. */
+static uint64_t withdraw_deadline(const struct conn *conn)
+{
+	return MAX(conn->withdrawn_ms, conn->last_progress_ms) + policy(conn)->withdraw_grace_ms;
+}
+
+int conn_withdraw(struct conn_table *table, struct xfer *xfer, uint64_t now)
+{
+	for (size_t i = 0; i < table->n_results; i++) {
+		if (table->results[i].xfer == xfer && table->results[i].requeue) {
+			/* About to go again: it does not, and its done follows instead. */
+			table->results[i].requeue = false;
+			return -EINPROGRESS;
+		}
+	}
 	for (struct list_node *c = table->conns.next; c != &table->conns; c = c->next) {
 		struct conn *conn = container_of(c, struct conn, link);
 		for (struct list_node *p = conn->pending.next; p != &conn->pending; p = p->next) {
@@ -407,6 +506,23 @@ int conn_withdraw(struct conn_table *table, struct xfer *xfer)
 				return 0;
 			}
 		}
+		if (xfer->withdrawn || !posted_on(conn, xfer)) {
+			continue;
+		}
+		/*
+		 * The NIC may still read (or, for a READ, write) its memory: done
+		 * follows its last WR's completion or flush. A draining connection
+		 * flushes within its drain timer; an established one gets the grace.
+		 */
+		xfer->withdrawn = true;
+		if (conn->n_withdrawn++ == 0) {
+			conn->withdrawn_ms = now;
+			if (conn->state == CONN_ESTABLISHED) {
+				table->ops->timer_start(table->ctx, conn,
+							withdraw_deadline(conn) - now);
+			}
+		}
+		return -EINPROGRESS;
 	}
 	return -EBUSY;
 }
@@ -539,6 +655,35 @@ void conn_down(struct conn *conn, int err, const char *message)
 		link_begin_drain(&conn->links[i]);
 	}
 	conn_check_drained(conn);
+}
+
+/*
+ * A link whose peer refused one access (conn->requeue): the connection takes
+ * nothing new, its unsent xfers go again on a new one, the refused link
+ * drains (its flushed data xfers go again too), and the other links finish
+ * what they carry, then drain (conn_link_quiet()), within the drain timer.
+ */
+static void conn_down_gently(struct conn *conn, struct conn_link *refused)
+{
+	unindex(conn);
+	conn->state = CONN_DRAINING;
+	fail_pending(conn, conn->down_err, conn->down_msg);
+	conn->table->ops->timer_start(conn->table->ctx, conn, policy(conn)->drain_timeout_ms);
+	link_begin_drain(refused);
+	for (uint32_t i = 0; i < conn->n_links; i++) {
+		conn_link_quiet(&conn->links[i]);
+	}
+	conn_check_drained(conn);
+}
+
+void conn_link_quiet(struct conn_link *link)
+{
+	struct conn *conn = link->conn;
+
+	if (conn->state == CONN_DRAINING && link->state == LINK_UP &&
+	    sq_plan_outstanding(&link->sq) == 0 && link->n_awaiting == 0) {
+		link_begin_drain(link);
+	}
 }
 
 /* Close a connection that never came up (or gave up): its pending xfers fail. */
@@ -762,6 +907,7 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 	}
 	xfer->bytes_done = 0;
 	xfer->started_ms = now;
+	xfer->withdrawn = false;
 	if (conn->state == CONN_ESTABLISHED && xfer->remote_instance != conn->peer_instance &&
 	    !(xfer->remote_instance == 0 && transport_is_lookup(xfer))) {
 		finish(t, xfer, RDMAX_E_NOT_FOUND,
@@ -786,6 +932,7 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 {
 	xfer->wire_id = 0;
+	xfer->requeues = 0;
 	return submit(t, xfer, now);
 }
 
@@ -916,6 +1063,7 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 	if (!sq->ring || seq < sq->done_seq || seq >= sq->next_seq) {
 		return;
 	}
+	conn->table->now_ms = now;
 	conn->last_progress_ms = now;
 	conn->last_active_ms = now;
 	if (!ok && !sq->failed && !flush) {
@@ -925,6 +1073,17 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 		link->cause_err = wc_error(wc_status, vendor_err, what, conn->name, link->cause_msg,
 					   sizeof(link->cause_msg));
 		log_info("connection to %s QP %u: %s", conn->name, link->index, link->cause_msg);
+		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && !conn->requeue && slot->xfer &&
+		    conn->state == CONN_ESTABLISHED) {
+			/* One transfer's fault, not the peer's: the others go again. */
+			conn->requeue = true;
+			conn->refused_link = link->index;
+			conn->refused_instance = slot->xfer->remote_instance;
+			conn->refused_region = slot->xfer->remote_region;
+			log_info("connection to %s: its other transfers go again on a new "
+				 "connection",
+				 conn->name);
+		}
 	}
 	if (!ok) {
 		char message[CONN_MSG_MAX];
@@ -934,10 +1093,25 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 	}
 	conn_retired(conn, sq_plan_complete(sq, seq, ok, flush, conn_on_retire, link));
 	if (!ok && conn->state != CONN_DRAINING && conn->state != CONN_CLOSED) {
-		conn_down(conn, conn->down_err, conn->down_msg);
+		if (conn->requeue) {
+			conn_down_gently(conn, link);
+		} else {
+			conn_down(conn, conn->down_err, conn->down_msg);
+		}
 	}
 	if (link->state == LINK_DRAINING && sq->marker_posted && sq->done_seq > sq->marker_seq) {
 		link->state = LINK_DRAINED;
+		conn_check_drained(conn);
+		return;
+	}
+	if (!ok && link->state == LINK_UP && conn->state == CONN_DRAINING) {
+		/* A link still finishing after another's refusal failed too: it drains. */
+		link_begin_drain(link);
+		conn_check_drained(conn);
+		return;
+	}
+	if (link->state == LINK_UP && conn->state == CONN_DRAINING) {
+		conn_link_quiet(link);
 		conn_check_drained(conn);
 		return;
 	}
@@ -1050,12 +1224,34 @@ void conn_timer_fired(struct conn *conn, uint64_t now)
 			 policy(conn)->connect_timeout_ms);
 		conn_attempt_failed(conn, RDMAX_E_UNREACHABLE, true, why);
 		break;
+	case CONN_ESTABLISHED:
+		/* Work requests of completed jobs are out: the grace without a completion. */
+		if (conn->n_withdrawn == 0) {
+			break;
+		}
+		if (now < withdraw_deadline(conn)) {
+			conn->table->ops->timer_start(conn->table->ctx, conn,
+						      withdraw_deadline(conn) - now);
+			break;
+		}
+		snprintf(why, sizeof(why),
+			 "stalled peer %.48s: no completion for %" PRIu64
+			 " ms with WRs of completed jobs out; QPs moved to error",
+			 conn->name, now - MAX(conn->withdrawn_ms, conn->last_progress_ms));
+		log_warn("%s", why);
+		conn_down(conn, RDMAX_E_TIMEOUT, why);
+		break;
 	case CONN_DRAINING:
 		/* Flushes that never came: the QPs are in error, so nothing moves any more. */
 		log_warn("connection to %s: drain not finished after %u ms; giving up on it",
 			 conn->name, policy(conn)->drain_timeout_ms);
 		for (uint32_t i = 0; i < conn->n_links; i++) {
 			struct conn_link *link = &conn->links[i];
+			if (link->state == LINK_UP) {
+				/* Still finishing after another link's refusal: no more. */
+				conn->table->ops->link_disconnect(conn->table->ctx, link);
+				link->state = LINK_DRAINING;
+			}
 			if (link->state == LINK_DRAINING) {
 				conn_retired(conn,
 					     sq_plan_fail_all(&link->sq, conn_on_retire, link));
@@ -1126,6 +1322,7 @@ void conn_table_work(struct conn_table *t, uint64_t now)
 {
 	struct list_node *pos, *tmp;
 
+	t->now_ms = now;
 	for (int round = 0; round < 4 && (t->dirty || t->n_results > 0); round++) {
 		if (t->dirty) {
 			t->dirty = false;
@@ -1350,6 +1547,8 @@ void conn_link_answer(struct conn_link *link, const struct conn_frame *a, uint64
 	}
 	if (msg->sent) {
 		finish(t, &msg->xfer, status, "%s", text);
+		conn_link_quiet(link);
+		conn_check_drained(conn);
 		return;
 	}
 	/* Before our completion: the last frame's retirement finishes it. */

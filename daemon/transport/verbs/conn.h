@@ -28,8 +28,9 @@
 #include "uid_counts.h"
 #include "util.h"
 
-#define CONN_MAX_LINKS 64
-#define CONN_NAME_MAX  64
+#define CONN_MAX_LINKS   64
+#define CONN_REQUEUE_MAX 3 /* re-submissions of one xfer after other xfers' faults */
+#define CONN_NAME_MAX    64
 
 /* ============================================================ connections */
 
@@ -121,7 +122,24 @@ struct conn {
 	uint64_t bytes_received;   /* read by completed xfers */
 	uint64_t last_active_ms;   /* last post or completion */
 	uint64_t last_progress_ms; /* last completion, or first post into an idle conn */
-	int down_err;              /* error for flushed xfers once the conn fails */
+	/*
+	 * Posted xfers whose job completed (conn_withdraw() -EINPROGRESS), and
+	 * since when the oldest waits: without a completion on the connection
+	 * for policy.withdraw_grace_ms the connection fails, so that its QPs
+	 * flush them.
+	 */
+	uint32_t n_withdrawn;
+	uint64_t withdrawn_ms;
+	/*
+	 * The peer's device refused one access (a region deregistered under a
+	 * transfer) and so broke the connection: every other data xfer on it,
+	 * flushed or never posted, goes again on a new connection (at most
+	 * CONN_REQUEUE_MAX times), except those to the refused region.
+	 */
+	bool requeue;
+	uint32_t refused_link; /* whose WR was refused */
+	uint64_t refused_instance, refused_region;
+	int down_err; /* error for flushed xfers once the conn fails */
 	char down_msg[CONN_MSG_MAX];
 	void *priv;               /* the transport's (timer) */
 	struct conn_probe *probe; /* asking the peer about this conn's failure */
@@ -141,6 +159,7 @@ struct conn_policy {
 	uint32_t retry_backoff_ms;   /* first backoff; doubles */
 	uint32_t drain_timeout_ms;   /* give up waiting for flushes after this */
 	uint32_t peer_timeout_ms;    /* no completion for this long with WRs out: fail */
+	uint32_t withdraw_grace_ms;  /* the same, with WRs of a completed job out */
 	uint32_t idle_timeout_s;     /* 0 = never */
 	uint32_t max_connections;    /* outgoing conns + incoming groups */
 };
@@ -208,6 +227,7 @@ struct conn_probe {
 
 struct conn_result {
 	struct xfer *xfer;
+	bool requeue; /* submitted again when delivered; done (err) only when that fails */
 	int err;
 	char message[CONN_MSG_MAX];
 };
@@ -236,6 +256,7 @@ struct conn_table {
 	size_t n_results;
 	size_t cap_results;
 	bool delivering;
+	uint64_t now_ms;       /* of the last work or completion (for re-submissions) */
 	struct wr_desc *wrbuf; /* policy.sq_depth entries */
 };
 
@@ -253,11 +274,14 @@ void conn_table_fini(struct conn_table *table);
 int conn_submit(struct conn_table *table, struct xfer *xfer, uint64_t now_ms);
 
 /*
- * Take back an xfer queued by conn_submit() and not yet posted (its job
- * completed): 0, and done never runs for it; -EBUSY when it was posted or
- * is finishing already (done follows as usual).
+ * The xfer's job completed. Queued by conn_submit() and not yet posted: taken
+ * back, 0, and done never runs for it. Posted (the NIC holds its WRs):
+ * -EINPROGRESS; done runs once every WR of it completed or flushed, and when
+ * the connection sees no completion for policy.withdraw_grace_ms meanwhile,
+ * it fails (its QPs go to error and flush). -EBUSY when it is finishing
+ * already (done follows as usual).
  */
-int conn_withdraw(struct conn_table *table, struct xfer *xfer);
+int conn_withdraw(struct conn_table *table, struct xfer *xfer, uint64_t now_ms);
 
 /* Finish an xfer that never reached a connection; done runs from conn_table_deliver(). */
 void conn_table_finish(struct conn_table *table, struct xfer *xfer, int err, const char *message);

@@ -20,6 +20,8 @@ void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome);
 void conn_retired(struct conn *conn, uint32_t n);
 void conn_check_drained(struct conn *conn);
 void conn_down(struct conn *conn, int err, const char *message);
+/* A link of a draining connection that has nothing out any more starts its own drain. */
+void conn_link_quiet(struct conn_link *link);
 void conn_attempt_failed(struct conn *conn, int err, bool retryable, const char *reason);
 void conn_established(struct conn *conn, uint64_t now);
 

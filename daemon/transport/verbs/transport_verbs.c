@@ -353,12 +353,15 @@ static int submit_imm_check(struct verbs_transport *vt, struct xfer *xfer)
  * A write carrying bytes and an imm: the bytes as a plain RDMA WRITE, then,
  * once the NIC acknowledged them (they are in the peer's memory), the imm as
  * an imm record naming the region, so the peer counts it in the namespace of
- * that region's client.
+ * that region's client. Listed in vt->imm_writes until the write's done, so
+ * that withdraw can find it; a withdrawn one sends no record.
  */
 struct imm_write {
 	struct xfer data;
 	struct xfer *user;
 	struct verbs_transport *vt;
+	struct list_node node; /* in vt->imm_writes */
+	bool withdrawn;
 };
 
 static void imm_write_data_done(struct xfer *data, int err, const char *message)
@@ -366,9 +369,16 @@ static void imm_write_data_done(struct xfer *data, int err, const char *message)
 	struct imm_write *iw = data->ctx;
 	struct xfer *user = iw->user;
 	struct verbs_transport *vt = iw->vt;
+	bool withdrawn = iw->withdrawn;
 
 	user->bytes_done = data->bytes_done;
+	list_del(&iw->node);
 	free(iw);
+	if (withdrawn) {
+		/* Its job completed: the write is over, and the imm must not count any more. */
+		user->done(user, RDMAX_E_CANCELLED, "withdrawn after its job completed");
+		return;
+	}
 	if (err == 0) {
 		err = submit_imm_check(vt, user);
 		message = err < 0 ? "cannot send the imm record after the write" : NULL;
@@ -391,27 +401,67 @@ static int submit_write_then_record(struct verbs_transport *vt, struct xfer *xfe
 	iw->data.ctx = iw;
 	iw->user = xfer;
 	iw->vt = vt;
+	iw->withdrawn = false;
 	int ret = conn_submit(&vt->conns, &iw->data, now_ms());
 	if (ret < 0) {
 		free(iw);
+		return ret;
 	}
-	return ret;
+	list_add_tail(&vt->imm_writes, &iw->node);
+	return 0;
+}
+
+/* The data write of an imm-carrying xfer that is not done yet, or NULL. */
+static struct imm_write *find_imm_write(struct verbs_transport *vt, const struct xfer *user)
+{
+	for (struct list_node *pos = vt->imm_writes.next; pos != &vt->imm_writes; pos = pos->next) {
+		struct imm_write *iw = container_of(pos, struct imm_write, node);
+		if (iw->user == user) {
+			return iw;
+		}
+	}
+	return NULL;
 }
 
 /*
  * transport_ops.withdraw: a data xfer still queued (while its connection is
  * set up, or behind the send queue's credits) is taken back. What the NIC
- * already holds cannot be: it finishes or flushes, and done follows. An imm
- * or message xfer travels inside a wrapper and is left to finish too.
+ * already holds cannot be: -EINPROGRESS, and done follows once its WRs
+ * completed or flushed (conn_withdraw(): a peer that takes none of them
+ * within WITHDRAW_GRACE_MS loses the connection, whose QPs then flush). The
+ * write of an imm-carrying xfer likewise, and its imm record is then never
+ * sent. A message waiting for a staging slot is taken back; one staged (or
+ * an imm record on its way) is left to finish: -EBUSY.
  */
 static int verbs_withdraw(struct transport *transport, struct xfer *xfer)
 {
 	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
 
-	if (xfer->has_imm || xfer->mailbox) {
+	if (xfer->mailbox) {
+		for (struct list_node *pos = vt->msg_wait.next; pos != &vt->msg_wait;
+		     pos = pos->next) {
+			if (pos == &xfer->link) {
+				list_del(&xfer->link);
+				return 0;
+			}
+		}
 		return -EBUSY;
 	}
-	return conn_withdraw(&vt->conns, xfer);
+	if (xfer->has_imm) {
+		struct imm_write *iw = find_imm_write(vt, xfer);
+		if (!iw) {
+			return -EBUSY;
+		}
+		if (conn_withdraw(&vt->conns, &iw->data, now_ms()) == 0) {
+			list_del(&iw->node);
+			free(iw);
+			return 0;
+		}
+		/* Posted, or finished with its done on the way: no record follows it. */
+		iw->withdrawn = true;
+		return -EINPROGRESS;
+	}
+	return conn_withdraw(&vt->conns, xfer, now_ms());
 }
 
 static int verbs_submit(struct transport *transport, struct xfer *xfer)
@@ -765,6 +815,7 @@ static void build_policy(struct verbs_transport *vt, struct conn_policy *p)
 	p->retry_backoff_ms = cfg->retry_backoff_ms;
 	p->drain_timeout_ms = MAX((uint32_t)DRAIN_MIN_MS, cfg->connect_timeout_ms);
 	p->peer_timeout_ms = cfg->peer_timeout_ms;
+	p->withdraw_grace_ms = MIN((uint32_t)WITHDRAW_GRACE_MS, cfg->peer_timeout_ms);
 	p->idle_timeout_s = cfg->idle_timeout_s;
 	p->max_connections = cfg->max_connections;
 }
@@ -799,6 +850,7 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 	vt->daemon = daemon;
 	list_init(&vt->passives);
 	list_init(&vt->msg_wait);
+	list_init(&vt->imm_writes);
 	cb.ctx = vt;
 	hca_table_init(&vt->hcas, daemon->loop, &cb);
 

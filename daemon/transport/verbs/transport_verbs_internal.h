@@ -47,6 +47,12 @@
 #define LISTEN_BACKLOG 128
 #define MAX_WR_BYTES   (1ull << 30)
 #define DRAIN_MIN_MS   2000
+/*
+ * Work requests of a completed job get this long without a completion on
+ * their connection before its QPs go to error (a few ACK timeouts: a peer
+ * that lost packets gets its retransmissions).
+ */
+#define WITHDRAW_GRACE_MS 1500
 /* The region key picks the high bits of a region's iova (see vt_region_iova()). */
 #define IOVA_KEY_SHIFT 41
 #define MSG_SLOTS      16   /* messages staged at once; more wait for a slot */
@@ -195,7 +201,8 @@ struct verbs_transport {
 	struct msg_slot slots[MSG_SLOTS];
 	uint32_t free_slots[MSG_SLOTS];
 	uint32_t n_free_slots;
-	struct list_node msg_wait; /* engine xfers waiting for a slot (xfer->link) */
+	struct list_node msg_wait;   /* engine xfers waiting for a slot (xfer->link) */
+	struct list_node imm_writes; /* struct imm_write whose write is not done */
 	uint64_t next_msg_id;
 	char from[CONN_FROM_MAX + 1]; /* this node's name as frames carry it */
 };
