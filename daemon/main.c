@@ -313,9 +313,9 @@ static void on_signal(uv_signal_t *handle, int signum)
 #define SPIN_CLOCK_EVERY 16
 
 /* One pass over everything that can move without the loop; how much moved. */
-static int poll_pass(struct rdmaxd *daemon)
+static int poll_pass(struct rdmaxd *daemon, uint64_t now)
 {
-	int moved = ipc_poll_pass(daemon->ipc);
+	int moved = ipc_poll_pass(daemon->ipc, now);
 
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		struct transport *t = daemon->transports[k];
@@ -346,7 +346,7 @@ static void busy_idle_cb(uv_idle_t *idle)
 		return;
 	}
 	for (uint32_t pass = 1;; pass++) {
-		if (poll_pass(daemon) > 0) {
+		if (poll_pass(daemon, now) > 0) {
 			g_signals.last_busy_ns = now;
 		}
 		if (pass % SPIN_CLOCK_EVERY) {
@@ -357,7 +357,8 @@ static void busy_idle_cb(uv_idle_t *idle)
 			break;
 		}
 		/* The same rule as busy_check_cb: nothing in the window, nothing to spin for. */
-		if (now - g_signals.last_busy_ns >= window && !ipc_rings_awake(daemon->ipc)) {
+		if (now >= g_signals.last_busy_ns && now - g_signals.last_busy_ns >= window &&
+		    !ipc_rings_awake(daemon->ipc)) {
 			break;
 		}
 	}

@@ -32,8 +32,11 @@ uint32_t ipc_client_count(const struct ipc *ipc);
 
 /* Whether a client's shared-memory ring is being polled (the loop must not sleep). */
 bool ipc_rings_awake(const struct ipc *ipc);
-/* One spin pass: rings taken, pending completions sent; how much moved (main.c). */
-int ipc_poll_pass(struct ipc *ipc);
+/*
+ * One spin pass: rings taken, pending completions sent; how much moved
+ * (main.c). now: a recent now_ns() (ring windows are judged by it), or 0.
+ */
+int ipc_poll_pass(struct ipc *ipc, uint64_t now);
 
 /* One connected client, as the admin socket and metrics show it. */
 struct ipc_client_info {

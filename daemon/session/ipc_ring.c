@@ -132,13 +132,13 @@ void ipc_ring_cancel_pending(struct session *s)
 /*
  * From ipc_poll_pass: take what the clients' rings hold; a ring with
  * no entry taken and no completion posted for busy_poll_us goes to sleep and
- * waits for a doorbell.
+ * waits for a doorbell. now: the caller's recent clock reading, or 0 to read
+ * it here when needed (a clock read costs more than a pass over the rings).
  */
-uint32_t ipc_poll_rings(struct ipc *ipc)
+uint32_t ipc_poll_rings(struct ipc *ipc, uint64_t now)
 {
 	uint64_t window = (uint64_t)ipc->daemon->cfg.busy_poll_us * 1000;
 	struct list_node *pos, *tmp;
-	uint64_t now = 0;
 	uint32_t taken = 0;
 
 	list_for_each_safe(pos, tmp, &ipc->rings)
@@ -155,7 +155,9 @@ uint32_t ipc_poll_rings(struct ipc *ipc)
 			taken += n;
 			if (n == 0 && !s->ring_bad) {
 				now = now ? now : now_ns();
-				if (now - s->ring_active_ns >= window && !ring_sleep(&s->ring)) {
+				/* A caller's reading may predate this ring's last activity. */
+				if (now >= s->ring_active_ns && now - s->ring_active_ns >= window &&
+				    !ring_sleep(&s->ring)) {
 					s->ring_active_ns = now;
 				}
 			}

@@ -185,9 +185,10 @@ out_clear:
  * One pass over the clients: ring entries taken and started, then the
  * completions gathered since the last pass sent (socket batches, RingNotify).
  * From the uv_check handle once per loop iteration, and from the daemon's
- * spin between iterations. Returns how many entries and sessions it handled.
+ * spin between iterations (now: its recent clock reading, 0 to read the
+ * clock). Returns how many entries and sessions it handled.
  */
-int ipc_poll_pass(struct ipc *ipc)
+int ipc_poll_pass(struct ipc *ipc, uint64_t now)
 {
 	struct list_node *pos, *tmp;
 	int moved;
@@ -195,7 +196,7 @@ int ipc_poll_pass(struct ipc *ipc)
 	if (!ipc) {
 		return 0;
 	}
-	moved = (int)ipc_poll_rings(ipc);
+	moved = (int)ipc_poll_rings(ipc, now);
 	list_for_each_safe(pos, tmp, &ipc->dirty)
 	{
 		moved++;
@@ -215,7 +216,7 @@ int ipc_poll_pass(struct ipc *ipc)
 
 void ipc_flush_dirty(uv_check_t *check)
 {
-	ipc_poll_pass(check->data);
+	ipc_poll_pass(check->data, 0);
 }
 
 void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes)
