@@ -8,6 +8,10 @@
 # and the load average, so that a drift of the machine hits both.
 #
 #   tests/bench/ab-lat.sh OLD_RDMAXD NEW_RDMAXD [REPS] [ITERS]
+#
+# RDMAX_ABLAT_PIN=1 pins the client to CPU 0 and the daemons to CPU 1
+# (taskset), so that a spinning client and its daemon never share a CPU;
+# RDMAX_ABLAT_SET="section.key=value" is passed to every daemon as --set.
 set -euo pipefail
 
 old=${1:?old rdmaxd}
@@ -26,8 +30,15 @@ cleanup() {
 trap cleanup EXIT
 
 # start_daemon NAME BIN: a TCP daemon on 127.0.0.1 with its socket in $dir
+pin_daemon=()
+pin_client=()
+if [ "${RDMAX_ABLAT_PIN:-0}" = 1 ]; then
+	pin_daemon=(taskset -c 1)
+	pin_client=(taskset -c 0)
+fi
+
 start_daemon() {
-	"$2" --node-name "$1" --socket "$dir/$1.sock" --transport tcp --listen 127.0.0.1 \
+	"${pin_daemon[@]}" "$2" --node-name "$1" --socket "$dir/$1.sock" --transport tcp --listen 127.0.0.1 \
 		--port 0 -L warning ${RDMAX_ABLAT_SET:+--set "$RDMAX_ABLAT_SET"} &
 	pids+=($!)
 	for _ in $(seq 100); do [ -S "$dir/$1.sock" ] && return 0; sleep 0.05; done
@@ -53,8 +64,8 @@ run_one() { # LABEL BIN
 	pids+=($serve)
 	for _ in $(seq 100); do [ -s "$dir/b$k.desc" ] && break; sleep 0.05; done
 	local hop tcp
-	hop=$("$bench" local --socket "$dir/a$k.sock" --lat -s 64 -n "$iters" --json | lat)
-	tcp=$("$bench" run --socket "$dir/a$k.sock" --desc "$dir/b$k.desc" --lat -s 64 \
+	hop=$("${pin_client[@]}" "$bench" local --socket "$dir/a$k.sock" --lat -s 64 -n "$iters" --json | lat)
+	tcp=$("${pin_client[@]}" "$bench" run --socket "$dir/a$k.sock" --desc "$dir/b$k.desc" --lat -s 64 \
 		-n "$iters" --json | lat)
 	touch "$dir/stop$k"
 	wait "$serve" || true
