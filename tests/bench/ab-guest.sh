@@ -8,7 +8,8 @@
 #
 #   tests/vm/run-in-guest --two-nodes -e RDMAX_AB_OLD=build/old -- tests/bench/ab-guest.sh
 #
-# RDMAX_AB_OLD / RDMAX_AB_NEW: build folders (rdmaxd and rdmax-bench);
+# RDMAX_AB_OLD / RDMAX_AB_NEW: build folders (rdmaxd, rdmax-bench and its
+# librdmax.so.2, which it finds next to itself);
 # RDMAX_AB_ROUNDS (3); RDMAX_BENCH_PERF=1 profiles the last round.
 set -uo pipefail
 
