@@ -23,8 +23,8 @@ void ipc_destroy(struct ipc *ipc);
 /* Engine completion callback (owner is the session's job_owner). */
 void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes);
 /* discovery_lookup_cb (owner is the session's job_owner). */
-void ipc_lookup_done(void *owner, uint64_t seq, int err, const char *message,
-		     const uint8_t *desc, size_t desc_len);
+void ipc_lookup_done(void *owner, uint64_t seq, int err, const char *message, const uint8_t *desc,
+		     size_t desc_len);
 /* imm table callback (owner is the session's job_owner). */
 void ipc_imm_fired(void *owner, uint32_t imm, uint64_t count, void *arg);
 
@@ -32,6 +32,11 @@ uint32_t ipc_client_count(const struct ipc *ipc);
 
 /* Whether a client's shared-memory ring is being polled (the loop must not sleep). */
 bool ipc_rings_awake(const struct ipc *ipc);
+/*
+ * One spin pass: rings taken, pending completions sent; how much moved
+ * (main.c). now: a recent now_ns() (ring windows are judged by it), or 0.
+ */
+int ipc_poll_pass(struct ipc *ipc, uint64_t now);
 
 /* One connected client, as the admin socket and metrics show it. */
 struct ipc_client_info {

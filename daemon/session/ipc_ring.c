@@ -2,8 +2,9 @@
 /*
  * The sessions' side of the shared-memory rings (RingSetup; ring.c maps
  * and reads them): jobs arrive as ring entries, taken from the uv_check
- * handle for a bounded window after the last activity (then the ring sleeps
- * until a doorbell), at most RING_POLL_MAX per client per turn. A ring that
+ * handle and from the daemon's spin (ipc_poll_pass) for a bounded window
+ * after the last activity (then the ring sleeps until a doorbell), at most
+ * RING_POLL_MAX per client per pass. A ring that
  * holds an impossible index or entry closes its session; nothing read from
  * the shared memory is trusted, and entries left at shutdown are cancelled.
  */
@@ -129,15 +130,16 @@ void ipc_ring_cancel_pending(struct session *s)
 }
 
 /*
- * From the uv_check handle: take what the clients' rings hold; a ring with
+ * From ipc_poll_pass: take what the clients' rings hold; a ring with
  * no entry taken and no completion posted for busy_poll_us goes to sleep and
- * waits for a doorbell.
+ * waits for a doorbell. now: the caller's recent clock reading, or 0 to read
+ * it here when needed (a clock read costs more than a pass over the rings).
  */
-void ipc_poll_rings(struct ipc *ipc)
+uint32_t ipc_poll_rings(struct ipc *ipc, uint64_t now)
 {
 	uint64_t window = (uint64_t)ipc->daemon->cfg.busy_poll_us * 1000;
 	struct list_node *pos, *tmp;
-	uint64_t now = 0;
+	uint32_t taken = 0;
 
 	list_for_each_safe(pos, tmp, &ipc->rings)
 	{
@@ -149,9 +151,13 @@ void ipc_poll_rings(struct ipc *ipc)
 			 * (main.c's window follows the same rule). A completion posted
 			 * to the ring restarts the window.
 			 */
-			if (ipc_ring_take(s, RING_POLL_MAX) == 0 && !s->ring_bad) {
+			uint32_t n = ipc_ring_take(s, RING_POLL_MAX);
+			taken += n;
+			if (n == 0 && !s->ring_bad) {
 				now = now ? now : now_ns();
-				if (now - s->ring_active_ns >= window && !ring_sleep(&s->ring)) {
+				/* A caller's reading may predate this ring's last activity. */
+				if (now >= s->ring_active_ns && now - s->ring_active_ns >= window &&
+				    !ring_sleep(&s->ring)) {
 					s->ring_active_ns = now;
 				}
 			}
@@ -170,6 +176,7 @@ void ipc_poll_rings(struct ipc *ipc)
 			session_close(s, "ring protocol violation");
 		}
 	}
+	return taken;
 }
 
 bool ipc_rings_awake(const struct ipc *ipc)

@@ -2,7 +2,8 @@
 /*
  * What the daemon sends to a client: replies and errors (always valid
  * UTF-8), events (ImmReached, RingNotify) and the per-client batches of
- * completions, flushed once per loop iteration from the uv_check handle.
+ * completions, flushed once per loop iteration from the uv_check handle
+ * and from every pass of the daemon's spin (ipc_poll_pass).
  * Completions go to the client's shared-memory ring while it has room and
  * nothing waits on the socket before them (otherwise to the socket, in
  * order); datagrams are counted so that ring entries and socket messages
@@ -181,15 +182,25 @@ out_clear:
 	s->completions_bytes = 0;
 }
 
-void ipc_flush_dirty(uv_check_t *check)
+/*
+ * One pass over the clients: ring entries taken and started, then the
+ * completions gathered since the last pass sent (socket batches, RingNotify).
+ * From the uv_check handle once per loop iteration, and from the daemon's
+ * spin between iterations (now: its recent clock reading, 0 to read the
+ * clock). Returns how many entries and sessions it handled.
+ */
+int ipc_poll_pass(struct ipc *ipc, uint64_t now)
 {
-	struct ipc *ipc = check->data;
 	struct list_node *pos, *tmp;
+	int moved;
 
-	ipc_poll_rings(ipc);
-
+	if (!ipc) {
+		return 0;
+	}
+	moved = (int)ipc_poll_rings(ipc, now);
 	list_for_each_safe(pos, tmp, &ipc->dirty)
 	{
+		moved++;
 		struct session *s = container_of(pos, struct session, dirty_link);
 		list_del(&s->dirty_link);
 		s->dirty = false;
@@ -201,6 +212,12 @@ void ipc_flush_dirty(uv_check_t *check)
 			}
 		}
 	}
+	return moved;
+}
+
+void ipc_flush_dirty(uv_check_t *check)
+{
+	ipc_poll_pass(check->data, 0);
 }
 
 void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes)

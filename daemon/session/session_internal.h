@@ -191,7 +191,7 @@ void ipc_handle_ring_setup(struct session *s, uint64_t seq, const Rdmax__V1__Rin
 			   const int *fds, size_t n_fds);
 uint32_t ipc_ring_take(struct session *s, uint32_t max);
 void ipc_ring_cancel_pending(struct session *s);
-void ipc_poll_rings(struct ipc *ipc);
+uint32_t ipc_poll_rings(struct ipc *ipc, uint64_t now);
 
 /* ipc_read.c: the session's socket. */
 /* uv_poll_start() replaces the callback too: every restart must name it. */

@@ -208,6 +208,15 @@ struct transport_ops {
 	 * usual. Never calls done itself.
 	 */
 	int (*withdraw)(struct transport *transport, struct xfer *xfer);
+
+	/*
+	 * Optional: one pass of the daemon's busy spin (main.c), between two loop
+	 * iterations: reap completions (CQs, sockets with answers due) and post
+	 * or send what submit() queued, without waiting for the loop's readiness
+	 * events. Returns how many things moved (0: nothing). Never blocks, and
+	 * is never called from inside submit(), so done may run from here.
+	 */
+	int (*poll)(struct transport *transport);
 };
 
 struct transport {

@@ -5,8 +5,10 @@
  * with exactly one completion each; tiny rings overflow to the socket both
  * ways without losing or repeating a completion; ring and socket requests
  * keep their order; rdmax_client_fd() still wakes an event loop; a client
- * that dies with jobs in flight leaves no mapping behind; and a raw client
- * that lies in the shared memory loses only its own session.
+ * that dies with jobs in flight leaves no mapping behind; a client that
+ * keeps the daemon spinning on its ring leaves timers, the admin socket and
+ * other clients served; and a raw client that lies in the shared memory
+ * loses only its own session.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,10 +36,14 @@ struct two {
 	struct rdmax_desc desc;
 };
 
-static void two_start(struct two *t, uint64_t slots)
+/* busy_poll_us: a's engine.busy_poll_us, or 0 for its default. */
+static void two_start_busy(struct two *t, uint64_t slots, uint32_t busy_poll_us)
 {
 	t->a = itest_daemon_new("a", itest_addr_a());
 	t->b = itest_daemon_new("b", itest_addr_b());
+	if (busy_poll_us) {
+		itest_daemon_set(t->a, "engine.busy_poll_us=%u", busy_poll_us);
+	}
 	itest_daemon_start(t->a);
 	itest_daemon_start(t->b);
 	t->c = itest_client(t->a, "itest-ring");
@@ -47,6 +53,11 @@ static void two_start(struct two *t, uint64_t slots)
 			     RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ);
 	t->desc = itest_desc(t->dst);
 	itest_fill(itest_bytes(t->src), slots * SLOT, itest_seed());
+}
+
+static void two_start(struct two *t, uint64_t slots)
+{
+	two_start_busy(t, slots, 0);
 }
 
 static void two_stop(struct two *t)
@@ -340,6 +351,143 @@ START_TEST(ring_client_dies_in_flight)
 }
 END_TEST
 
+/*
+ * A child that keeps a's ring busy with 64 B writes into `sink`, a region
+ * of another client of the same daemon (copied by the daemon itself, so no
+ * peer's wake-up slows the stream down), 8 in flight, until told to stop:
+ * writes 'g' to `go` after its first 64 completions, and its count of
+ * completions to `done` at the end. Exit 0 only if every job completed OK.
+ */
+#define STREAM_WINDOW 8
+static void stream_small_jobs(const struct two *t, const struct rdmax_desc *sink, pid_t parent,
+			      int go, int stop, int done)
+{
+	struct rdmax_client *c;
+	struct rdmax_region *src;
+	uint64_t submitted = 0, n = 0;
+
+	itest_child_setup(parent);
+	if (rdmax_client_open(t->a->socket_path, "itest-ring-streamer", &c) < 0 ||
+	    rdmax_client_uses_ring(c) != 1 ||
+	    rdmax_region_alloc_host(c, SLOT, RDMAX_ACCESS_LOCAL, &src) < 0) {
+		_exit(2);
+	}
+	for (bool stopping = false; !stopping || n < submitted;) {
+		while (!stopping && submitted - n < STREAM_WINDOW) {
+			struct rdmax_job j = {.id = submitted + 1,
+					      .op = RDMAX_OP_WRITE,
+					      .local = src,
+					      .length = 64,
+					      .remote = sink};
+			if (rdmax_submit(c, &j, 1) < 0) {
+				_exit(3);
+			}
+			submitted++;
+		}
+		struct rdmax_event ev[STREAM_WINDOW];
+		int got = rdmax_poll_events(c, ev, STREAM_WINDOW, ITEST_WAIT_MS);
+		if (got <= 0) {
+			_exit(4);
+		}
+		for (int i = 0; i < got; i++) {
+			if (ev[i].type != RDMAX_EVENT_COMPLETION || ev[i].status != 0) {
+				_exit(5);
+			}
+			if (++n == 64 && write(go, "g", 1) != 1) {
+				_exit(6);
+			}
+		}
+		struct pollfd pfd = {.fd = stop, .events = POLLIN};
+		stopping = stopping || (n >= 64 && poll(&pfd, 1, 0) == 1);
+	}
+	if (write(done, &n, sizeof(n)) != sizeof(n)) {
+		_exit(7);
+	}
+	_exit(0);
+}
+
+/*
+ * While one client keeps the daemon spinning on its ring, the loop still
+ * turns: a job's deadline (a timer) fires on time, the admin socket answers,
+ * and a socket client's jobs complete; the streamer completes throughout.
+ */
+START_TEST(ring_spin_serves_loop)
+{
+	struct two t;
+	pid_t parent = getpid();
+	int go[2], stop[2], done[2];
+
+	/*
+	 * A window far longer than a spin's budget: a ring that a descheduled
+	 * streamer leaves idle for a while stays awake, and the daemon keeps
+	 * spinning for the whole case.
+	 */
+	two_start_busy(&t, 4, 500000);
+	struct itest_daemon *c = itest_daemon_new("c", itest_addr_b());
+	itest_daemon_start(c);
+	struct rdmax_client *cc = itest_client(c, "itest-ring-stalled");
+	struct rdmax_region *far = itest_alloc(cc, SLOT, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc far_desc = itest_desc(far);
+	struct rdmax_region *sink = itest_alloc(t.c, SLOT, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc sink_desc = itest_desc(sink);
+	/* Connected first, so that the paused peer stalls the next job, not a connect. */
+	struct rdmax_job j = itest_job(1, RDMAX_OP_WRITE, t.src, 0, &far_desc, 0, SLOT);
+	ck_assert_int_eq(itest_run_job(t.c, &j, ITEST_WAIT_MS).status, 0);
+
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(stop), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	pid_t child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		stream_small_jobs(&t, &sink_desc, parent, go[1], stop[0], done[1]);
+	}
+	struct pollfd pfd = {.fd = go[0], .events = POLLIN};
+	ck_assert_msg(poll(&pfd, 1, ITEST_WAIT_MS) == 1, "the streamer did not get going");
+	/* Before the pause: over verbs the stall may silence every link of the test. */
+	j = itest_job(3, RDMAX_OP_WRITE, t.src, SLOT, &t.desc, SLOT, SLOT);
+	ck_assert_int_eq(itest_run_job(t.c, &j, ITEST_WAIT_MS).status, 0);
+	itest_assert_mem_eq(itest_bytes(t.dst) + SLOT, itest_bytes(t.src) + SLOT, SLOT,
+			    "a WRITE beside a busy ring");
+
+	itest_daemon_pause(c);
+	j = itest_job(2, RDMAX_OP_WRITE, t.src, 0, &far_desc, 0, SLOT);
+	j.deadline_ms = 300;
+	uint64_t t0 = itest_now_ms();
+	itest_expect_job_error(t.c, &j, RDMAX_E_TIMEOUT, ITEST_WAIT_MS);
+	uint64_t took = itest_now_ms() - t0;
+	ck_assert_msg(took >= 250 && took < 3000,
+		      "a deadline of 300 ms fired after %" PRIu64 " ms beside a busy ring", took);
+	t0 = itest_now_ms();
+	itest_wait_status(t.a, "clients", 2);
+	took = itest_now_ms() - t0;
+	ck_assert_msg(took < 3000, "the admin socket took %" PRIu64 " ms beside a busy ring", took);
+
+	ck_assert_int_eq(write(stop[1], "s", 1), 1);
+	uint64_t streamed = 0;
+	pfd.fd = done[0];
+	ck_assert_msg(poll(&pfd, 1, ITEST_WAIT_MS) == 1, "the streamer did not stop");
+	ck_assert_int_eq(read(done[0], &streamed, sizeof(streamed)), sizeof(streamed));
+	int status;
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the streamer failed (status %d)", status);
+	/* It kept going while the deadline ran (300 ms of 64 B jobs). */
+	ck_assert_msg(streamed > 128, "only %" PRIu64 " streamed jobs completed", streamed);
+	itest_daemon_resume(c);
+	itest_assert_quiet(t.c, ITEST_QUIET_MS);
+	for (int i = 0; i < 2; i++) {
+		close(go[i]);
+		close(stop[i]);
+		close(done[i]);
+	}
+	rdmax_client_close(cc);
+	itest_daemon_stop(c);
+	itest_daemon_free(c);
+	two_stop(&t);
+}
+END_TEST
+
 /* A raw client's ring memfd of the given size and seals. */
 static int ring_memfd(size_t size, int seals)
 {
@@ -491,6 +639,7 @@ TCase *itest_tcase_ring(void)
 	tcase_add_test(tc, ring_and_socket_in_order);
 	tcase_add_test(tc, ring_wakes_event_loop);
 	tcase_add_test(tc, ring_client_dies_in_flight);
+	ITEST_ADD_STALLING_TEST(tc, ring_spin_serves_loop);
 	tcase_add_test(tc, ring_hostile_client);
 	return tc;
 }

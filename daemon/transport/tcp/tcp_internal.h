@@ -319,6 +319,7 @@ void tcp_receive(struct tcp_conn *conn);
 void tcp_on_connected(struct tcp_conn *conn);
 void tcp_on_poll(uv_poll_t *handle, int status, int events);
 void tcp_update_poll(struct tcp_conn *conn);
+int tcp_poll(struct transport *transport);
 
 /* tcp_connect.c: connecting and accepting */
 void tcp_on_conn_timer(uv_timer_t *timer);

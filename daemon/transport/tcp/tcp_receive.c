@@ -388,6 +388,44 @@ void tcp_on_poll(uv_poll_t *handle, int status, int events)
 	tcp_update_poll(conn);
 }
 
+/*
+ * transport_ops.poll, from the daemon's spin between loop iterations: frames
+ * queued since the last pass go out, and connections that wait for answers
+ * are read, without waiting for epoll to report them. A connection with
+ * nothing queued or in flight is left to its readiness events.
+ */
+int tcp_poll(struct transport *transport)
+{
+	struct tcp_transport *tt = container_of(transport, struct tcp_transport, base);
+	struct list_node *pos, *tmp;
+	int moved = 0;
+
+	if (tt->shut) {
+		return 0;
+	}
+	list_for_each_safe(pos, tmp, &tt->conns)
+	{
+		struct tcp_conn *conn = container_of(pos, struct tcp_conn, link);
+		if (conn->state != TCP_CONN_READY || !conn->poll ||
+		    (list_empty(&conn->outq) && list_empty(&conn->inflight))) {
+			continue;
+		}
+		uint64_t before = conn->bytes_sent + conn->bytes_received;
+		if (!list_empty(&conn->outq) && !tcp_flush(conn)) {
+			moved++;
+			continue;
+		}
+		if (tcp_usable(conn) && !list_empty(&conn->inflight) && !tcp_reading_paused(conn)) {
+			tcp_receive(conn);
+		}
+		if (tcp_usable(conn)) {
+			tcp_update_poll(conn);
+		}
+		moved += conn->bytes_sent + conn->bytes_received != before;
+	}
+	return moved;
+}
+
 void tcp_update_poll(struct tcp_conn *conn)
 {
 	int events = 0;

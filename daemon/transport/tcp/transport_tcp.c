@@ -516,6 +516,7 @@ static const struct transport_ops g_tcp_ops = {
 	.reset_peer = tcp_reset_peer,
 	.send_message = tcp_send_message,
 	.withdraw = tcp_withdraw,
+	.poll = tcp_poll,
 };
 
 static int listen_open(struct tcp_transport *tt, int *ret_fd)

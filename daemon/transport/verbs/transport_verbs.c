@@ -771,6 +771,7 @@ static const struct transport_ops g_verbs_ops = {
 	.list_ports = verbs_list_ports,
 	.send_message = vt_send_message,
 	.withdraw = verbs_withdraw,
+	.poll = vt_poll,
 	.route = verbs_route,
 };
 

@@ -256,6 +256,7 @@ void vt_on_recv(void *ctx, struct hca *hca, uint32_t qp_num, const uint8_t *buf,
 void vt_on_async(void *ctx, struct hca *hca, enum ibv_event_type type, uint32_t qp_num);
 void vt_on_progress(void *ctx);
 void vt_on_check(uv_check_t *check);
+int vt_poll(struct transport *transport);
 void vt_on_tick(uv_timer_t *timer);
 
 /* verbs_msg.c */

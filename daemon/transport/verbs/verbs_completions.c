@@ -214,6 +214,37 @@ void vt_on_check(uv_check_t *check)
 	vt_progress(vt);
 }
 
+/*
+ * transport_ops.poll, from the daemon's spin between loop iterations: the
+ * CQs while WRs are out, then what was submitted since is posted (the kick
+ * would post it only at the next loop turn). Arming is left to on_check.
+ */
+int vt_poll(struct transport *transport)
+{
+	struct verbs_transport *vt = container_of(transport, struct verbs_transport, base);
+	bool backlog = false;
+	int n = 0;
+
+	if (!vt->handles_open || !vt->conns_ready) {
+		return 0;
+	}
+	for (uint32_t i = 0; i < vt->hcas.n; i++) {
+		backlog |= vt->hcas.hcas[i]->backlog;
+	}
+	if (vt->conns.outstanding_wrs > 0 || backlog) {
+		n = poll_devices(vt);
+		if (n > 0) {
+			busy_renew(vt);
+		}
+	}
+	if (n > 0 || vt->conns.dirty || vt->conns.n_results > 0) {
+		uint64_t posted = vt->conns.outstanding_wrs;
+		vt_progress(vt);
+		n += vt->conns.outstanding_wrs != posted;
+	}
+	return n;
+}
+
 void vt_on_tick(uv_timer_t *timer)
 {
 	struct verbs_transport *vt = timer->data;

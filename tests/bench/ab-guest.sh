@@ -1,0 +1,41 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Inside one two-node Soft-RoCE guest: the rows of RDMAX_BENCH_ONLY (default
+# the 64 B completed write, `write_rtt`, with its perftest and UCX
+# references) for two builds, interleaved: ROUNDS rounds, each running both
+# builds' guest.sh (one repetition) in alternating order. Results go to
+# $RDMAX_BENCH_OUT/{old,new}-rN, each readable with tests/bench/report.py.
+#
+#   tests/vm/run-in-guest --two-nodes -e RDMAX_AB_OLD=build/old -- tests/bench/ab-guest.sh
+#
+# RDMAX_AB_OLD / RDMAX_AB_NEW: build folders (rdmaxd, rdmax-bench and its
+# librdmax.so.2, which it finds next to itself);
+# RDMAX_AB_ROUNDS (3); RDMAX_BENCH_PERF=1 profiles the last round.
+set -uo pipefail
+
+old=${RDMAX_AB_OLD:?build folder of the old rdmaxd}
+new=${RDMAX_AB_NEW:-build}
+rounds=${RDMAX_AB_ROUNDS:-3}
+out=${RDMAX_BENCH_OUT:-build/bench-ab}
+export RDMAX_BENCH_ONLY=${RDMAX_BENCH_ONLY:-write_rtt}
+export RDMAX_BENCH_REPS=1
+perf=${RDMAX_BENCH_PERF:-0}
+
+one() { # LABEL BUILD ROUND
+	echo "ab-guest: round $3 $1 ($2), load $(cut -d' ' -f1-3 /proc/loadavg)"
+	RDMAX_BUILD=$2 RDMAX_BENCH_OUT=$out/$1-r$3 tests/bench/guest.sh >"$out/$1-r$3.log" 2>&1
+	echo "ab-guest: round $3 $1 exit $?"
+}
+
+mkdir -p "$out"
+for r in $(seq "$rounds"); do
+	export RDMAX_BENCH_PERF=0
+	[ "$r" = "$rounds" ] && export RDMAX_BENCH_PERF=$perf
+	if [ $((r % 2)) = 1 ]; then
+		one old "$old" "$r"
+		one new "$new" "$r"
+	else
+		one new "$new" "$r"
+		one old "$old" "$r"
+	fi
+done

@@ -1,0 +1,85 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Small-job latency of two rdmaxd builds, interleaved on this host: the
+# client -> daemon -> client ring hop (`rdmax-bench local --lat`, 64 B) and a
+# completed 64 B write over the TCP transport between two daemons
+# (`rdmax-bench run --lat`). Each repetition runs both builds back to back,
+# in alternating order, and prints one line per build and test with p50/p99
+# and the load average, so that a drift of the machine hits both.
+#
+#   tests/bench/ab-lat.sh OLD_RDMAXD NEW_RDMAXD [REPS] [ITERS]
+#
+# RDMAX_ABLAT_PIN=1 pins the client to CPU 0 and the daemons to CPU 1
+# (taskset), so that a spinning client and its daemon never share a CPU;
+# RDMAX_ABLAT_SET="section.key=value" is passed to every daemon as --set.
+set -euo pipefail
+
+old=${1:?old rdmaxd}
+new=${2:?new rdmaxd}
+reps=${3:-5}
+iters=${4:-5000}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bench=$root/build/rdmax-bench
+dir=$(mktemp -d /tmp/rdmax-ablat.XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# start_daemon NAME BIN: a TCP daemon on 127.0.0.1 with its socket in $dir
+pin_daemon=()
+pin_client=()
+if [ "${RDMAX_ABLAT_PIN:-0}" = 1 ]; then
+	pin_daemon=(taskset -c 1)
+	pin_client=(taskset -c 0)
+fi
+
+start_daemon() {
+	"${pin_daemon[@]}" "$2" --node-name "$1" --socket "$dir/$1.sock" --transport tcp --listen 127.0.0.1 \
+		--port 0 -L warning ${RDMAX_ABLAT_SET:+--set "$RDMAX_ABLAT_SET"} &
+	pids+=($!)
+	for _ in $(seq 100); do [ -S "$dir/$1.sock" ] && return 0; sleep 0.05; done
+	echo "daemon $1 did not start" >&2
+	return 1
+}
+
+# p50/p99 of the first result of a --json run
+lat() {
+	/usr/bin/python3 -c 'import json,sys
+r=json.load(sys.stdin)["results"][0]["lat_us"]
+print("%.2f %.1f" % (r["p50"], r["p99"]))'
+}
+
+run_one() { # LABEL BIN
+	local label=$1 bin=$2
+	local k=$label$RANDOM
+	start_daemon "a$k" "$bin"
+	start_daemon "b$k" "$bin"
+	"$bench" serve --socket "$dir/b$k.sock" --desc "$dir/b$k.desc" --size 1M \
+		--stop-file "$dir/stop$k" &
+	local serve=$!
+	pids+=($serve)
+	for _ in $(seq 100); do [ -s "$dir/b$k.desc" ] && break; sleep 0.05; done
+	local hop tcp
+	hop=$("${pin_client[@]}" "$bench" local --socket "$dir/a$k.sock" --lat -s 64 -n "$iters" --json | lat)
+	tcp=$("${pin_client[@]}" "$bench" run --socket "$dir/a$k.sock" --desc "$dir/b$k.desc" --lat -s 64 \
+		-n "$iters" --json | lat)
+	touch "$dir/stop$k"
+	wait "$serve" || true
+	kill "${pids[@]}" 2>/dev/null || true
+	wait 2>/dev/null || true
+	pids=()
+	printf '%-4s ring_hop p50/p99 us %-14s tcp_write64 p50/p99 us %-14s load %s\n' \
+		"$label" "$hop" "$tcp" "$(cut -d' ' -f1 /proc/loadavg)"
+}
+
+for r in $(seq "$reps"); do
+	if [ $((r % 2)) = 1 ]; then
+		run_one old "$old"; run_one new "$new"
+	else
+		run_one new "$new"; run_one old "$old"
+	fi
+done
