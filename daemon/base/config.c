@@ -43,6 +43,7 @@ enum key_type {
 	KEY_LEVEL,     /* log level name in an int */
 	KEY_TRANSPORT, /* enum config_transport */
 	KEY_GPU_REG,   /* enum config_gpu_registration */
+	KEY_ISOLATION, /* enum config_isolation */
 	KEY_TYPE_MAX,  /* terminator */
 };
 
@@ -142,6 +143,10 @@ static const struct config_key g_keys[] = {
 	 KEY_RELOAD, "Jobs in one submit message; at most max_outstanding_jobs."},
 	{"limits", "max_connections", KEY_UINT, FIELD(max_connections), 1, 65536, KEY_RELOAD,
 	 "Connections to other daemons that this node keeps open, for the whole daemon."},
+	{"limits", "max_isolation_domains", KEY_UINT, FIELD(max_isolation_domains), 1, 65536, 0,
+	 "With [verbs] isolation = per-uid: local uids that may have regions registered at the "
+	 "same time (each has a protection domain per device); a further uid's registration "
+	 "is refused with RESOURCE_EXHAUSTED until one has none left."},
 	{"limits", "max_imm_counters", KEY_UINT, FIELD(max_imm_counters), 1, 16777216, KEY_RELOAD,
 	 "Distinct immediate-value counters tracked on this node, for the whole daemon."},
 	{"limits", "hello_timeout_ms", KEY_UINT, FIELD(hello_timeout_ms), 100, 600000, KEY_RELOAD,
@@ -230,6 +235,12 @@ static const struct config_key g_keys[] = {
 	{"verbs", "signal_interval", KEY_UINT, FIELD(signal_interval), 1, 1024, 0,
 	 "One work request in this many asks for a completion; higher values cost fewer "
 	 "completions but hold send queue slots longer."},
+	{"verbs", "isolation", KEY_ISOLATION, FIELD(isolation), 0, CONFIG_ISOLATION_MAX - 1, 0,
+	 "Protection domains of registered memory: shared (one per device for every region) or "
+	 "per-uid (one per local uid and device; a peer's queue pairs for one uid's regions are "
+	 "in that uid's domain, so an rkey of one uid is refused by the NIC on another uid's "
+	 "queue pairs). per-uid costs a protection domain per uid and device and queue pairs "
+	 "per peer and uid pair."},
 
 	{"metrics", "textfile_dir", KEY_PATH, FIELD(metrics_textfile_dir), 0, 0, KEY_EMPTY,
 	 "Directory of node_exporter's textfile collector; the daemon writes rdmaxd.prom there "
@@ -284,6 +295,11 @@ static const char *const g_gpu_reg_names[CONFIG_GPU_REG_MAX] = {
 	[CONFIG_GPU_REG_PEERMEM] = "peermem",
 };
 
+static const char *const g_isolation_names[CONFIG_ISOLATION_MAX] = {
+	[CONFIG_ISOLATION_SHARED] = "shared",
+	[CONFIG_ISOLATION_PER_UID] = "per-uid",
+};
+
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -313,6 +329,14 @@ const char *config_gpu_registration_name(enum config_gpu_registration r)
 		return "unknown";
 	}
 	return g_gpu_reg_names[r];
+}
+
+const char *config_isolation_name(enum config_isolation i)
+{
+	if ((unsigned)i >= CONFIG_ISOLATION_MAX) {
+		return "unknown";
+	}
+	return g_isolation_names[i];
 }
 
 static void *field(struct config *cfg, const struct config_key *k)
@@ -832,6 +856,15 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 		}
 		*ret_why = "expected auto, dmabuf or peermem";
 		return -EINVAL;
+	case KEY_ISOLATION:
+		for (int i = 0; i < CONFIG_ISOLATION_MAX; i++) {
+			if (strcmp(value, g_isolation_names[i]) == 0) {
+				*(enum config_isolation *)field(cfg, k) = (enum config_isolation)i;
+				return 0;
+			}
+		}
+		*ret_why = "expected shared or per-uid";
+		return -EINVAL;
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -872,6 +905,10 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 			 config_gpu_registration_name(
 				 *(const enum config_gpu_registration *)cfield(cfg, k)));
 		return;
+	case KEY_ISOLATION:
+		snprintf(buf, size, "%s",
+			 config_isolation_name(*(const enum config_isolation *)cfield(cfg, k)));
+		return;
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -908,6 +945,7 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 	case KEY_LEVEL:
 	case KEY_TRANSPORT:
 	case KEY_GPU_REG:
+	case KEY_ISOLATION:
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -1042,6 +1080,8 @@ void config_defaults(struct config *cfg)
 
 	cfg->gpu_registration = CONFIG_GPU_REG_AUTO;
 	cfg->gpu_pool_bytes = 0;
+	cfg->isolation = CONFIG_ISOLATION_SHARED;
+	cfg->max_isolation_domains = 256;
 }
 
 int config_set(struct config *cfg, const char *section, const char *key, const char *value,
@@ -1304,6 +1344,10 @@ int config_validate(const struct config *cfg, char *err, size_t err_size)
 	}
 	if (cfg->discovery_prefix[0] != '/') {
 		set_err(err, err_size, "[discovery] prefix must start with '/'");
+		return -EINVAL;
+	}
+	if ((unsigned)cfg->isolation >= CONFIG_ISOLATION_MAX) {
+		set_err(err, err_size, "[verbs] isolation %d is unknown", (int)cfg->isolation);
 		return -EINVAL;
 	}
 	if ((unsigned)cfg->gpu_registration >= CONFIG_GPU_REG_MAX) {

@@ -254,14 +254,24 @@ static void mark_dirty(struct conn *conn)
 	conn->table->ops->kick(conn->table->ctx);
 }
 
-static uint64_t peer_hash(const struct endpoint *peer)
+/* Which connection an xfer takes: the peer daemon and the domains on both sides. */
+struct conn_key {
+	const struct endpoint *peer;
+	uint32_t local_domain;
+	uint32_t remote_domain;
+	uint64_t remote_token;
+};
+
+static uint64_t peer_hash(const struct conn_key *k)
 {
 	uint64_t h = 1469598103934665603ull;
 
-	for (const char *p = peer->addr; *p; p++) {
+	for (const char *p = k->peer->addr; *p; p++) {
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
 	}
-	h = (h ^ peer->port) * 1099511628211ull;
+	h = (h ^ k->peer->port) * 1099511628211ull;
+	h = (h ^ k->local_domain) * 1099511628211ull;
+	h = (h ^ k->remote_domain) * 1099511628211ull;
 	return h == 0 || h == UINT64_MAX ? 1 : h;
 }
 
@@ -651,8 +661,20 @@ void conn_established(struct conn *conn, uint64_t now)
 	mark_dirty(conn);
 }
 
-static struct conn *conn_new(struct conn_table *t, const struct endpoint *peer, uint64_t now)
+/*
+ * Whether conn serves key. The token is part of it: a descriptor naming the
+ * domain with another token gets a connection of its own, whose attempt the
+ * peer refuses, and never rides on one that proved the right token.
+ */
+static bool conn_matches(const struct conn *conn, const struct conn_key *k)
 {
+	return endpoint_same_peer(&conn->peer, k->peer) && conn->local_domain == k->local_domain &&
+	       conn->remote_domain == k->remote_domain && conn->remote_token == k->remote_token;
+}
+
+static struct conn *conn_new(struct conn_table *t, const struct conn_key *k, uint64_t now)
+{
+	const struct endpoint *peer = k->peer;
 	const struct conn_policy *p = &t->policy;
 	struct conn *conn = calloc(1, sizeof(*conn));
 
@@ -667,6 +689,9 @@ static struct conn *conn_new(struct conn_table *t, const struct endpoint *peer, 
 	conn->table = t;
 	conn->n_links = p->links;
 	conn->peer = *peer;
+	conn->local_domain = k->local_domain;
+	conn->remote_domain = k->remote_domain;
+	conn->remote_token = k->remote_token;
 	if (strchr(peer->addr, ':')) {
 		snprintf(conn->name, sizeof(conn->name), "[%s]:%u", peer->addr, peer->port);
 	} else {
@@ -681,7 +706,7 @@ static struct conn *conn_new(struct conn_table *t, const struct endpoint *peer, 
 	}
 	conn->last_active_ms = now;
 	conn->state = CONN_BACKOFF;
-	uint64_t hash = peer_hash(peer);
+	uint64_t hash = peer_hash(k);
 	if (!hmap_get(&t->by_peer, hash) && hmap_put(&t->by_peer, hash, conn) == 0) {
 		conn->hash = hash;
 	}
@@ -702,26 +727,26 @@ void conn_free(struct conn *conn)
 	free(conn);
 }
 
-static struct conn *find_conn(struct conn_table *t, const struct endpoint *peer)
+static struct conn *find_conn(struct conn_table *t, const struct conn_key *k)
 {
-	struct conn *conn = hmap_get(&t->by_peer, peer_hash(peer));
+	struct conn *conn = hmap_get(&t->by_peer, peer_hash(k));
 	struct list_node *pos;
 
-	if (conn && endpoint_same_peer(&conn->peer, peer)) {
+	if (conn && conn_matches(conn, k)) {
 		return conn;
 	}
 	/* A hash collision leaves a connection unindexed: look for it the slow way. */
 	for (pos = t->conns.next; pos != &t->conns; pos = pos->next) {
 		conn = container_of(pos, struct conn, link);
 		if (conn->state != CONN_DRAINING && conn->state != CONN_CLOSED &&
-		    endpoint_same_peer(&conn->peer, peer)) {
+		    conn_matches(conn, k)) {
 			return conn;
 		}
 	}
 	return NULL;
 }
 
-static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
+static int submit(struct conn_table *t, struct xfer *xfer, uint32_t local_domain, uint64_t now)
 {
 	const struct conn_policy *p = &t->policy;
 
@@ -737,12 +762,19 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 	if (wrs + 1 >= p->sq_depth) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	struct conn *conn = find_conn(t, &xfer->peer);
+	/* Messages go between the daemons' shared domains (their receive buffers are there). */
+	struct conn_key key = {.peer = &xfer->peer};
+	if (!xfer->wire_id) {
+		key.local_domain = local_domain;
+		key.remote_domain = xfer->peer.domain;
+		key.remote_token = xfer->peer.domain ? xfer->peer.domain_token : 0;
+	}
+	struct conn *conn = find_conn(t, &key);
 	if (!conn) {
 		if (t->n_conns + t->n_groups >= p->max_connections) {
 			return RDMAX_E_RESOURCE_EXHAUSTED;
 		}
-		conn = conn_new(t, &xfer->peer, now);
+		conn = conn_new(t, &key, now);
 		if (!conn) {
 			return -ENOMEM;
 		}
@@ -774,8 +806,13 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 
 int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 {
+	return conn_submit_domain(t, xfer, 0, now);
+}
+
+int conn_submit_domain(struct conn_table *t, struct xfer *xfer, uint32_t local_domain, uint64_t now)
+{
 	xfer->wire_id = 0;
-	return submit(t, xfer, now);
+	return submit(t, xfer, local_domain, now);
 }
 
 int conn_submit_message(struct conn_table *t, struct conn_msg *msg, uint64_t now)
@@ -799,7 +836,7 @@ int conn_submit_message(struct conn_table *t, struct conn_msg *msg, uint64_t now
 		return -ENOMEM;
 	}
 	msg->registered = true;
-	int ret = submit(t, xfer, now);
+	int ret = submit(t, xfer, 0, now);
 	if (ret < 0) {
 		hmap_del(&t->msgs, id);
 		msg->registered = false;

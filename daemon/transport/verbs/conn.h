@@ -99,7 +99,16 @@ struct conn {
 	struct list_node link; /* in table->conns until released */
 	uint64_t hash;         /* key in table->by_peer, 0 when not indexed */
 	enum conn_state state;
-	struct endpoint peer;     /* transport, addr, port of the peer daemon */
+	struct endpoint peer; /* transport, addr, port of the peer daemon */
+	/*
+	 * Protection domains (per-uid isolation, docs/security.md): this side's
+	 * QPs are in local_domain's PD (0: the device's shared PD), the peer's in
+	 * remote_domain's, proved with remote_token. Part of the connection's key:
+	 * one connection per (peer, local domain, remote domain).
+	 */
+	uint32_t local_domain;
+	uint32_t remote_domain;
+	uint64_t remote_token;
 	char name[CONN_NAME_MAX]; /* "addr:port" for messages */
 	uint32_t n_links;
 	uint32_t links_up;
@@ -248,6 +257,15 @@ void conn_table_fini(struct conn_table *table);
 int conn_submit(struct conn_table *table, struct xfer *xfer, uint64_t now_ms);
 
 /*
+ * conn_submit() on the connection whose QPs are in local_domain's PD here
+ * and in the domain the xfer's endpoint names (peer.domain, peer.domain_token)
+ * at the peer; conn_submit() is local domain 0. Messages always take the
+ * connection of domains 0 and 0.
+ */
+int conn_submit_domain(struct conn_table *table, struct xfer *xfer, uint32_t local_domain,
+		       uint64_t now_ms);
+
+/*
  * Take back an xfer queued by conn_submit() and not yet posted (its job
  * completed): 0, and done never runs for it; -EBUSY when it was posted or
  * is finishing already (done follows as usual).
@@ -351,7 +369,8 @@ enum conn_reject_reason {
 	CONN_REJ_LIMIT,         /* max_connections reached */
 	CONN_REJ_RESOURCES,     /* no QP or CQ space on the device */
 	CONN_REJ_SHUTDOWN,      /* the daemon is shutting down */
-	CONN_REJ_MAX,           /* terminator */
+	CONN_REJ_DOMAIN, /* no such protection domain, or the request's proof of it is wrong */
+	CONN_REJ_MAX,    /* terminator */
 };
 
 /* A checked connect request. */
@@ -362,6 +381,7 @@ struct conn_request {
 	uint64_t instance; /* requester's daemon start */
 	uint64_t time_ms;
 	bool has_mac;
+	uint32_t domain; /* protection domain asked for (0: the shared one) */
 };
 
 /*
@@ -386,7 +406,18 @@ int conn_addr_parse(const char *addr, uint8_t ret_addr[16]);
  */
 int conn_pd_connect(uint8_t *buf, uint8_t link_index, uint8_t n_links, uint32_t group,
 		    uint64_t instance, uint64_t time_ms, const uint8_t *key, size_t key_len,
-		    const uint8_t server_addr[16], uint16_t server_port);
+		    const uint8_t server_addr[16], uint16_t server_port, uint32_t domain,
+		    uint64_t domain_token);
+
+/*
+ * Whether a checked connect request asking for a protection domain
+ * (conn_request.domain) proves the domain's token: its nonce must be
+ * conn_pd_domain_proof() over the request's first 32 bytes. Constant time.
+ */
+bool conn_pd_domain_ok(const uint8_t *pd, size_t len, uint64_t domain_token);
+
+/* The 8-byte proof of domain_token over a request's first 32 bytes. */
+void conn_pd_domain_proof(const uint8_t *req, uint64_t domain_token, uint8_t ret_proof[8]);
 
 /*
  * Check a connect request at the accepting side before any QP exists:

@@ -25,6 +25,7 @@ static int reject_err(enum conn_reject_reason reason, bool *ret_retryable)
 	case CONN_REJ_AUTH_UNUSED:
 	case CONN_REJ_CLOCK:
 	case CONN_REJ_REPLAY:
+	case CONN_REJ_DOMAIN:
 		return RDMAX_E_PERMISSION_DENIED;
 	case CONN_REJ_VERSION:
 		return RDMAX_E_PROTOCOL_ERROR;
@@ -139,7 +140,8 @@ static void connecting_step(struct conn_link *link, enum conn_event event,
 		random_bytes(link->request, sizeof(link->request));
 		conn_pd_connect(link->request, (uint8_t)link->index, (uint8_t)conn->n_links,
 				conn->attempt_id, t->instance, conn_realtime_ms(), t->key,
-				t->key_len, addr, conn->peer.port);
+				t->key_len, addr, conn->peer.port, conn->remote_domain,
+				conn->remote_token);
 		link->state = LINK_CONNECTING;
 		ret = t->ops->link_connect(t->ctx, link, link->request, CONN_PD_REQ_LEN, why,
 					   sizeof(why));
