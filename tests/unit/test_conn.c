@@ -559,11 +559,15 @@ START_TEST(conn_probe_verdicts)
 		int verdict;
 		int err;
 		const char *text;
+		uint32_t domain; /* the descriptor's protection domain at the owner */
 	} cases[] = {
-		{RDMAX_E_NOT_FOUND, RDMAX_E_NOT_FOUND, "not registered"},
-		{RDMAX_E_OUT_OF_RANGE, RDMAX_E_OUT_OF_RANGE, "outside region 42"},
-		{RDMAX_E_PERMISSION_DENIED, RDMAX_E_REMOTE_ACCESS, "does not grant remote write"},
-		{0, RDMAX_E_REMOTE_ACCESS, "rkey or address is wrong"},
+		{RDMAX_E_NOT_FOUND, RDMAX_E_NOT_FOUND, "not registered", 0},
+		{RDMAX_E_OUT_OF_RANGE, RDMAX_E_OUT_OF_RANGE, "outside region 42", 0},
+		{RDMAX_E_PERMISSION_DENIED, RDMAX_E_REMOTE_ACCESS, "does not grant remote write",
+		 0},
+		{0, RDMAX_E_REMOTE_ACCESS, "rkey or address is wrong", 0},
+		/* The owner grants it, yet its NIC refused: the rkey is not in that domain. */
+		{0, RDMAX_E_REMOTE_ACCESS, "region 42 is not in protection domain 9", 9},
 	};
 	struct conn_policy p = test_policy();
 
@@ -580,6 +584,8 @@ START_TEST(conn_probe_verdicts)
 		a.x.remote_key = 0x1234;
 		a.x.remote_offset = 100;
 		unit_txfer_init(&b, XFER_WRITE, 4096, PEER_INSTANCE);
+		a.x.peer.domain = b.x.peer.domain = cases[k].domain;
+		a.x.peer.domain_token = b.x.peer.domain_token = cases[k].domain ? 77 : 0;
 		ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 		ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 		struct conn *conn = the_conn(&t);

@@ -990,6 +990,7 @@ static void start_probe(struct conn *conn, struct conn_link *link, struct xfer *
 	probe->conn = conn;
 	probe->xfer = xfer;
 	probe->peer = conn->peer;
+	probe->remote_domain = conn->remote_domain;
 	list_init(&probe->followers);
 	memcpy(probe->name, conn->name, sizeof(probe->name));
 	probe->fallback_err = link->cause_err;
@@ -1046,6 +1047,15 @@ void conn_probe_answer(struct conn_probe *probe, const uint8_t *pd, size_t len)
 		       probe->name, region, right);
 		break;
 	case 0:
+		if (probe->remote_domain) {
+			/* Per-uid isolation: the rkey is checked in the named domain's PD only. */
+			finish(t, xfer, RDMAX_E_REMOTE_ACCESS,
+			       "%s %s refused by the device: region %" PRIu64
+			       " is not in protection domain %u, which the descriptor names "
+			       "(another uid's region, or a wrong rkey or address)",
+			       op, probe->name, region, probe->remote_domain);
+			break;
+		}
 		finish(t, xfer, RDMAX_E_REMOTE_ACCESS,
 		       "%s %s refused by the device although region %" PRIu64
 		       " grants it: the descriptor's rkey or address is wrong",

@@ -197,7 +197,8 @@ struct conn_probe {
 	struct xfer *xfer;     /* held until the verdict (or the fallback) */
 	struct endpoint peer;
 	char name[CONN_NAME_MAX];
-	int fallback_err; /* the NIC's verdict, used when the owner cannot say */
+	uint32_t remote_domain; /* the connection's protection domain at the owner */
+	int fallback_err;       /* the NIC's verdict, used when the owner cannot say */
 	char fallback_msg[CONN_MSG_MAX];
 	uint8_t request[56]; /* the query's private data */
 	uint64_t deadline_ms;
