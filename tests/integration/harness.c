@@ -268,6 +268,19 @@ void itest_report_leftovers(void)
 	closedir(dir);
 }
 
+void itest_open_socket_dirs(const struct itest_daemon *d)
+{
+	char path[sizeof(d->socket_path)];
+
+	snprintf(path, sizeof(path), "%s", d->socket_path);
+	for (int up = 0; up < 2; up++) {
+		char *slash = strrchr(path, '/');
+		ck_assert_ptr_nonnull(slash);
+		*slash = '\0';
+		ck_assert_int_eq(chmod(path, 0711), 0);
+	}
+}
+
 void itest_child_setup(pid_t parent)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -14,12 +14,13 @@
 int main(void)
 {
 	TCase *(*const cases[])(void) = {
-		itest_tcase_transfer,   itest_tcase_concurrency, itest_tcase_imm,
-		itest_tcase_errors,     itest_tcase_raw,         itest_tcase_client_kill,
-		itest_tcase_peer_kill,  itest_tcase_shutdown,    itest_tcase_same_node,
-		itest_tcase_dereg_wait, itest_tcase_jobs,        itest_tcase_verbs,
-		itest_tcase_ring,       itest_tcase_paged_read, itest_tcase_harden,
-		itest_tcase_peer,       itest_tcase_names,      itest_tcase_discovery,
+		itest_tcase_transfer,        itest_tcase_concurrency, itest_tcase_imm,
+		itest_tcase_errors,          itest_tcase_raw,         itest_tcase_client_kill,
+		itest_tcase_peer_kill,       itest_tcase_shutdown,    itest_tcase_same_node,
+		itest_tcase_dereg_wait,      itest_tcase_jobs,        itest_tcase_verbs,
+		itest_tcase_verbs_isolation, itest_tcase_ring,        itest_tcase_paged_read,
+		itest_tcase_harden,          itest_tcase_peer,        itest_tcase_names,
+		itest_tcase_discovery,
 	};
 	char binary[512];
 

@@ -196,20 +196,6 @@ START_TEST(flood_never_reading)
 }
 END_TEST
 
-/* Give every other uid a way to the daemon's socket (the test directories are 0700). */
-static void open_socket_dirs(const struct itest_daemon *d)
-{
-	char path[sizeof(d->socket_path)];
-
-	snprintf(path, sizeof(path), "%s", d->socket_path);
-	for (int up = 0; up < 2; up++) {
-		char *slash = strrchr(path, '/');
-		ck_assert_ptr_nonnull(slash);
-		*slash = '\0';
-		ck_assert_int_eq(chmod(path, 0711), 0);
-	}
-}
-
 /*
  * In a child that became uid: connect, say Hello, and exit 0 when welcomed,
  * 2 when refused, 3 on anything else.
@@ -287,7 +273,7 @@ START_TEST(uid_shares_and_hello_timeout)
 	expect_refused(a->socket_path);
 	/* Another uid still gets in. */
 	if (geteuid() == 0) {
-		open_socket_dirs(a);
+		itest_open_socket_dirs(a);
 		pid_t parent = getpid(), child = fork();
 		ck_assert_int_ge(child, 0);
 		if (child == 0) {
@@ -780,7 +766,7 @@ START_TEST(imm_scoped_to_region)
 	pid_t child = -1;
 	struct rdmax_desc dt;
 	if (geteuid() == 0) {
-		open_socket_dirs(b);
+		itest_open_socket_dirs(b);
 		ck_assert_int_eq(pipe2(to_child, O_CLOEXEC), 0);
 		ck_assert_int_eq(pipe2(from_child, O_CLOEXEC), 0);
 		pid_t parent = getpid();
