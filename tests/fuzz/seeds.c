@@ -357,6 +357,11 @@ static void conn_seeds(void)
 	conn_pd_connect(buf + 1, 1, 2, 77, 0x1111222233334444ull, 0, (const uint8_t *)key,
 			strlen(key), server, 7471, 0, 0);
 	put("conn", "connect-keyed", buf, 1 + CONN_PD_REQ_LEN);
+	/* A request for a protection domain (per-uid isolation), with its proof. */
+	buf[0] = 4;
+	conn_pd_connect(buf + 1, 0, 1, 78, 0x1111222233334444ull, 0, (const uint8_t *)key,
+			strlen(key), server, 7471, 5, 0x0123456789abcdefull);
+	put("conn", "connect-domain", buf, 1 + CONN_PD_REQ_LEN);
 	struct conn_query q = {
 		.access = RDMAX_ACCESS_REMOTE_WRITE, .region_id = 1, .region_key = 2, .length = 8};
 	buf[0] = 0;
