@@ -603,6 +603,8 @@ static void verbs_list_conns(struct transport *transport, transport_conn_cb cb, 
 			.bytes_sent = conn->bytes_sent,
 			.bytes_received = conn->bytes_received,
 			.idle_ms = now - MIN(now, conn->last_active_ms),
+			.local_domain = conn->local_domain,
+			.remote_domain = conn->remote_domain,
 		};
 		cb(arg, &info);
 	}
@@ -616,6 +618,7 @@ static void verbs_list_conns(struct transport *transport, transport_conn_cb cb, 
 			.outgoing = false,
 			.in_flight = (uint32_t)(p->ans_posted - p->ans_done),
 			.queued = p->n_queued,
+			.local_domain = p->domain ? p->domain->number : 0,
 		};
 		cb(arg, &info);
 	}
