@@ -933,8 +933,10 @@ START_TEST(conn_domains)
 
 	/* The peer refuses the domain: final, the xfers fail once with PERMISSION_DENIED. */
 	uint8_t rej[64];
-	int rlen = conn_pd_reject(rej, sizeof(rej), CONN_REJ_DOMAIN);
-	ck_assert_int_gt(rlen, 0);
+	int rlen = conn_pd_reject_domain(rej, sizeof(rej), PEER_INSTANCE);
+	ck_assert_int_eq(rlen, 56);
+	ck_assert_uint_eq(conn_pd_reject_instance(rej, (size_t)rlen), PEER_INSTANCE);
+	ck_assert_uint_eq(conn_pd_reject_instance(rej, 40), 0);
 	event(&dom_conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, 2);
 	conn_table_work(&t, 3);
 	ck_assert_int_eq(own.calls, 1);
@@ -942,8 +944,30 @@ START_TEST(conn_domains)
 	ck_assert_int_eq(own.err, RDMAX_E_PERMISSION_DENIED);
 	ck_assert_msg(strstr(own.msg, "protection domain") != NULL, "message: %s", own.msg);
 	ck_assert_int_eq(shared.calls + other_local.calls + other_token.calls, 0);
+	/*
+	 * Refused by a later start of the peer (same address, new instance): the
+	 * descriptor is stale, NOT_FOUND as over an established connection.
+	 */
+	struct conn *tok_conn = NULL;
+	for (pos = t.conns.next; pos != &t.conns; pos = pos->next) {
+		struct conn *c = container_of(pos, struct conn, link);
+		if (c->remote_token == (token ^ 1)) {
+			tok_conn = c;
+		}
+	}
+	ck_assert_ptr_nonnull(tok_conn);
+	conn_timer_fired(tok_conn, 4);
+	event(&tok_conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 4);
+	event(&tok_conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 4);
+	rlen = conn_pd_reject_domain(rej, sizeof(rej), PEER_INSTANCE + 1);
+	event(&tok_conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, 5);
+	conn_table_work(&t, 6);
+	ck_assert_int_eq(other_token.calls, 1);
+	ck_assert_int_eq(other_token.err, RDMAX_E_NOT_FOUND);
+	ck_assert_msg(strstr(other_token.msg, "stale descriptor") != NULL, "message: %s",
+		      other_token.msg);
 	conn_table_shutdown(&t);
-	conn_table_work(&t, 4);
+	conn_table_work(&t, 7);
 	ck_assert_int_eq(shared.calls, 1);
 	ck_assert_int_eq(other_local.calls, 1);
 	ck_assert_int_eq(other_token.calls, 1);

@@ -438,6 +438,15 @@ int conn_pd_accept(uint8_t *buf, size_t size, const struct conn_table *table,
 
 /* A reject's private data naming the reason. */
 int conn_pd_reject(uint8_t *buf, size_t size, enum conn_reject_reason reason);
+
+/*
+ * The reject of a request whose protection domain is unknown or not proven,
+ * with the refusing daemon's instance: a descriptor of an earlier start of
+ * that daemon then fails as stale (NOT_FOUND), as it would once connected.
+ */
+int conn_pd_reject_domain(uint8_t *buf, size_t size, uint64_t instance);
+/* The instance in such a reject, 0 when there is none. */
+uint64_t conn_pd_reject_instance(const uint8_t *pd, size_t len);
 const char *conn_reject_reason_str(enum conn_reject_reason reason);
 
 /* A checked probe query. */

@@ -52,6 +52,24 @@ static void on_rejected(struct conn_link *link, const struct conn_event_data *da
 		enum conn_reject_reason why = pd[6] < CONN_REJ_MAX ? pd[6] : CONN_REJ_MAX;
 		int err = reject_err(why, &retryable);
 		snprintf(reason, sizeof(reason), "peer refused: %s", conn_reject_reason_str(why));
+		/*
+		 * A domain's token is drawn per daemon start, so the xfers waiting
+		 * here all name one instance: when the peer is another, the
+		 * descriptor is stale, not forged.
+		 */
+		uint64_t instance = conn_pd_reject_instance(pd, len);
+		const struct xfer *first =
+			list_empty(&conn->pending)
+				? NULL
+				: container_of(conn->pending.next, struct xfer, link);
+		if (why == CONN_REJ_DOMAIN && instance && first &&
+		    first->remote_instance != instance) {
+			err = RDMAX_E_NOT_FOUND;
+			snprintf(reason, sizeof(reason),
+				 "stale descriptor: it names daemon instance %016" PRIx64
+				 ", the peer is instance %016" PRIx64,
+				 first->remote_instance, instance);
+		}
 		conn_attempt_failed(conn, err, retryable, reason);
 		return;
 	}

@@ -24,7 +24,8 @@
  *   7 n_links u8 | 8 link_index u8 | 9 domain u24 (zero without bit 1) | 12 group u32
  *  16 instance u64 | 24 time_ms u64 | 32 nonce[8] | 40 proof[16]
  * Accept: 0 magic | 4 version | 5 type | 6 flags | 7 zero | 8 instance u64 | 16 proof[32]
- * Reject: 0 magic | 4 version | 5 type | 6 reason u8 | 7 zero | 8 text (NUL-padded)
+ * Reject: 0 magic | 4 version | 5 type | 6 reason u8 | 7 zero | 8 text (NUL-padded);
+ *         for CONN_REJ_DOMAIN, 48 the refusing daemon's instance u64 (stale descriptors)
  *
  * The proofs are auth_compute() over a transcript made of the request and
  * the address and port the requester connects to, so a request cannot be
@@ -293,6 +294,26 @@ int conn_pd_reject(uint8_t *buf, size_t size, enum conn_reject_reason reason)
 	buf[6] = (uint8_t)reason;
 	memcpy(buf + 8, text, MIN(strlen(text), len - 9));
 	return (int)len;
+}
+
+int conn_pd_reject_domain(uint8_t *buf, size_t size, uint64_t instance)
+{
+	int len = conn_pd_reject(buf, size, CONN_REJ_DOMAIN);
+
+	/* The reason's text ends before byte 48 (conn_reject_reason_str() is short). */
+	if (len >= 56) {
+		put_le64(buf + 48, instance);
+	}
+	return len;
+}
+
+uint64_t conn_pd_reject_instance(const uint8_t *pd, size_t len)
+{
+	if (!pd || len < 56 || get_le32(pd) != CONN_PD_MAGIC || pd[5] != CONN_PD_REJECT ||
+	    pd[6] != CONN_REJ_DOMAIN || pd[47] != 0) {
+		return 0;
+	}
+	return get_le64(pd + 48);
 }
 
 int conn_pd_type(const uint8_t *pd, size_t len)

@@ -63,7 +63,9 @@ static void refuse(struct verbs_transport *vt, struct rdma_cm_id *id, const char
 		   enum conn_reject_reason reason)
 {
 	uint8_t pd[56];
-	int len = conn_pd_reject(pd, sizeof(pd), reason);
+	int len = reason == CONN_REJ_DOMAIN
+			  ? conn_pd_reject_domain(pd, sizeof(pd), vt->conns.instance)
+			  : conn_pd_reject(pd, sizeof(pd), reason);
 
 	log_ratelimited(&vt->rl, LOG_WARNING, "refused connection from %s: %s", name,
 			conn_reject_reason_str(reason));
