@@ -933,7 +933,7 @@ START_TEST(conn_domains)
 
 	/* The peer refuses the domain: final, the xfers fail once with PERMISSION_DENIED. */
 	uint8_t rej[64];
-	int rlen = conn_pd_reject_domain(rej, sizeof(rej), PEER_INSTANCE);
+	int rlen = conn_pd_reject_domain(rej, sizeof(rej), CONN_REJ_DOMAIN, PEER_INSTANCE);
 	ck_assert_int_eq(rlen, 56);
 	ck_assert_uint_eq(conn_pd_reject_instance(rej, (size_t)rlen), PEER_INSTANCE);
 	ck_assert_uint_eq(conn_pd_reject_instance(rej, 40), 0);
@@ -959,13 +959,32 @@ START_TEST(conn_domains)
 	conn_timer_fired(tok_conn, 4);
 	event(&tok_conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 4);
 	event(&tok_conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 4);
-	rlen = conn_pd_reject_domain(rej, sizeof(rej), PEER_INSTANCE + 1);
+	rlen = conn_pd_reject_domain(rej, sizeof(rej), CONN_REJ_DOMAIN, PEER_INSTANCE + 1);
 	event(&tok_conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, 5);
 	conn_table_work(&t, 6);
 	ck_assert_int_eq(other_token.calls, 1);
 	ck_assert_int_eq(other_token.err, RDMAX_E_NOT_FOUND);
 	ck_assert_msg(strstr(other_token.msg, "stale descriptor") != NULL, "message: %s",
 		      other_token.msg);
+	/* A domain the peer (same start) no longer has: its regions are gone, NOT_FOUND. */
+	struct conn *other_conn = NULL;
+	for (pos = t.conns.next; pos != &t.conns; pos = pos->next) {
+		struct conn *c = container_of(pos, struct conn, link);
+		if (c->local_domain == 4) {
+			other_conn = c;
+		}
+	}
+	ck_assert_ptr_nonnull(other_conn);
+	conn_timer_fired(other_conn, 6);
+	event(&other_conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 6);
+	event(&other_conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 6);
+	rlen = conn_pd_reject_domain(rej, sizeof(rej), CONN_REJ_DOMAIN_GONE, PEER_INSTANCE);
+	event(&other_conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, 6);
+	conn_table_work(&t, 6);
+	ck_assert_int_eq(other_local.calls, 1);
+	ck_assert_int_eq(other_local.err, RDMAX_E_NOT_FOUND);
+	ck_assert_msg(strstr(other_local.msg, "protection domain gone") != NULL, "message: %s",
+		      other_local.msg);
 	conn_table_shutdown(&t);
 	conn_table_work(&t, 7);
 	ck_assert_int_eq(shared.calls, 1);

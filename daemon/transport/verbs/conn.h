@@ -370,8 +370,9 @@ enum conn_reject_reason {
 	CONN_REJ_LIMIT,         /* max_connections reached */
 	CONN_REJ_RESOURCES,     /* no QP or CQ space on the device */
 	CONN_REJ_SHUTDOWN,      /* the daemon is shutting down */
-	CONN_REJ_DOMAIN, /* no such protection domain, or the request's proof of it is wrong */
-	CONN_REJ_MAX,    /* terminator */
+	CONN_REJ_DOMAIN,        /* the request does not prove the protection domain's token */
+	CONN_REJ_DOMAIN_GONE,   /* no such protection domain (any more): its regions are gone */
+	CONN_REJ_MAX,           /* terminator */
 };
 
 /* A checked connect request. */
@@ -440,11 +441,13 @@ int conn_pd_accept(uint8_t *buf, size_t size, const struct conn_table *table,
 int conn_pd_reject(uint8_t *buf, size_t size, enum conn_reject_reason reason);
 
 /*
- * The reject of a request whose protection domain is unknown or not proven,
- * with the refusing daemon's instance: a descriptor of an earlier start of
- * that daemon then fails as stale (NOT_FOUND), as it would once connected.
+ * The reject of a request whose protection domain is gone or not proven
+ * (reason CONN_REJ_DOMAIN_GONE or CONN_REJ_DOMAIN), with the refusing
+ * daemon's instance: a descriptor of an earlier start of that daemon then
+ * fails as stale (NOT_FOUND), as it would once connected.
  */
-int conn_pd_reject_domain(uint8_t *buf, size_t size, uint64_t instance);
+int conn_pd_reject_domain(uint8_t *buf, size_t size, enum conn_reject_reason reason,
+			  uint64_t instance);
 /* The instance in such a reject, 0 when there is none. */
 uint64_t conn_pd_reject_instance(const uint8_t *pd, size_t len);
 const char *conn_reject_reason_str(enum conn_reject_reason reason);

@@ -27,6 +27,9 @@ static int reject_err(enum conn_reject_reason reason, bool *ret_retryable)
 	case CONN_REJ_REPLAY:
 	case CONN_REJ_DOMAIN:
 		return RDMAX_E_PERMISSION_DENIED;
+	case CONN_REJ_DOMAIN_GONE:
+		/* Every region of that domain was deregistered: as for one region. */
+		return RDMAX_E_NOT_FOUND;
 	case CONN_REJ_VERSION:
 		return RDMAX_E_PROTOCOL_ERROR;
 	case CONN_REJ_LIMIT:
@@ -62,7 +65,7 @@ static void on_rejected(struct conn_link *link, const struct conn_event_data *da
 			list_empty(&conn->pending)
 				? NULL
 				: container_of(conn->pending.next, struct xfer, link);
-		if (why == CONN_REJ_DOMAIN && instance && first &&
+		if ((why == CONN_REJ_DOMAIN || why == CONN_REJ_DOMAIN_GONE) && instance && first &&
 		    first->remote_instance != instance) {
 			err = RDMAX_E_NOT_FOUND;
 			snprintf(reason, sizeof(reason),

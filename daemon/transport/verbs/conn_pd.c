@@ -25,7 +25,8 @@
  *  16 instance u64 | 24 time_ms u64 | 32 nonce[8] | 40 proof[16]
  * Accept: 0 magic | 4 version | 5 type | 6 flags | 7 zero | 8 instance u64 | 16 proof[32]
  * Reject: 0 magic | 4 version | 5 type | 6 reason u8 | 7 zero | 8 text (NUL-padded);
- *         for CONN_REJ_DOMAIN, 48 the refusing daemon's instance u64 (stale descriptors)
+ *         for CONN_REJ_DOMAIN(_GONE), 48 the refusing daemon's instance u64 (stale
+ *         descriptors)
  *
  * The proofs are auth_compute() over a transcript made of the request and
  * the address and port the requester connects to, so a request cannot be
@@ -274,7 +275,8 @@ const char *conn_reject_reason_str(enum conn_reject_reason reason)
 		[CONN_REJ_LIMIT] = "connection limit reached",
 		[CONN_REJ_RESOURCES] = "no resources for another queue pair",
 		[CONN_REJ_SHUTDOWN] = "shutting down",
-		[CONN_REJ_DOMAIN] = "protection domain unknown or not proven",
+		[CONN_REJ_DOMAIN] = "protection domain not proven",
+		[CONN_REJ_DOMAIN_GONE] = "protection domain gone (deregistered)",
 	};
 	return (unsigned)reason < CONN_REJ_MAX ? names[reason] : "unknown reason";
 }
@@ -296,9 +298,10 @@ int conn_pd_reject(uint8_t *buf, size_t size, enum conn_reject_reason reason)
 	return (int)len;
 }
 
-int conn_pd_reject_domain(uint8_t *buf, size_t size, uint64_t instance)
+int conn_pd_reject_domain(uint8_t *buf, size_t size, enum conn_reject_reason reason,
+			  uint64_t instance)
 {
-	int len = conn_pd_reject(buf, size, CONN_REJ_DOMAIN);
+	int len = conn_pd_reject(buf, size, reason);
 
 	/* The reason's text ends before byte 48 (conn_reject_reason_str() is short). */
 	if (len >= 56) {
@@ -310,7 +313,7 @@ int conn_pd_reject_domain(uint8_t *buf, size_t size, uint64_t instance)
 uint64_t conn_pd_reject_instance(const uint8_t *pd, size_t len)
 {
 	if (!pd || len < 56 || get_le32(pd) != CONN_PD_MAGIC || pd[5] != CONN_PD_REJECT ||
-	    pd[6] != CONN_REJ_DOMAIN || pd[47] != 0) {
+	    (pd[6] != CONN_REJ_DOMAIN && pd[6] != CONN_REJ_DOMAIN_GONE) || pd[47] != 0) {
 		return 0;
 	}
 	return get_le64(pd + 48);

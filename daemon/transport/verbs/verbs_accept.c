@@ -63,8 +63,8 @@ static void refuse(struct verbs_transport *vt, struct rdma_cm_id *id, const char
 		   enum conn_reject_reason reason)
 {
 	uint8_t pd[56];
-	int len = reason == CONN_REJ_DOMAIN
-			  ? conn_pd_reject_domain(pd, sizeof(pd), vt->conns.instance)
+	int len = reason == CONN_REJ_DOMAIN || reason == CONN_REJ_DOMAIN_GONE
+			  ? conn_pd_reject_domain(pd, sizeof(pd), reason, vt->conns.instance)
 			  : conn_pd_reject(pd, sizeof(pd), reason);
 
 	log_ratelimited(&vt->rl, LOG_WARNING, "refused connection from %s: %s", name,
@@ -111,8 +111,16 @@ void vt_on_connect_request(struct verbs_transport *vt, struct listener *l, const
 	 */
 	struct vt_domain *dom = NULL;
 	if (req.domain) {
+		/*
+		 * Numbers are not reused before 2^24 more domains, so an unknown one
+		 * is a domain whose regions and QPs are all gone.
+		 */
 		dom = vt_domain_find(vt, req.domain);
-		if (!dom || !conn_pd_domain_ok(ev->pd, ev->pd_len, dom->token)) {
+		if (!dom) {
+			refuse(vt, id, name, CONN_REJ_DOMAIN_GONE);
+			return;
+		}
+		if (!conn_pd_domain_ok(ev->pd, ev->pd_len, dom->token)) {
 			refuse(vt, id, name, CONN_REJ_DOMAIN);
 			return;
 		}
