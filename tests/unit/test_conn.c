@@ -849,6 +849,35 @@ END_TEST
  * a missing domain flag does not prove it. A domain the peer refuses fails
  * the waiting xfers with PERMISSION_DENIED at once (no retry).
  */
+/* The connection of t with these domains, or NULL. */
+static struct conn *conn_of_domains(struct conn_table *t, uint32_t local, uint32_t remote,
+				    uint64_t token)
+{
+	for (struct list_node *pos = t->conns.next; pos != &t->conns; pos = pos->next) {
+		struct conn *c = container_of(pos, struct conn, link);
+		if (c->local_domain == local && c->remote_domain == remote &&
+		    c->remote_token == token) {
+			return c;
+		}
+	}
+	return NULL;
+}
+
+/* Start conn's attempt and have its first link rejected with a domain refusal. */
+static void domain_refused(struct conn *conn, enum conn_reject_reason reason, uint64_t instance,
+			   uint64_t now)
+{
+	uint8_t rej[64];
+
+	conn_timer_fired(conn, now);
+	event(&conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, now);
+	event(&conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, now);
+	int rlen = conn_pd_reject_domain(rej, sizeof(rej), reason, instance);
+	ck_assert_int_eq(rlen, 56);
+	event(&conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, now);
+	conn_table_work(conn->table, now);
+}
+
 START_TEST(conn_domains)
 {
 	const char *key = "shared-key-0123456789";
@@ -877,17 +906,9 @@ START_TEST(conn_domains)
 	ck_assert_int_eq(conn_submit_domain(&t, &other_token.x, 3, 0), 0);
 	/* shared (0,0), own and own2 together (3,7), other_local (4,7), other_token. */
 	ck_assert_uint_eq(t.n_conns, 4);
-	struct conn *dom_conn = NULL;
-	struct list_node *pos;
-	for (pos = t.conns.next; pos != &t.conns; pos = pos->next) {
-		struct conn *c = container_of(pos, struct conn, link);
-		if (c->local_domain == 3 && c->remote_domain == 7 && c->remote_token == token) {
-			ck_assert_ptr_null(dom_conn);
-			dom_conn = c;
-			ck_assert_uint_eq(c->n_pending, 2);
-		}
-	}
+	struct conn *dom_conn = conn_of_domains(&t, 3, 7, token);
 	ck_assert_ptr_nonnull(dom_conn);
+	ck_assert_uint_eq(dom_conn->n_pending, 2);
 
 	/* Its connect request names domain 7 and proves the token. */
 	conn_timer_fired(dom_conn, 1);
@@ -948,39 +969,17 @@ START_TEST(conn_domains)
 	 * Refused by a later start of the peer (same address, new instance): the
 	 * descriptor is stale, NOT_FOUND as over an established connection.
 	 */
-	struct conn *tok_conn = NULL;
-	for (pos = t.conns.next; pos != &t.conns; pos = pos->next) {
-		struct conn *c = container_of(pos, struct conn, link);
-		if (c->remote_token == (token ^ 1)) {
-			tok_conn = c;
-		}
-	}
+	struct conn *tok_conn = conn_of_domains(&t, 3, 7, token ^ 1);
 	ck_assert_ptr_nonnull(tok_conn);
-	conn_timer_fired(tok_conn, 4);
-	event(&tok_conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 4);
-	event(&tok_conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 4);
-	rlen = conn_pd_reject_domain(rej, sizeof(rej), CONN_REJ_DOMAIN, PEER_INSTANCE + 1);
-	event(&tok_conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, 5);
-	conn_table_work(&t, 6);
+	domain_refused(tok_conn, CONN_REJ_DOMAIN, PEER_INSTANCE + 1, 5);
 	ck_assert_int_eq(other_token.calls, 1);
 	ck_assert_int_eq(other_token.err, RDMAX_E_NOT_FOUND);
 	ck_assert_msg(strstr(other_token.msg, "stale descriptor") != NULL, "message: %s",
 		      other_token.msg);
 	/* A domain the peer (same start) no longer has: its regions are gone, NOT_FOUND. */
-	struct conn *other_conn = NULL;
-	for (pos = t.conns.next; pos != &t.conns; pos = pos->next) {
-		struct conn *c = container_of(pos, struct conn, link);
-		if (c->local_domain == 4) {
-			other_conn = c;
-		}
-	}
+	struct conn *other_conn = conn_of_domains(&t, 4, 7, token);
 	ck_assert_ptr_nonnull(other_conn);
-	conn_timer_fired(other_conn, 6);
-	event(&other_conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 6);
-	event(&other_conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 6);
-	rlen = conn_pd_reject_domain(rej, sizeof(rej), CONN_REJ_DOMAIN_GONE, PEER_INSTANCE);
-	event(&other_conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, 6);
-	conn_table_work(&t, 6);
+	domain_refused(other_conn, CONN_REJ_DOMAIN_GONE, PEER_INSTANCE, 6);
 	ck_assert_int_eq(other_local.calls, 1);
 	ck_assert_int_eq(other_local.err, RDMAX_E_NOT_FOUND);
 	ck_assert_msg(strstr(other_local.msg, "protection domain gone") != NULL, "message: %s",
