@@ -500,6 +500,7 @@ static void show_conns(const json_t *r)
 		{"bytes_sent", "SENT", F_BYTES},
 		{"bytes_received", "RECEIVED", F_BYTES},
 		{"idle_ms", "IDLE", F_MS},
+		{"domains", "PD", F_TEXT},
 	};
 	if (jstr(r, "note", NULL)) {
 		printf("%s\n", jstr(r, "note", ""));

@@ -46,6 +46,7 @@ enum key_type {
 	KEY_ONOFF,     /* off or on in a bool */
 	KEY_BOOL,      /* true or false in a bool */
 	KEY_CLASS,     /* traffic class name (latency, bulk) in a uint32_t */
+	KEY_ISOLATION, /* enum config_isolation */
 	KEY_TYPE_MAX,  /* terminator */
 };
 
@@ -152,6 +153,10 @@ static const struct config_key g_keys[] = {
 	 KEY_RELOAD, "Jobs in one submit message; at most max_outstanding_jobs."},
 	{"limits", "max_connections", KEY_UINT, FIELD(max_connections), 1, 65536, KEY_RELOAD,
 	 "Connections to other daemons that this node keeps open, for the whole daemon."},
+	{"limits", "max_isolation_domains", KEY_UINT, FIELD(max_isolation_domains), 1, 65536, 0,
+	 "With [verbs] isolation = per-uid: local uids that may have regions registered at the "
+	 "same time (each has a protection domain per device); a further uid's registration "
+	 "is refused with RESOURCE_EXHAUSTED until one has none left."},
 	{"limits", "max_imm_counters", KEY_UINT, FIELD(max_imm_counters), 1, 16777216, KEY_RELOAD,
 	 "Distinct immediate-value counters tracked on this node, for the whole daemon."},
 	{"limits", "hello_timeout_ms", KEY_UINT, FIELD(hello_timeout_ms), 100, 600000, KEY_RELOAD,
@@ -248,6 +253,12 @@ static const struct config_key g_keys[] = {
 	{"verbs", "signal_interval", KEY_UINT, FIELD(signal_interval), 1, 1024, 0,
 	 "One work request in this many asks for a completion; higher values cost fewer "
 	 "completions but hold send queue slots longer."},
+	{"verbs", "isolation", KEY_ISOLATION, FIELD(isolation), 0, CONFIG_ISOLATION_MAX - 1, 0,
+	 "Protection domains of registered memory: shared (one per device for every region) or "
+	 "per-uid (one per local uid and device; a peer's queue pairs for one uid's regions are "
+	 "in that uid's domain, so an rkey of one uid is refused by the NIC on another uid's "
+	 "queue pairs). per-uid costs a protection domain per uid and device and queue pairs "
+	 "per peer and uid pair."},
 
 	{"metrics", "textfile_dir", KEY_PATH, FIELD(metrics_textfile_dir), 0, 0, KEY_EMPTY,
 	 "Directory of node_exporter's textfile collector; the daemon writes rdmaxd.prom there "
@@ -324,6 +335,11 @@ static const char *const g_gpu_reg_names[CONFIG_GPU_REG_MAX] = {
 	[CONFIG_GPU_REG_PEERMEM] = "peermem",
 };
 
+static const char *const g_isolation_names[CONFIG_ISOLATION_MAX] = {
+	[CONFIG_ISOLATION_SHARED] = "shared",
+	[CONFIG_ISOLATION_PER_UID] = "per-uid",
+};
+
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -358,6 +374,14 @@ const char *config_gpu_registration_name(enum config_gpu_registration r)
 		return "unknown";
 	}
 	return g_gpu_reg_names[r];
+}
+
+const char *config_isolation_name(enum config_isolation i)
+{
+	if ((unsigned)i >= CONFIG_ISOLATION_MAX) {
+		return "unknown";
+	}
+	return g_isolation_names[i];
 }
 
 static void *field(struct config *cfg, const struct config_key *k)
@@ -900,6 +924,15 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 		}
 		*ret_why = "expected latency or bulk";
 		return -EINVAL;
+	case KEY_ISOLATION:
+		for (int i = 0; i < CONFIG_ISOLATION_MAX; i++) {
+			if (strcmp(value, g_isolation_names[i]) == 0) {
+				*(enum config_isolation *)field(cfg, k) = (enum config_isolation)i;
+				return 0;
+			}
+		}
+		*ret_why = "expected shared or per-uid";
+		return -EINVAL;
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -949,6 +982,10 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 	case KEY_CLASS:
 		snprintf(buf, size, "%s", config_class_name(*(const uint32_t *)cfield(cfg, k)));
 		return;
+	case KEY_ISOLATION:
+		snprintf(buf, size, "%s",
+			 config_isolation_name(*(const enum config_isolation *)cfield(cfg, k)));
+		return;
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -988,6 +1025,7 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 	case KEY_ONOFF:
 	case KEY_BOOL:
 	case KEY_CLASS:
+	case KEY_ISOLATION:
 	case KEY_TYPE_MAX:
 		break;
 	}
@@ -1132,6 +1170,8 @@ void config_defaults(struct config *cfg)
 	cfg->qos_default_class = 1; /* bulk */
 	cfg->qos_max_in_flight = 32;
 	cfg->qos_latency_reserve = 4;
+	cfg->isolation = CONFIG_ISOLATION_SHARED;
+	cfg->max_isolation_domains = 256;
 }
 
 int config_set(struct config *cfg, const char *section, const char *key, const char *value,
@@ -1394,6 +1434,10 @@ int config_validate(const struct config *cfg, char *err, size_t err_size)
 	}
 	if (cfg->discovery_prefix[0] != '/') {
 		set_err(err, err_size, "[discovery] prefix must start with '/'");
+		return -EINVAL;
+	}
+	if ((unsigned)cfg->isolation >= CONFIG_ISOLATION_MAX) {
+		set_err(err, err_size, "[verbs] isolation %d is unknown", (int)cfg->isolation);
 		return -EINVAL;
 	}
 	if ((unsigned)cfg->gpu_registration >= CONFIG_GPU_REG_MAX) {

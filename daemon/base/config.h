@@ -30,6 +30,13 @@ enum config_gpu_registration {
 	CONFIG_GPU_REG_MAX,     /* terminator */
 };
 
+/* Which protection domains the verbs transport registers regions in (docs/security.md). */
+enum config_isolation {
+	CONFIG_ISOLATION_SHARED,  /* one protection domain per device for every region */
+	CONFIG_ISOLATION_PER_UID, /* one per local uid and device; QPs per peer and uid pair */
+	CONFIG_ISOLATION_MAX,     /* terminator */
+};
+
 struct config {
 	/* [daemon] */
 	char socket_path[108];       /* client socket (AF_UNIX SOCK_SEQPACKET) */
@@ -57,9 +64,10 @@ struct config {
 	uint64_t max_registered_bytes;
 	uint32_t max_outstanding_jobs;
 	uint32_t max_jobs_per_submit;
-	uint32_t max_connections;  /* daemon-to-daemon connections, per node */
-	uint32_t max_imm_counters; /* distinct imm values tracked per node */
-	uint32_t hello_timeout_ms; /* a client must send Hello within this */
+	uint32_t max_isolation_domains; /* per-uid isolation: uids with a protection domain */
+	uint32_t max_connections;       /* daemon-to-daemon connections, per node */
+	uint32_t max_imm_counters;      /* distinct imm values tracked per node */
+	uint32_t hello_timeout_ms;      /* a client must send Hello within this */
 	/* Shares of one uid, summed over its clients (docs/security.md). */
 	uint32_t per_uid_clients;
 	uint32_t per_uid_regions;
@@ -96,6 +104,7 @@ struct config {
 	uint32_t qps_per_peer;
 	uint32_t inline_threshold; /* bytes; capped by the QP's max_inline_data */
 	uint32_t signal_interval;  /* signal one WR in this many */
+	enum config_isolation isolation;
 
 	/* [metrics] */
 	char metrics_textfile_dir[256]; /* node_exporter textfile directory; empty = off */
@@ -179,5 +188,6 @@ const char *config_transport_name(enum config_transport t);
 const char *config_gpu_registration_name(enum config_gpu_registration r);
 /* "latency" (0), "bulk" (1): [qos] default_class. */
 const char *config_class_name(uint32_t cls);
+const char *config_isolation_name(enum config_isolation i);
 
 #endif

@@ -47,6 +47,12 @@ int desc_encode(const struct remote_desc *desc, uint8_t *buf, size_t buf_size)
 			eps[i].iova = e->iova;
 			eps[i].has_rkey = 1;
 			eps[i].rkey = e->rkey;
+			if (e->domain) {
+				eps[i].has_domain = 1;
+				eps[i].domain = e->domain;
+				eps[i].has_domain_token = 1;
+				eps[i].domain_token = e->domain_token;
+			}
 		}
 		ep_ptrs[i] = &eps[i];
 	}
@@ -137,6 +143,15 @@ int desc_decode(const uint8_t *buf, size_t len, struct remote_desc *ret_desc)
 			}
 			e->iova = m->iova;
 			e->rkey = m->rkey;
+			/* A domain comes with its token, and fits a connect request. */
+			if (m->has_domain != m->has_domain_token ||
+			    (m->has_domain && (m->domain == 0 || m->domain > DESC_DOMAIN_MAX))) {
+				goto out_free;
+			}
+			e->domain = m->has_domain ? m->domain : 0;
+			e->domain_token = m->has_domain ? m->domain_token : 0;
+		} else if (m->has_domain || m->has_domain_token) {
+			goto out_free;
 		}
 	}
 	desc.n_endpoints = (uint32_t)msg->n_endpoints;

@@ -30,7 +30,17 @@ struct endpoint {
 	char device[32]; /* verbs device name, "" for TCP */
 	uint64_t iova;   /* verbs only */
 	uint32_t rkey;   /* verbs only */
+	/*
+	 * verbs only: the owner's protection domain of the region (per-uid
+	 * isolation), 0 for its shared one, and the domain's secret, which the
+	 * connecting daemon proves it holds (conn_pd.c).
+	 */
+	uint32_t domain;
+	uint64_t domain_token;
 };
+
+/* Domain numbers fit the 24 bits a connect request has for them. */
+#define DESC_DOMAIN_MAX 0xffffffu
 
 struct remote_desc {
 	uint64_t instance_id; /* daemon start the region belongs to */

@@ -218,13 +218,15 @@ bool gpu_region_shares_mrs(const struct region *region);
 /*
  * For the verbs transport's region hooks (gpu_verbs.c): register a region
  * of a GPU kind or a pool slice on one device at `iova`, following
- * gpu_mr_plan(), and undo it. The dereg leaves a slice's shared MR alone.
+ * gpu_mr_plan(), in protection domain pd of that device, and undo it. The
+ * dereg leaves a slice's shared MR (in the device's shared PD) alone.
  * Errors are logged here, naming the device and the hint.
  */
 struct hca;
 struct ibv_mr;
-int gpu_verbs_reg_mr(struct region *region, struct hca *hca, uint64_t iova, int access,
-		     struct ibv_mr **ret_mr);
+struct ibv_pd;
+int gpu_verbs_reg_mr(struct region *region, struct hca *hca, struct ibv_pd *pd, uint64_t iova,
+		     int access, struct ibv_mr **ret_mr);
 void gpu_verbs_dereg_mr(struct region *region, struct hca *hca, struct ibv_mr *mr);
 
 /* ---- pools ---- */

@@ -146,6 +146,7 @@ int region_insert(struct region_table *table, struct region *region)
 		region->key = random_u64();
 	}
 	region->refs = 1;
+	region->uid = table->owner_uid && region->owner ? table->owner_uid(region->owner) : 0;
 	list_init(&region->owner_link);
 	for (uint32_t i = 0; i < table->n_hooks; i++) {
 		ret = table->hooks[i].added(table->hooks[i].ctx, region);

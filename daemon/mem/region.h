@@ -40,6 +40,7 @@ struct region {
 	void *map_base; /* what to munmap */
 	size_t map_length;
 	void *owner;                    /* the client session that registered it */
+	uint32_t uid;                   /* the owner's uid (region_table.owner_uid); 0 without */
 	struct list_node owner_link;    /* in the owner's list of regions */
 	uint32_t refs;                  /* 1 for the registration + 1 per job holding it */
 	bool deregistering;             /* no new jobs; freed at refs == 0 */
@@ -73,6 +74,12 @@ struct region_table {
 	uint32_t count;
 	struct region_hooks hooks[2];
 	uint32_t n_hooks;
+	/*
+	 * The uid of a region's owner, asked before the hooks run (the verbs
+	 * transport's per-uid protection domains need it); NULL: every region
+	 * gets uid 0. Set by the layer that knows what an owner is.
+	 */
+	uint32_t (*owner_uid)(void *owner);
 };
 
 int region_table_init(struct region_table *table, uint64_t instance_id);

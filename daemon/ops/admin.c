@@ -596,6 +596,12 @@ static void json_conn(void *arg, const struct transport_conn_info *info)
 	json_u64(j, "bytes_sent", info->bytes_sent);
 	json_u64(j, "bytes_received", info->bytes_received);
 	json_u64(j, "idle_ms", info->idle_ms);
+	/* Protection domains (per-uid isolation): "local>remote", "" for shared ones. */
+	char pd[32] = "";
+	if (info->local_domain || info->remote_domain) {
+		snprintf(pd, sizeof(pd), "%u>%u", info->local_domain, info->remote_domain);
+	}
+	json_str(j, "domains", pd);
 	json_obj_close(j);
 }
 

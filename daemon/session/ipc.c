@@ -369,6 +369,12 @@ static int prepare_socket_path(const char *path)
 	return unlink(path) < 0 ? -errno : 0;
 }
 
+/* region_table.owner_uid: every region's owner is a session's job_owner. */
+static uint32_t owner_uid(void *owner)
+{
+	return (uint32_t)session_of(owner)->uid;
+}
+
 int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 {
 	const struct config *cfg = &daemon->cfg;
@@ -382,6 +388,7 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 	}
 	ipc->daemon = daemon;
 	ipc->listen_fd = -1;
+	daemon->regions.owner_uid = owner_uid;
 	list_init(&ipc->sessions);
 	list_init(&ipc->dirty);
 	list_init(&ipc->rings);

@@ -129,6 +129,9 @@ struct transport_conn_info {
 	uint64_t bytes_sent;   /* payload and framing */
 	uint64_t bytes_received;
 	uint64_t idle_ms; /* since the last byte moved */
+	/* verbs, per-uid isolation: protection domains here and at the peer; 0: shared */
+	uint32_t local_domain;
+	uint32_t remote_domain;
 };
 typedef void (*transport_conn_cb)(void *arg, const struct transport_conn_info *info);
 

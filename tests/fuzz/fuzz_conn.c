@@ -145,7 +145,12 @@ static void accepting(const uint8_t *pd, size_t len, bool keyed)
 			abort();
 		}
 		if (why == CONN_REJ_NONE) {
-			if (len < CONN_PD_REQ_LEN || req.link_index >= req.n_links) {
+			if (len < CONN_PD_REQ_LEN || req.link_index >= req.n_links ||
+			    req.domain > 0xffffff) {
+				abort();
+			}
+			/* A domain's proof holds for one token at most; none without a domain. */
+			if (!req.domain && conn_pd_domain_ok(pd, len, get_le64(pd + 32))) {
 				abort();
 			}
 			if (conn_pd_accept(out, sizeof(out), &t, pd, addr, 7471) <= 0) {

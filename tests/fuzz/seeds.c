@@ -375,12 +375,17 @@ static void conn_seeds(void)
 
 	/* Accepting: requests without and with a proof (mode 4 = keyed). */
 	buf[0] = 0;
-	conn_pd_connect(buf + 1, 0, 2, 77, 0x1111222233334444ull, 0, NULL, 0, server, 7471);
+	conn_pd_connect(buf + 1, 0, 2, 77, 0x1111222233334444ull, 0, NULL, 0, server, 7471, 0, 0);
 	put("conn", "connect", buf, 1 + CONN_PD_REQ_LEN);
 	buf[0] = 4;
 	conn_pd_connect(buf + 1, 1, 2, 77, 0x1111222233334444ull, 0, (const uint8_t *)key,
-			strlen(key), server, 7471);
+			strlen(key), server, 7471, 0, 0);
 	put("conn", "connect-keyed", buf, 1 + CONN_PD_REQ_LEN);
+	/* A request for a protection domain (per-uid isolation), with its proof. */
+	buf[0] = 4;
+	conn_pd_connect(buf + 1, 0, 1, 78, 0x1111222233334444ull, 0, (const uint8_t *)key,
+			strlen(key), server, 7471, 5, 0x0123456789abcdefull);
+	put("conn", "connect-domain", buf, 1 + CONN_PD_REQ_LEN);
 	struct conn_query q = {
 		.access = RDMAX_ACCESS_REMOTE_WRITE, .region_id = 1, .region_key = 2, .length = 8};
 	buf[0] = 0;
@@ -398,7 +403,7 @@ static void conn_seeds(void)
 				.max_connections = 8};
 	uint8_t req[CONN_PD_REQ_LEN];
 	conn_table_init(&t, &p, &no_ops, NULL, 0x1111222233334444ull, NULL, 0);
-	conn_pd_connect(req, 0, 1, 1, 0xaaaabbbbccccddddull, 0, NULL, 0, peer, 7471);
+	conn_pd_connect(req, 0, 1, 1, 0xaaaabbbbccccddddull, 0, NULL, 0, peer, 7471, 0, 0);
 	int len = conn_pd_accept(pd, sizeof(pd), &t, req, peer, 7471);
 	conn_table_fini(&t);
 	size_t n = 0;

@@ -268,14 +268,6 @@ void itest_report_leftovers(void)
 	closedir(dir);
 }
 
-void itest_child_setup(pid_t parent)
-{
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent) {
-		_exit(127);
-	}
-}
-
 void itest_open_socket_dirs(const struct itest_daemon *d)
 {
 	char path[sizeof(d->socket_path)];
@@ -286,6 +278,14 @@ void itest_open_socket_dirs(const struct itest_daemon *d)
 		ck_assert_ptr_nonnull(slash);
 		*slash = '\0';
 		ck_assert_int_eq(chmod(path, 0711), 0);
+	}
+}
+
+void itest_child_setup(pid_t parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent) {
+		_exit(127);
 	}
 }
 
@@ -426,7 +426,7 @@ static const char *describe_status(int status, char *buf, size_t size)
 void itest_daemon_start(struct itest_daemon *d)
 {
 	char port[16], title[128], why[96];
-	char *argv[48];
+	char *argv[24 + 2 * ITEST_MAX_SETS];
 	size_t n = 0;
 	pid_t parent = getpid();
 	int status;
@@ -455,6 +455,14 @@ void itest_daemon_start(struct itest_daemon *d)
 	if (d->key_path[0]) {
 		argv[n++] = "--auth-key-file";
 		argv[n++] = d->key_path;
+	}
+	/* The whole suite under per-uid protection domains (RDMAX_TEST_ISOLATION=per-uid). */
+	char isolation[64];
+	const char *iso = getenv("RDMAX_TEST_ISOLATION");
+	if (iso && iso[0]) {
+		snprintf(isolation, sizeof(isolation), "verbs.isolation=%s", iso);
+		argv[n++] = "--set";
+		argv[n++] = isolation;
 	}
 	for (size_t i = 0; i < d->n_sets; i++) {
 		argv[n++] = "--set";

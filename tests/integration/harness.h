@@ -215,11 +215,11 @@ void itest_run_dir_fini(void);
 /* Unchecked teardown: report and remove what failed tests left behind. */
 void itest_report_leftovers(void);
 
-/* First call in a forked child: die with the parent (whose pid the caller took before fork). */
-void itest_child_setup(pid_t parent);
-
 /* Give every other uid a way to the daemon's socket (the test directories are 0700). */
 void itest_open_socket_dirs(const struct itest_daemon *d);
+
+/* First call in a forked child: die with the parent (whose pid the caller took before fork). */
+void itest_child_setup(pid_t parent);
 
 /* Test cases, one TCase each (see README.md). */
 /* t_peer.c, shared with t_tls.c: what an attacker learns from a descriptor. */
@@ -264,5 +264,6 @@ TCase *itest_tcase_qos(void);
 TCase *itest_tcase_mailbox(void);
 /* Verbs-only cases; NULL (not registered) on other transports. */
 TCase *itest_tcase_verbs(void);
+TCase *itest_tcase_verbs_isolation(void);
 
 #endif

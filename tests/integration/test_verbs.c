@@ -8,13 +8,19 @@
  *    write (and a read without remote read), reported as REMOTE_ACCESS, and
  *    the connection that the refusal broke is replaced for the next job;
  *  - a daemon with another key is refused at connection set-up, before the
- *    accepting side allocates a QP, and the refusal is not retried.
+ *    accepting side allocates a QP, and the refusal is not retried;
+ *  - case "verbs_isolation": with [verbs] isolation = per-uid, two uids' jobs
+ *    to their own regions work, and a descriptor of one uid's region forged
+ *    with the other uid's protection domain is refused by the NIC (or, with
+ *    a guessed domain token, at connection set-up), bytes unchanged.
  */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -453,6 +459,261 @@ START_TEST(verbs_rails_stripe_pin_failover)
 }
 END_TEST
 
+/* ------------------------------------------------------- per-uid isolation */
+
+#define TENANT_UID 65534
+#define ISO_BYTES  (64 * KiB)
+
+/* What the tenant child reports to the test. */
+struct tenant_report {
+	int step;      /* 0: every step ran; else the step that could not */
+	int own_write; /* status of its write to its own region on b */
+	int own_read;  /* status of its read back */
+	bool own_bytes_ok;
+	uint32_t own_domain; /* the domain its descriptor names */
+	int forged_write;    /* the victim's region, the tenant's domain and token */
+	char forged_reason[RDMAX_MESSAGE_MAX];
+	int guessed_write; /* the victim's domain number, the tenant's token */
+	char guessed_reason[RDMAX_MESSAGE_MAX];
+};
+
+/* One job, waited for without the harness's asserts (they cannot fail a child). */
+static int tenant_job(struct rdmax_client *c, const struct rdmax_job *job, char *reason)
+{
+	struct rdmax_event ev;
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
+	int ret = rdmax_submit(c, job, 1);
+
+	if (ret < 0) {
+		return ret;
+	}
+	while (itest_now_ms() < deadline) {
+		ret = rdmax_poll_events(c, &ev, 1, (int)(deadline - itest_now_ms()));
+		if (ret < 0) {
+			return ret;
+		}
+		if (ret == 1 && ev.type == RDMAX_EVENT_COMPLETION && ev.job_id == job->id) {
+			if (reason) {
+				snprintf(reason, RDMAX_MESSAGE_MAX, "%s", ev.reason);
+			}
+			return ev.status;
+		}
+	}
+	return RDMAX_E_TIMEOUT;
+}
+
+/*
+ * The victim's descriptor with every verbs endpoint's domain and token (or
+ * only the token, keep_number) taken from the tenant's own descriptor.
+ */
+static int forge_domain(const struct rdmax_desc *victim, const struct rdmax_desc *own,
+			bool keep_number, struct rdmax_desc *ret_desc, uint32_t *ret_own_domain)
+{
+	Rdmax__V1__RegionDesc *v = rdmax__v1__region_desc__unpack(NULL, victim->len, victim->bytes);
+	Rdmax__V1__RegionDesc *o = rdmax__v1__region_desc__unpack(NULL, own->len, own->bytes);
+	uint8_t buf[RDMAX_DESC_MAX];
+	int ret = -1;
+
+	if (!v || !o) {
+		goto out;
+	}
+	for (size_t i = 0; i < v->n_endpoints && i < o->n_endpoints; i++) {
+		Rdmax__V1__Endpoint *e = v->endpoints[i];
+		const Rdmax__V1__Endpoint *mine = o->endpoints[i];
+		if (e->transport != RDMAX__V1__TRANSPORT__TRANSPORT_VERBS || !mine->has_domain) {
+			continue;
+		}
+		*ret_own_domain = mine->domain;
+		if (!keep_number) {
+			e->has_domain = 1;
+			e->domain = mine->domain;
+		}
+		e->has_domain_token = 1;
+		e->domain_token = mine->domain_token;
+	}
+	size_t len = rdmax__v1__region_desc__get_packed_size(v);
+	if (len <= sizeof(buf)) {
+		rdmax__v1__region_desc__pack(v, buf);
+		ret = rdmax_desc_import(buf, len, ret_desc);
+	}
+out:
+	rdmax__v1__region_desc__free_unpacked(v, NULL);
+	rdmax__v1__region_desc__free_unpacked(o, NULL);
+	return ret;
+}
+
+/*
+ * The tenant, a child of another uid with a client on each daemon: a write
+ * and a read between its own regions, then the two forgeries against the
+ * victim's descriptor (read from `in`). The report goes to `out`.
+ */
+static int tenant(const char *sock_a, const char *sock_b, int in, int out)
+{
+	struct tenant_report rep = {.step = 1};
+	struct rdmax_client *ca, *cb;
+	struct rdmax_region *src, *back, *own;
+	struct rdmax_desc d_own, d_victim, forged;
+	struct rdmax_job job;
+
+	if (setgid(TENANT_UID) < 0 || setuid(TENANT_UID) < 0) {
+		goto out;
+	}
+	rep.step = 2;
+	if (rdmax_client_open(sock_a, "tenant-a", &ca) < 0 ||
+	    rdmax_client_open(sock_b, "tenant-b", &cb) < 0) {
+		goto out;
+	}
+	rep.step = 3;
+	if (rdmax_region_alloc_host(ca, ISO_BYTES, RDMAX_ACCESS_LOCAL, &src) < 0 ||
+	    rdmax_region_alloc_host(ca, ISO_BYTES, RDMAX_ACCESS_LOCAL, &back) < 0 ||
+	    rdmax_region_alloc_host(cb, ISO_BYTES, ACCESS_RW, &own) < 0 ||
+	    rdmax_region_desc(own, &d_own) < 0) {
+		goto out;
+	}
+	itest_fill(rdmax_region_addr(src), ISO_BYTES, 21);
+	job = itest_job(1, RDMAX_OP_WRITE, src, 0, &d_own, 0, ISO_BYTES);
+	rep.own_write = tenant_job(ca, &job, NULL);
+	job = itest_job(2, RDMAX_OP_READ, back, 0, &d_own, 0, ISO_BYTES);
+	rep.own_read = tenant_job(ca, &job, NULL);
+	rep.own_bytes_ok = memcmp(rdmax_region_addr(own), rdmax_region_addr(src), ISO_BYTES) == 0 &&
+			   memcmp(rdmax_region_addr(back), rdmax_region_addr(src), ISO_BYTES) == 0;
+	rep.step = 4;
+	if (read(in, &d_victim, sizeof(d_victim)) != (ssize_t)sizeof(d_victim)) {
+		goto out;
+	}
+	rep.step = 5;
+	if (forge_domain(&d_victim, &d_own, false, &forged, &rep.own_domain) < 0) {
+		goto out;
+	}
+	job = itest_job(3, RDMAX_OP_WRITE, src, 0, &forged, 0, 4096);
+	rep.forged_write = tenant_job(ca, &job, rep.forged_reason);
+	rep.step = 6;
+	if (forge_domain(&d_victim, &d_own, true, &forged, &rep.own_domain) < 0) {
+		goto out;
+	}
+	job = itest_job(4, RDMAX_OP_WRITE, src, 0, &forged, 0, 4096);
+	rep.guessed_write = tenant_job(ca, &job, rep.guessed_reason);
+	rep.step = 0;
+out:
+	return write(out, &rep, sizeof(rep)) == (ssize_t)sizeof(rep) ? 0 : 1;
+}
+
+/* The protection domain the first verbs endpoint of a descriptor names. */
+static uint32_t desc_domain(const struct rdmax_desc *d)
+{
+	Rdmax__V1__RegionDesc *m = rdmax__v1__region_desc__unpack(NULL, d->len, d->bytes);
+	uint32_t domain = 0;
+
+	ck_assert_ptr_nonnull(m);
+	for (size_t i = 0; i < m->n_endpoints && !domain; i++) {
+		if (m->endpoints[i]->transport == RDMAX__V1__TRANSPORT__TRANSPORT_VERBS) {
+			ck_assert_msg(m->endpoints[i]->has_domain_token ||
+					      !m->endpoints[i]->has_domain,
+				      "a domain without its token");
+			domain = m->endpoints[i]->has_domain ? m->endpoints[i]->domain : 0;
+		}
+	}
+	rdmax__v1__region_desc__free_unpacked(m, NULL);
+	return domain;
+}
+
+START_TEST(verbs_per_uid_isolation)
+{
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+
+	itest_daemon_set(a, "verbs.isolation=per-uid");
+	itest_daemon_set(b, "verbs.isolation=per-uid");
+	itest_daemon_set(a, "peers.connect_retries=5");
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *ca = itest_client(a, "victim-a");
+	struct rdmax_client *cb = itest_client(b, "victim-b");
+	struct rdmax_region *src = itest_alloc(ca, ISO_BYTES, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *back = itest_alloc(ca, ISO_BYTES, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *victim = itest_alloc(cb, ISO_BYTES, ACCESS_RW);
+	struct rdmax_desc dv = itest_desc(victim);
+	struct rdmax_event ev;
+
+	/* The victim's uid: its own jobs over its domain's QPs, bytes compared. */
+	uint32_t victim_domain = desc_domain(&dv);
+	ck_assert_msg(victim_domain != 0, "per-uid: the descriptor names no protection domain");
+	itest_fill(itest_bytes(src), ISO_BYTES, 20);
+	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &dv, 0, ISO_BYTES);
+	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "the victim's own write failed: %s", ev.reason);
+	itest_assert_mem_eq(itest_bytes(victim), itest_bytes(src), ISO_BYTES, "victim's write");
+	job = itest_job(2, RDMAX_OP_READ, back, 0, &dv, 0, ISO_BYTES);
+	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "the victim's own read failed: %s", ev.reason);
+	itest_assert_mem_eq(itest_bytes(back), itest_bytes(src), ISO_BYTES, "victim's read");
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "itest verbs: not root, so no second uid: the tenant part of "
+				"verbs_per_uid_isolation did not run\n");
+		goto out;
+	}
+	int to_child[2], from_child[2];
+	itest_open_socket_dirs(a);
+	itest_open_socket_dirs(b);
+	ck_assert_int_eq(pipe2(to_child, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(from_child, O_CLOEXEC), 0);
+	pid_t parent = getpid(), child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		itest_child_setup(parent);
+		_exit(tenant(a->socket_path, b->socket_path, to_child[0], from_child[1]));
+	}
+	ck_assert_int_eq(write(to_child[1], &dv, sizeof(dv)), (ssize_t)sizeof(dv));
+	struct tenant_report rep;
+	struct pollfd pfd = {.fd = from_child[0], .events = POLLIN};
+	ck_assert_msg(poll(&pfd, 1, 4 * ITEST_WAIT_MS) == 1, "the tenant did not report");
+	ck_assert_int_eq(read(from_child[0], &rep, sizeof(rep)), (ssize_t)sizeof(rep));
+	int wstatus;
+	ck_assert_int_eq(waitpid(child, &wstatus, 0), child);
+	close(to_child[0]);
+	close(to_child[1]);
+	close(from_child[0]);
+	close(from_child[1]);
+	ck_assert_msg(rep.step == 0, "the tenant stopped at step %d", rep.step);
+
+	/* The tenant's own jobs work, in a domain of its own. */
+	itest_assert_err(rep.own_write, 0);
+	itest_assert_err(rep.own_read, 0);
+	ck_assert_msg(rep.own_bytes_ok, "the tenant's own bytes differ");
+	ck_assert_msg(rep.own_domain != 0 && rep.own_domain != victim_domain,
+		      "tenant domain %u, victim domain %u", rep.own_domain, victim_domain);
+	/* The victim's rkey and address over the tenant's domain: the NIC refuses. */
+	itest_assert_err(rep.forged_write, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_msg(strstr(rep.forged_reason, "protection domain"), "message: %s",
+		      rep.forged_reason);
+	fprintf(stderr, "itest verbs: forged domain: %s\n", rep.forged_reason);
+	/* The victim's domain with a token the tenant does not have: refused at connect. */
+	itest_assert_err(rep.guessed_write, RDMAX_E_PERMISSION_DENIED);
+	ck_assert_msg(strstr(rep.guessed_reason, "protection domain"), "message: %s",
+		      rep.guessed_reason);
+	fprintf(stderr, "itest verbs: guessed token: %s\n", rep.guessed_reason);
+	ck_assert_msg(itest_log_contains(b, "protection domain not proven"),
+		      "no refusal of the guessed token in b's log");
+	/* Neither forgery changed a byte of the victim's region. */
+	itest_assert_mem_eq(itest_bytes(victim), itest_bytes(src), ISO_BYTES,
+			    "victim's region after the forgeries");
+	/* And the victim's jobs still work. */
+	job = itest_job(3, RDMAX_OP_WRITE, src, 0, &dv, 0, ISO_BYTES);
+	ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "the victim's write after the forgeries failed: %s",
+		      ev.reason);
+out:
+	itest_assert_quiet(ca, 100);
+	rdmax_client_close(ca);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+END_TEST
+
 TCase *itest_tcase_verbs(void)
 {
 	if (strcmp(itest_transport(), "verbs") != 0) {
@@ -468,5 +729,17 @@ TCase *itest_tcase_verbs(void)
 	ITEST_ADD_TEST_IF(tc, verbs_rails_stripe_pin_failover, rails_available(),
 			  "it needs two devices per node (RDMAX_TEST_RAIL_*, set by "
 			  "tests/run-verbs-suite under run-in-guest --two-rails)");
+	return tc;
+}
+
+TCase *itest_tcase_verbs_isolation(void)
+{
+	if (strcmp(itest_transport(), "verbs") != 0) {
+		return NULL;
+	}
+	TCase *tc = tcase_create("verbs_isolation");
+
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, verbs_per_uid_isolation);
 	return tc;
 }

@@ -126,6 +126,9 @@ START_TEST(defaults_are_valid)
 	ck_assert_uint_eq(cfg.qps_per_peer, 2);
 	ck_assert_uint_eq(cfg.inline_threshold, 64);
 	ck_assert_uint_eq(cfg.signal_interval, 16);
+	ck_assert_int_eq(cfg.isolation, CONFIG_ISOLATION_SHARED);
+	ck_assert_str_eq(config_isolation_name(CONFIG_ISOLATION_PER_UID), "per-uid");
+	ck_assert_uint_eq(cfg.max_isolation_domains, 256);
 	ck_assert_str_eq(config_transport_name(CONFIG_TRANSPORT_VERBS), "verbs");
 	ck_assert_str_eq(config_transport_name(CONFIG_TRANSPORT_MAX), "unknown");
 }
@@ -157,6 +160,7 @@ static const char g_every_key[] = "; all keys\n"
 				  "max_outstanding_jobs = 100\n"
 				  "max_jobs_per_submit = 10\n"
 				  "max_connections = 2\n"
+				  "max_isolation_domains = 8\n"
 				  "max_imm_counters = 16777216\n"
 				  "hello_timeout_ms = 250\n"
 				  "per_uid_clients = 3\n"
@@ -191,6 +195,7 @@ static const char g_every_key[] = "; all keys\n"
 				  "qps_per_peer = 64\n"
 				  "inline_threshold = 0\n"
 				  "signal_interval = 1\n"
+				  "isolation = per-uid\n"
 				  "[metrics]\n"
 				  "textfile_dir = /var/lib/node-exporter\n"
 				  "textfile_interval_s = 60\n"
@@ -275,6 +280,8 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.qps_per_peer, 64);
 	ck_assert_uint_eq(cfg.inline_threshold, 0);
 	ck_assert_uint_eq(cfg.signal_interval, 1);
+	ck_assert_int_eq(cfg.isolation, CONFIG_ISOLATION_PER_UID);
+	ck_assert_uint_eq(cfg.max_isolation_domains, 8);
 	ck_assert_str_eq(cfg.discovery_backend, "etcd");
 	ck_assert_str_eq(cfg.discovery_endpoints, "https://10.0.0.1:2379,https://10.0.0.2:2379");
 	ck_assert_str_eq(cfg.discovery_prefix, "/rdmaxd/prod-a/");
@@ -304,7 +311,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 70);
+	ck_assert_int_eq(keys, 72);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -791,18 +798,18 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 34);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 36);
 	ck_assert_str_eq(
 		names, "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
 		       "[daemon] socket_mode, "
 		       "[daemon] node_name, [transport] type, [transport] listen, "
 		       "[transport] port, [transport] advertise, [transport] tcp_encryption, "
-		       "[limits] max_message_bytes, "
+		       "[limits] max_message_bytes, [limits] max_isolation_domains, "
 		       "[peers] connect_timeout_ms, "
 		       "[peers] connect_retries, [peers] retry_backoff_ms, "
 		       "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, [verbs] pin, "
 		       "[verbs] qps_per_peer, [verbs] inline_threshold, "
-		       "[verbs] signal_interval, [metrics] textfile_dir, "
+		       "[verbs] signal_interval, [verbs] isolation, [metrics] textfile_dir, "
 		       "[metrics] textfile_interval_s, [discovery] backend, [discovery] endpoints, "
 		       "[discovery] prefix, [discovery] ttl_s, [discovery] ca_file, "
 		       "[discovery] cert_file, [discovery] key_file, [discovery] user, "
@@ -953,7 +960,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 70);
+	ck_assert_int_eq(keys, 72);
 	free(printed);
 	free(man);
 }

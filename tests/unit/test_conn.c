@@ -770,11 +770,15 @@ START_TEST(conn_probe_verdicts)
 		int verdict;
 		int err;
 		const char *text;
+		uint32_t domain; /* the descriptor's protection domain at the owner */
 	} cases[] = {
-		{RDMAX_E_NOT_FOUND, RDMAX_E_NOT_FOUND, "not registered"},
-		{RDMAX_E_OUT_OF_RANGE, RDMAX_E_OUT_OF_RANGE, "outside region 42"},
-		{RDMAX_E_PERMISSION_DENIED, RDMAX_E_REMOTE_ACCESS, "does not grant remote write"},
-		{0, RDMAX_E_REMOTE_ACCESS, "rkey or address is wrong"},
+		{RDMAX_E_NOT_FOUND, RDMAX_E_NOT_FOUND, "not registered", 0},
+		{RDMAX_E_OUT_OF_RANGE, RDMAX_E_OUT_OF_RANGE, "outside region 42", 0},
+		{RDMAX_E_PERMISSION_DENIED, RDMAX_E_REMOTE_ACCESS, "does not grant remote write",
+		 0},
+		{0, RDMAX_E_REMOTE_ACCESS, "rkey or address is wrong", 0},
+		/* The owner grants it, yet its NIC refused: the rkey is not in that domain. */
+		{0, RDMAX_E_REMOTE_ACCESS, "region 42 is not in protection domain 9", 9},
 	};
 	struct conn_policy p = test_policy();
 
@@ -792,6 +796,8 @@ START_TEST(conn_probe_verdicts)
 		a.x.remote_offset = 100;
 		unit_txfer_init(&b, XFER_WRITE, 4096, PEER_INSTANCE);
 		b.x.remote_region = 42; /* to the same region: not sent again */
+		a.x.peer.domain = b.x.peer.domain = cases[k].domain;
+		a.x.peer.domain_token = b.x.peer.domain_token = cases[k].domain ? 77 : 0;
 		ck_assert_int_eq(conn_submit(&t, &a.x, 0), 0);
 		ck_assert_int_eq(conn_submit(&t, &b.x, 0), 0);
 		struct conn *conn = the_conn(&t);
@@ -1074,7 +1080,7 @@ START_TEST(conn_private_data_checks)
 
 	/* Good request, then the same bytes again: a replay. */
 	conn_pd_connect(pd, 1, 2, 77, SELF_INSTANCE, now, (const uint8_t *)key, strlen(key), addr,
-			7471);
+			7471, 0, 0);
 	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now + 10, &req),
 			 CONN_REJ_NONE);
 	ck_assert_uint_eq(req.link_index, 1);
@@ -1085,7 +1091,7 @@ START_TEST(conn_private_data_checks)
 			 CONN_REJ_REPLAY);
 	/* Bound to the daemon it was meant for: another address or port fails. */
 	conn_pd_connect(pd, 0, 2, 78, SELF_INSTANCE, now, (const uint8_t *)key, strlen(key), addr,
-			7471);
+			7471, 0, 0);
 	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), other, 7471, now, &req),
 			 CONN_REJ_AUTH_FAILED);
 	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7472, now, &req),
@@ -1096,28 +1102,28 @@ START_TEST(conn_private_data_checks)
 			 CONN_REJ_AUTH_FAILED);
 	/* A different key. */
 	conn_pd_connect(pd, 0, 1, 79, SELF_INSTANCE, now, (const uint8_t *)"another-key-012345", 18,
-			addr, 7471);
+			addr, 7471, 0, 0);
 	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
 			 CONN_REJ_AUTH_FAILED);
 	/* The clock window. */
 	conn_pd_connect(pd, 0, 1, 80, SELF_INSTANCE, now - CONN_AUTH_WINDOW_MS - 1,
-			(const uint8_t *)key, strlen(key), addr, 7471);
+			(const uint8_t *)key, strlen(key), addr, 7471, 0, 0);
 	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
 			 CONN_REJ_CLOCK);
 	/* No proof for a daemon with a key; a proof for a daemon without one. */
-	conn_pd_connect(pd, 0, 1, 81, SELF_INSTANCE, now, NULL, 0, addr, 7471);
+	conn_pd_connect(pd, 0, 1, 81, SELF_INSTANCE, now, NULL, 0, addr, 7471, 0, 0);
 	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
 			 CONN_REJ_AUTH_REQUIRED);
 	ck_assert_int_eq(conn_pd_check(&open, pd, sizeof(pd), addr, 7471, now, &req),
 			 CONN_REJ_NONE);
 	conn_pd_connect(pd, 0, 1, 82, SELF_INSTANCE, now, (const uint8_t *)key, strlen(key), addr,
-			7471);
+			7471, 0, 0);
 	ck_assert_int_eq(conn_pd_check(&open, pd, sizeof(pd), addr, 7471, now, &req),
 			 CONN_REJ_AUTH_UNUSED);
 	/* Garbage, short data, a bad link index. */
 	ck_assert_int_eq(conn_pd_check(&open, pd, 20, addr, 7471, now, &req), CONN_REJ_VERSION);
 	ck_assert_int_eq(conn_pd_check(&open, NULL, 0, addr, 7471, now, &req), CONN_REJ_VERSION);
-	conn_pd_connect(pd, 3, 2, 83, SELF_INSTANCE, now, NULL, 0, addr, 7471);
+	conn_pd_connect(pd, 3, 2, 83, SELF_INSTANCE, now, NULL, 0, addr, 7471, 0, 0);
 	ck_assert_int_eq(conn_pd_check(&open, pd, sizeof(pd), addr, 7471, now, &req),
 			 CONN_REJ_VERSION);
 	/* A reject names its reason. */
@@ -1127,6 +1133,158 @@ START_TEST(conn_private_data_checks)
 	ck_assert_ptr_nonnull(strstr((const char *)rej + 8, "limit"));
 	conn_table_fini(&server);
 	conn_table_fini(&open);
+}
+END_TEST
+
+/*
+ * Per-uid isolation: xfers to one peer take one connection per (local
+ * domain, remote domain, token); the connect request of a domain connection
+ * names the domain and proves its token without carrying it, the proof holds
+ * with and without a shared key, and any other token, a tampered request or
+ * a missing domain flag does not prove it. A domain the peer refuses fails
+ * the waiting xfers with PERMISSION_DENIED at once (no retry).
+ */
+/* The connection of t with these domains, or NULL. */
+static struct conn *conn_of_domains(struct conn_table *t, uint32_t local, uint32_t remote,
+				    uint64_t token)
+{
+	for (struct list_node *pos = t->conns.next; pos != &t->conns; pos = pos->next) {
+		struct conn *c = container_of(pos, struct conn, link);
+		if (c->local_domain == local && c->remote_domain == remote &&
+		    c->remote_token == token) {
+			return c;
+		}
+	}
+	return NULL;
+}
+
+/* Start conn's attempt and have its first link rejected with a domain refusal. */
+static void domain_refused(struct conn *conn, enum conn_reject_reason reason, uint64_t instance,
+			   uint64_t now)
+{
+	uint8_t rej[64];
+
+	conn_timer_fired(conn, now);
+	event(&conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, now);
+	event(&conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, now);
+	int rlen = conn_pd_reject_domain(rej, sizeof(rej), reason, instance);
+	ck_assert_int_eq(rlen, 56);
+	event(&conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, now);
+	conn_table_work(conn->table, now);
+}
+
+START_TEST(conn_domains)
+{
+	const char *key = "shared-key-0123456789";
+	const uint64_t token = 0x0123456789abcdefull;
+	struct conn_table t, server;
+	struct conn_policy p = test_policy();
+	struct conn_request req;
+	struct txfer shared, own, own2, other_local, other_token;
+	uint8_t addr[16];
+
+	table_setup(&t, &p, NULL);
+	unit_txfer_init(&shared, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&own, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&own2, XFER_READ, 64, PEER_INSTANCE);
+	unit_txfer_init(&other_local, XFER_WRITE, 64, PEER_INSTANCE);
+	unit_txfer_init(&other_token, XFER_WRITE, 64, PEER_INSTANCE);
+	own.x.peer.domain = own2.x.peer.domain = other_local.x.peer.domain = 7;
+	own.x.peer.domain_token = own2.x.peer.domain_token = token;
+	other_local.x.peer.domain_token = token;
+	other_token.x.peer.domain = 7;
+	other_token.x.peer.domain_token = token ^ 1;
+	ck_assert_int_eq(conn_submit(&t, &shared.x, 0), 0);
+	ck_assert_int_eq(conn_submit_domain(&t, &own.x, 3, 0), 0);
+	ck_assert_int_eq(conn_submit_domain(&t, &own2.x, 3, 0), 0);
+	ck_assert_int_eq(conn_submit_domain(&t, &other_local.x, 4, 0), 0);
+	ck_assert_int_eq(conn_submit_domain(&t, &other_token.x, 3, 0), 0);
+	/* shared (0,0), own and own2 together (3,7), other_local (4,7), other_token. */
+	ck_assert_uint_eq(t.n_conns, 4);
+	struct conn *dom_conn = conn_of_domains(&t, 3, 7, token);
+	ck_assert_ptr_nonnull(dom_conn);
+	ck_assert_uint_eq(dom_conn->n_pending, 2);
+
+	/* Its connect request names domain 7 and proves the token. */
+	conn_timer_fired(dom_conn, 1);
+	event(&dom_conn->links[0], CONN_EV_ADDR_RESOLVED, NULL, 0, 0, 1);
+	event(&dom_conn->links[0], CONN_EV_ROUTE_RESOLVED, NULL, 0, 0, 1);
+	const uint8_t *rq = dom_conn->links[0].request;
+	ck_assert_int_eq(conn_addr_parse(dom_conn->peer.addr, addr), 0);
+	ck_assert_int_eq(conn_table_init(&server, &p, &g_fake_ops, NULL, PEER_INSTANCE, NULL, 0),
+			 0);
+	ck_assert_int_eq(conn_pd_check(&server, rq, CONN_PD_REQ_LEN, addr, dom_conn->peer.port,
+				       conn_realtime_ms(), &req),
+			 CONN_REJ_NONE);
+	ck_assert_uint_eq(req.domain, 7);
+	ck_assert(conn_pd_domain_ok(rq, CONN_PD_REQ_LEN, token));
+	ck_assert(!conn_pd_domain_ok(rq, CONN_PD_REQ_LEN, token ^ 1));
+	/* The token itself is nowhere in the request. */
+	uint8_t tok[8];
+	put_le64(tok, token);
+	ck_assert_ptr_null(memmem(rq, CONN_PD_REQ_LEN, tok, sizeof(tok)));
+
+	/* With a shared key: both proofs hold; tampering breaks the domain proof. */
+	uint8_t pd[CONN_PD_REQ_LEN];
+	conn_table_fini(&server);
+	ck_assert_int_eq(conn_table_init(&server, &p, &g_fake_ops, NULL, PEER_INSTANCE,
+					 (const uint8_t *)key, strlen(key)),
+			 0);
+	uint64_t now = conn_realtime_ms();
+	conn_pd_connect(pd, 0, 1, 90, SELF_INSTANCE, now, (const uint8_t *)key, strlen(key), addr,
+			7471, 0x123456, token);
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_NONE);
+	ck_assert_uint_eq(req.domain, 0x123456);
+	ck_assert(conn_pd_domain_ok(pd, sizeof(pd), token));
+	pd[13] ^= 1; /* the attempt id: the nonce no longer proves the token */
+	ck_assert(!conn_pd_domain_ok(pd, sizeof(pd), token));
+	/* No domain: no proof of any token; a domain flag without a number is malformed. */
+	conn_pd_connect(pd, 0, 1, 91, SELF_INSTANCE, now, NULL, 0, addr, 7471, 0, 0);
+	ck_assert(!conn_pd_domain_ok(pd, sizeof(pd), 0));
+	pd[6] |= 2;
+	ck_assert_int_eq(conn_pd_check(&server, pd, sizeof(pd), addr, 7471, now, &req),
+			 CONN_REJ_VERSION);
+	conn_table_fini(&server);
+
+	/* The peer refuses the domain: final, the xfers fail once with PERMISSION_DENIED. */
+	uint8_t rej[64];
+	int rlen = conn_pd_reject_domain(rej, sizeof(rej), CONN_REJ_DOMAIN, PEER_INSTANCE);
+	ck_assert_int_eq(rlen, 56);
+	ck_assert_uint_eq(conn_pd_reject_instance(rej, (size_t)rlen), PEER_INSTANCE);
+	ck_assert_uint_eq(conn_pd_reject_instance(rej, 40), 0);
+	event(&dom_conn->links[0], CONN_EV_REJECTED, rej, (size_t)rlen, 28, 2);
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(own.calls, 1);
+	ck_assert_int_eq(own2.calls, 1);
+	ck_assert_int_eq(own.err, RDMAX_E_PERMISSION_DENIED);
+	ck_assert_msg(strstr(own.msg, "protection domain") != NULL, "message: %s", own.msg);
+	ck_assert_int_eq(shared.calls + other_local.calls + other_token.calls, 0);
+	/*
+	 * Refused by a later start of the peer (same address, new instance): the
+	 * descriptor is stale, NOT_FOUND as over an established connection.
+	 */
+	struct conn *tok_conn = conn_of_domains(&t, 3, 7, token ^ 1);
+	ck_assert_ptr_nonnull(tok_conn);
+	domain_refused(tok_conn, CONN_REJ_DOMAIN, PEER_INSTANCE + 1, 5);
+	ck_assert_int_eq(other_token.calls, 1);
+	ck_assert_int_eq(other_token.err, RDMAX_E_NOT_FOUND);
+	ck_assert_msg(strstr(other_token.msg, "stale descriptor") != NULL, "message: %s",
+		      other_token.msg);
+	/* A domain the peer (same start) no longer has: its regions are gone, NOT_FOUND. */
+	struct conn *other_conn = conn_of_domains(&t, 4, 7, token);
+	ck_assert_ptr_nonnull(other_conn);
+	domain_refused(other_conn, CONN_REJ_DOMAIN_GONE, PEER_INSTANCE, 6);
+	ck_assert_int_eq(other_local.calls, 1);
+	ck_assert_int_eq(other_local.err, RDMAX_E_NOT_FOUND);
+	ck_assert_msg(strstr(other_local.msg, "protection domain gone") != NULL, "message: %s",
+		      other_local.msg);
+	conn_table_shutdown(&t);
+	conn_table_work(&t, 7);
+	ck_assert_int_eq(shared.calls, 1);
+	ck_assert_int_eq(other_local.calls, 1);
+	ck_assert_int_eq(other_token.calls, 1);
+	table_teardown(&t);
 }
 END_TEST
 
@@ -1596,6 +1754,7 @@ Suite *conn_suite(void)
 	tc = tcase_create("private data and errors");
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, conn_private_data_checks);
+	tcase_add_test(tc, conn_domains);
 	tcase_add_test(tc, conn_wc_error_map);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("messages");

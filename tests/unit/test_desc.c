@@ -33,6 +33,8 @@ static struct remote_desc sample_desc(void)
 	strcpy(d.endpoints[1].device, "mlx5_0");
 	d.endpoints[1].iova = 0x7f0000001000ull;
 	d.endpoints[1].rkey = 0x1234;
+	d.endpoints[1].domain = 5;
+	d.endpoints[1].domain_token = 0xfeedfacefeedfaceull;
 	return d;
 }
 
@@ -53,6 +55,16 @@ START_TEST(desc_round_trip)
 	ck_assert_str_eq(out.endpoints[1].device, "mlx5_0");
 	ck_assert_uint_eq(out.endpoints[1].rkey, 0x1234);
 	ck_assert_uint_eq(out.endpoints[1].iova, in.endpoints[1].iova);
+	ck_assert_uint_eq(out.endpoints[1].domain, 5);
+	ck_assert_uint_eq(out.endpoints[1].domain_token, in.endpoints[1].domain_token);
+	ck_assert_uint_eq(out.endpoints[0].domain, 0);
+	/* A shared domain leaves the fields out. */
+	in.endpoints[1].domain = 0;
+	len = desc_encode(&in, buf, sizeof(buf));
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(desc_decode(buf, (size_t)len, &out), 0);
+	ck_assert_uint_eq(out.endpoints[1].domain, 0);
+	ck_assert_uint_eq(out.endpoints[1].domain_token, 0);
 	ck_assert(endpoint_same_peer(&out.endpoints[0], &in.endpoints[0]));
 	ck_assert(!endpoint_same_peer(&out.endpoints[0], &out.endpoints[1]));
 }
@@ -141,6 +153,26 @@ START_TEST(desc_invalid_fields_refused)
 	ep.has_iova = 1;
 	len = rdmax__v1__region_desc__pack(&msg, buf);
 	ck_assert_int_eq(desc_decode(buf, len, &out), 0);
+	/* A protection domain needs its token, a number in 1..2^24-1, and a verbs endpoint. */
+	ep.has_domain = 1;
+	ep.domain = 3;
+	len = rdmax__v1__region_desc__pack(&msg, buf);
+	ck_assert_int_eq(desc_decode(buf, len, &out), RDMAX_E_INVALID_ARGUMENT);
+	ep.has_domain_token = 1;
+	ep.domain_token = 99;
+	len = rdmax__v1__region_desc__pack(&msg, buf);
+	ck_assert_int_eq(desc_decode(buf, len, &out), 0);
+	ck_assert_uint_eq(out.endpoints[0].domain, 3);
+	ep.domain = 0;
+	len = rdmax__v1__region_desc__pack(&msg, buf);
+	ck_assert_int_eq(desc_decode(buf, len, &out), RDMAX_E_INVALID_ARGUMENT);
+	ep.domain = DESC_DOMAIN_MAX + 1;
+	len = rdmax__v1__region_desc__pack(&msg, buf);
+	ck_assert_int_eq(desc_decode(buf, len, &out), RDMAX_E_INVALID_ARGUMENT);
+	ep.domain = 3;
+	ep.transport = RDMAX__V1__TRANSPORT__TRANSPORT_TCP;
+	len = rdmax__v1__region_desc__pack(&msg, buf);
+	ck_assert_int_eq(desc_decode(buf, len, &out), RDMAX_E_INVALID_ARGUMENT);
 }
 END_TEST
 

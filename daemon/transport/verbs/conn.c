@@ -197,6 +197,7 @@ static void finish(struct conn_table *t, struct xfer *xfer, int err, const char 
 	r = &t->results[t->n_results++];
 	r->xfer = xfer;
 	r->requeue = false;
+	r->local_domain = 0;
 	r->err = err;
 	r->message[0] = '\0';
 	if (fmt) {
@@ -224,7 +225,7 @@ uint64_t conn_realtime_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now);
+static int submit(struct conn_table *t, struct xfer *xfer, uint32_t local_domain, uint64_t now);
 
 void conn_table_deliver(struct conn_table *t)
 {
@@ -239,7 +240,7 @@ void conn_table_deliver(struct conn_table *t)
 		r = t->results[i];
 		if (r.requeue && !t->shut &&
 		    (as_msg(r.xfer) ? conn_submit_message(t, as_msg(r.xfer), t->now_ms)
-				    : submit(t, r.xfer, t->now_ms)) == 0) {
+				    : submit(t, r.xfer, r.local_domain, t->now_ms)) == 0) {
 			continue; /* on a new connection; done follows from there */
 		}
 		r.xfer->done(r.xfer, r.err, r.err ? r.message : NULL);
@@ -262,14 +263,24 @@ static void mark_dirty(struct conn *conn)
 	conn->table->ops->kick(conn->table->ctx);
 }
 
-static uint64_t peer_hash(const struct endpoint *peer)
+/* Which connection an xfer takes: the peer daemon and the domains on both sides. */
+struct conn_key {
+	const struct endpoint *peer;
+	uint32_t local_domain;
+	uint32_t remote_domain;
+	uint64_t remote_token;
+};
+
+static uint64_t peer_hash(const struct conn_key *k)
 {
 	uint64_t h = 1469598103934665603ull;
 
-	for (const char *p = peer->addr; *p; p++) {
+	for (const char *p = k->peer->addr; *p; p++) {
 		h = (h ^ (uint8_t)*p) * 1099511628211ull;
 	}
-	h = (h ^ peer->port) * 1099511628211ull;
+	h = (h ^ k->peer->port) * 1099511628211ull;
+	h = (h ^ k->local_domain) * 1099511628211ull;
+	h = (h ^ k->remote_domain) * 1099511628211ull;
 	return h == 0 || h == UINT64_MAX ? 1 : h;
 }
 
@@ -306,6 +317,7 @@ static bool requeue_collateral(struct conn *conn, struct xfer *xfer, bool unsent
 	       conn->down_msg[0] ? conn->down_msg : "connection failed");
 	if (t->n_results > n) {
 		t->results[n].requeue = true;
+		t->results[n].local_domain = conn->local_domain;
 	}
 	return true;
 }
@@ -796,8 +808,20 @@ void conn_established(struct conn *conn, uint64_t now)
 	mark_dirty(conn);
 }
 
-static struct conn *conn_new(struct conn_table *t, const struct endpoint *peer, uint64_t now)
+/*
+ * Whether conn serves key. The token is part of it: a descriptor naming the
+ * domain with another token gets a connection of its own, whose attempt the
+ * peer refuses, and never rides on one that proved the right token.
+ */
+static bool conn_matches(const struct conn *conn, const struct conn_key *k)
 {
+	return endpoint_same_peer(&conn->peer, k->peer) && conn->local_domain == k->local_domain &&
+	       conn->remote_domain == k->remote_domain && conn->remote_token == k->remote_token;
+}
+
+static struct conn *conn_new(struct conn_table *t, const struct conn_key *k, uint64_t now)
+{
+	const struct endpoint *peer = k->peer;
 	const struct conn_policy *p = &t->policy;
 	struct conn *conn = calloc(1, sizeof(*conn));
 
@@ -812,6 +836,9 @@ static struct conn *conn_new(struct conn_table *t, const struct endpoint *peer, 
 	conn->table = t;
 	conn->n_links = p->links;
 	conn->peer = *peer;
+	conn->local_domain = k->local_domain;
+	conn->remote_domain = k->remote_domain;
+	conn->remote_token = k->remote_token;
 	if (strchr(peer->addr, ':')) {
 		snprintf(conn->name, sizeof(conn->name), "[%s]:%u", peer->addr, peer->port);
 	} else {
@@ -826,7 +853,7 @@ static struct conn *conn_new(struct conn_table *t, const struct endpoint *peer, 
 	}
 	conn->last_active_ms = now;
 	conn->state = CONN_BACKOFF;
-	uint64_t hash = peer_hash(peer);
+	uint64_t hash = peer_hash(k);
 	if (!hmap_get(&t->by_peer, hash) && hmap_put(&t->by_peer, hash, conn) == 0) {
 		conn->hash = hash;
 	}
@@ -847,26 +874,26 @@ void conn_free(struct conn *conn)
 	free(conn);
 }
 
-static struct conn *find_conn(struct conn_table *t, const struct endpoint *peer)
+static struct conn *find_conn(struct conn_table *t, const struct conn_key *k)
 {
-	struct conn *conn = hmap_get(&t->by_peer, peer_hash(peer));
+	struct conn *conn = hmap_get(&t->by_peer, peer_hash(k));
 	struct list_node *pos;
 
-	if (conn && endpoint_same_peer(&conn->peer, peer)) {
+	if (conn && conn_matches(conn, k)) {
 		return conn;
 	}
 	/* A hash collision leaves a connection unindexed: look for it the slow way. */
 	for (pos = t->conns.next; pos != &t->conns; pos = pos->next) {
 		conn = container_of(pos, struct conn, link);
 		if (conn->state != CONN_DRAINING && conn->state != CONN_CLOSED &&
-		    endpoint_same_peer(&conn->peer, peer)) {
+		    conn_matches(conn, k)) {
 			return conn;
 		}
 	}
 	return NULL;
 }
 
-static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
+static int submit(struct conn_table *t, struct xfer *xfer, uint32_t local_domain, uint64_t now)
 {
 	const struct conn_policy *p = &t->policy;
 
@@ -882,7 +909,14 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 	if (wrs + 1 >= p->sq_depth) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	struct conn *conn = find_conn(t, &xfer->peer);
+	/* Messages go between the daemons' shared domains (their receive buffers are there). */
+	struct conn_key key = {.peer = &xfer->peer};
+	if (!xfer->wire_id) {
+		key.local_domain = local_domain;
+		key.remote_domain = xfer->peer.domain;
+		key.remote_token = xfer->peer.domain ? xfer->peer.domain_token : 0;
+	}
+	struct conn *conn = find_conn(t, &key);
 	if (!conn) {
 		if (t->n_conns + t->n_groups >= p->max_connections) {
 			return RDMAX_E_RESOURCE_EXHAUSTED;
@@ -893,7 +927,7 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 		if (err < 0) {
 			return err;
 		}
-		conn = conn_new(t, &xfer->peer, now);
+		conn = conn_new(t, &key, now);
 		if (!conn) {
 			if (charge) {
 				uid_counts_put(t->uid_conns, xfer->uid);
@@ -931,9 +965,14 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 
 int conn_submit(struct conn_table *t, struct xfer *xfer, uint64_t now)
 {
+	return conn_submit_domain(t, xfer, 0, now);
+}
+
+int conn_submit_domain(struct conn_table *t, struct xfer *xfer, uint32_t local_domain, uint64_t now)
+{
 	xfer->wire_id = 0;
 	xfer->requeues = 0;
-	return submit(t, xfer, now);
+	return submit(t, xfer, local_domain, now);
 }
 
 int conn_submit_message(struct conn_table *t, struct conn_msg *msg, uint64_t now)
@@ -957,7 +996,7 @@ int conn_submit_message(struct conn_table *t, struct conn_msg *msg, uint64_t now
 		return -ENOMEM;
 	}
 	msg->registered = true;
-	int ret = submit(t, xfer, now);
+	int ret = submit(t, xfer, 0, now);
 	if (ret < 0) {
 		hmap_del(&t->msgs, id);
 		msg->registered = false;
@@ -1138,6 +1177,7 @@ static void start_probe(struct conn *conn, struct conn_link *link, struct xfer *
 	probe->conn = conn;
 	probe->xfer = xfer;
 	probe->peer = conn->peer;
+	probe->remote_domain = conn->remote_domain;
 	list_init(&probe->followers);
 	memcpy(probe->name, conn->name, sizeof(probe->name));
 	probe->fallback_err = link->cause_err;
@@ -1194,6 +1234,15 @@ void conn_probe_answer(struct conn_probe *probe, const uint8_t *pd, size_t len)
 		       probe->name, region, right);
 		break;
 	case 0:
+		if (probe->remote_domain) {
+			/* Per-uid isolation: the rkey is checked in the named domain's PD only. */
+			finish(t, xfer, RDMAX_E_REMOTE_ACCESS,
+			       "%s %s refused by the device: region %" PRIu64
+			       " is not in protection domain %u, which the descriptor names "
+			       "(another uid's region, or a wrong rkey or address)",
+			       op, probe->name, region, probe->remote_domain);
+			break;
+		}
 		finish(t, xfer, RDMAX_E_REMOTE_ACCESS,
 		       "%s %s refused by the device although region %" PRIu64
 		       " grants it: the descriptor's rkey or address is wrong",

@@ -101,7 +101,16 @@ struct conn {
 	struct list_node link; /* in table->conns until released */
 	uint64_t hash;         /* key in table->by_peer, 0 when not indexed */
 	enum conn_state state;
-	struct endpoint peer;     /* transport, addr, port of the peer daemon */
+	struct endpoint peer; /* transport, addr, port of the peer daemon */
+	/*
+	 * Protection domains (per-uid isolation, docs/security.md): this side's
+	 * QPs are in local_domain's PD (0: the device's shared PD), the peer's in
+	 * remote_domain's, proved with remote_token. Part of the connection's key:
+	 * one connection per (peer, local domain, remote domain).
+	 */
+	uint32_t local_domain;
+	uint32_t remote_domain;
+	uint64_t remote_token;
 	char name[CONN_NAME_MAX]; /* "addr:port" for messages */
 	uint32_t n_links;
 	uint32_t links_up;
@@ -210,7 +219,8 @@ struct conn_probe {
 	struct xfer *xfer;     /* held until the verdict (or the fallback) */
 	struct endpoint peer;
 	char name[CONN_NAME_MAX];
-	int fallback_err; /* the NIC's verdict, used when the owner cannot say */
+	uint32_t remote_domain; /* the connection's protection domain at the owner */
+	int fallback_err;       /* the NIC's verdict, used when the owner cannot say */
 	char fallback_msg[CONN_MSG_MAX];
 	uint8_t request[56]; /* the query's private data */
 	uint64_t deadline_ms;
@@ -227,7 +237,8 @@ struct conn_probe {
 
 struct conn_result {
 	struct xfer *xfer;
-	bool requeue; /* submitted again when delivered; done (err) only when that fails */
+	bool requeue;          /* submitted again when delivered; done (err) only when that fails */
+	uint32_t local_domain; /* requeue: the local protection domain it is submitted in */
 	int err;
 	char message[CONN_MSG_MAX];
 };
@@ -272,6 +283,15 @@ void conn_table_fini(struct conn_table *table);
  * RDMAX_E_INVALID_ARGUMENT (an xfer no send queue can hold).
  */
 int conn_submit(struct conn_table *table, struct xfer *xfer, uint64_t now_ms);
+
+/*
+ * conn_submit() on the connection whose QPs are in local_domain's PD here
+ * and in the domain the xfer's endpoint names (peer.domain, peer.domain_token)
+ * at the peer; conn_submit() is local domain 0. Messages always take the
+ * connection of domains 0 and 0.
+ */
+int conn_submit_domain(struct conn_table *table, struct xfer *xfer, uint32_t local_domain,
+		       uint64_t now_ms);
 
 /*
  * The xfer's job completed. Queued by conn_submit() and not yet posted: taken
@@ -380,6 +400,8 @@ enum conn_reject_reason {
 	CONN_REJ_LIMIT,         /* max_connections reached */
 	CONN_REJ_RESOURCES,     /* no QP or CQ space on the device */
 	CONN_REJ_SHUTDOWN,      /* the daemon is shutting down */
+	CONN_REJ_DOMAIN,        /* the request does not prove the protection domain's token */
+	CONN_REJ_DOMAIN_GONE,   /* no such protection domain (any more): its regions are gone */
 	CONN_REJ_MAX,           /* terminator */
 };
 
@@ -391,6 +413,7 @@ struct conn_request {
 	uint64_t instance; /* requester's daemon start */
 	uint64_t time_ms;
 	bool has_mac;
+	uint32_t domain; /* protection domain asked for (0: the shared one) */
 };
 
 /*
@@ -415,7 +438,18 @@ int conn_addr_parse(const char *addr, uint8_t ret_addr[16]);
  */
 int conn_pd_connect(uint8_t *buf, uint8_t link_index, uint8_t n_links, uint32_t group,
 		    uint64_t instance, uint64_t time_ms, const uint8_t *key, size_t key_len,
-		    const uint8_t server_addr[16], uint16_t server_port);
+		    const uint8_t server_addr[16], uint16_t server_port, uint32_t domain,
+		    uint64_t domain_token);
+
+/*
+ * Whether a checked connect request asking for a protection domain
+ * (conn_request.domain) proves the domain's token: its nonce must be
+ * conn_pd_domain_proof() over the request's first 32 bytes. Constant time.
+ */
+bool conn_pd_domain_ok(const uint8_t *pd, size_t len, uint64_t domain_token);
+
+/* The 8-byte proof of domain_token over a request's first 32 bytes. */
+void conn_pd_domain_proof(const uint8_t *req, uint64_t domain_token, uint8_t ret_proof[8]);
 
 /*
  * Check a connect request at the accepting side before any QP exists:
@@ -435,6 +469,17 @@ int conn_pd_accept(uint8_t *buf, size_t size, const struct conn_table *table,
 
 /* A reject's private data naming the reason. */
 int conn_pd_reject(uint8_t *buf, size_t size, enum conn_reject_reason reason);
+
+/*
+ * The reject of a request whose protection domain is gone or not proven
+ * (reason CONN_REJ_DOMAIN_GONE or CONN_REJ_DOMAIN), with the refusing
+ * daemon's instance: a descriptor of an earlier start of that daemon then
+ * fails as stale (NOT_FOUND), as it would once connected.
+ */
+int conn_pd_reject_domain(uint8_t *buf, size_t size, enum conn_reject_reason reason,
+			  uint64_t instance);
+/* The instance in such a reject, 0 when there is none. */
+uint64_t conn_pd_reject_instance(const uint8_t *pd, size_t len);
 const char *conn_reject_reason_str(enum conn_reject_reason reason);
 
 /* A checked probe query. */

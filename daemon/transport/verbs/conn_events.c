@@ -25,7 +25,11 @@ static int reject_err(enum conn_reject_reason reason, bool *ret_retryable)
 	case CONN_REJ_AUTH_UNUSED:
 	case CONN_REJ_CLOCK:
 	case CONN_REJ_REPLAY:
+	case CONN_REJ_DOMAIN:
 		return RDMAX_E_PERMISSION_DENIED;
+	case CONN_REJ_DOMAIN_GONE:
+		/* Every region of that domain was deregistered: as for one region. */
+		return RDMAX_E_NOT_FOUND;
 	case CONN_REJ_VERSION:
 		return RDMAX_E_PROTOCOL_ERROR;
 	case CONN_REJ_LIMIT:
@@ -51,6 +55,24 @@ static void on_rejected(struct conn_link *link, const struct conn_event_data *da
 		enum conn_reject_reason why = pd[6] < CONN_REJ_MAX ? pd[6] : CONN_REJ_MAX;
 		int err = reject_err(why, &retryable);
 		snprintf(reason, sizeof(reason), "peer refused: %s", conn_reject_reason_str(why));
+		/*
+		 * A domain's token is drawn per daemon start, so the xfers waiting
+		 * here all name one instance: when the peer is another, the
+		 * descriptor is stale, not forged.
+		 */
+		uint64_t instance = conn_pd_reject_instance(pd, len);
+		const struct xfer *first =
+			list_empty(&conn->pending)
+				? NULL
+				: container_of(conn->pending.next, struct xfer, link);
+		if ((why == CONN_REJ_DOMAIN || why == CONN_REJ_DOMAIN_GONE) && instance && first &&
+		    first->remote_instance != instance) {
+			err = RDMAX_E_NOT_FOUND;
+			snprintf(reason, sizeof(reason),
+				 "stale descriptor: it names daemon instance %016" PRIx64
+				 ", the peer is instance %016" PRIx64,
+				 first->remote_instance, instance);
+		}
 		conn_attempt_failed(conn, err, retryable, reason);
 		return;
 	}
@@ -139,7 +161,8 @@ static void connecting_step(struct conn_link *link, enum conn_event event,
 		random_bytes(link->request, sizeof(link->request));
 		conn_pd_connect(link->request, (uint8_t)link->index, (uint8_t)conn->n_links,
 				conn->attempt_id, t->instance, conn_realtime_ms(), t->key,
-				t->key_len, addr, conn->peer.port);
+				t->key_len, addr, conn->peer.port, conn->remote_domain,
+				conn->remote_token);
 		link->state = LINK_CONNECTING;
 		ret = t->ops->link_connect(t->ctx, link, link->request, CONN_PD_REQ_LEN, why,
 					   sizeof(why));

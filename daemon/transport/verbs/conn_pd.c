@@ -20,17 +20,56 @@
 
 /*
  * Connect request (CONN_PD_REQ_LEN bytes, little-endian):
- *   0 magic u32 | 4 version u8 | 5 type u8 | 6 flags u8 (bit 0: proof) | 7 n_links u8
- *   8 link_index u8 | 9..11 zero | 12 group u32 | 16 instance u64 | 24 time_ms u64
- *  32 nonce[8] | 40 proof[16]
+ *   0 magic u32 | 4 version u8 | 5 type u8 | 6 flags u8 (bit 0: proof, bit 1: domain)
+ *   7 n_links u8 | 8 link_index u8 | 9 domain u24 (zero without bit 1) | 12 group u32
+ *  16 instance u64 | 24 time_ms u64 | 32 nonce[8] | 40 proof[16]
  * Accept: 0 magic | 4 version | 5 type | 6 flags | 7 zero | 8 instance u64 | 16 proof[32]
- * Reject: 0 magic | 4 version | 5 type | 6 reason u8 | 7 zero | 8 text (NUL-padded)
+ * Reject: 0 magic | 4 version | 5 type | 6 reason u8 | 7 zero | 8 text (NUL-padded);
+ *         for CONN_REJ_DOMAIN(_GONE), 48 the refusing daemon's instance u64 (stale
+ *         descriptors)
  *
  * The proofs are auth_compute() over a transcript made of the request and
  * the address and port the requester connects to, so a request cannot be
  * replayed to another daemon; the accept's proof also covers the accepting
  * daemon's instance, which the requester then trusts for stale checks.
+ *
+ * A request for a protection domain (per-uid isolation at the accepting
+ * daemon) names the domain and proves the domain's token, which only
+ * descriptors of that domain's regions carry: its nonce is then not random
+ * but conn_pd_domain_proof() of the token over bytes 0..31, so the token
+ * never crosses the wire and the request stays unique (the attempt id, link
+ * index and time are in those bytes). The shared key's proof covers it too.
  */
+#define FLAG_PROOF  0x1u
+#define FLAG_DOMAIN 0x2u
+
+void conn_pd_domain_proof(const uint8_t *req, uint64_t domain_token, uint8_t ret_proof[8])
+{
+	struct auth_transcript tr;
+	uint8_t key[8];
+	uint8_t mac[AUTH_MAC_BYTES];
+
+	memset(&tr, 0, sizeof(tr));
+	memcpy(tr.client_nonce, req, 32);
+	memcpy(tr.server_nonce, "VRD1", 4);
+	put_le64(key, domain_token);
+	if (auth_compute(key, sizeof(key), AUTH_ROLE_CLIENT, &tr, mac) < 0) {
+		/* Cannot happen with a non-empty key; an all-zero proof matches nothing useful. */
+		memset(mac, 0, sizeof(mac));
+	}
+	memcpy(ret_proof, mac, 8);
+}
+
+bool conn_pd_domain_ok(const uint8_t *pd, size_t len, uint64_t domain_token)
+{
+	uint8_t proof[8];
+
+	if (!pd || len < CONN_PD_REQ_LEN || !(pd[6] & FLAG_DOMAIN)) {
+		return false;
+	}
+	conn_pd_domain_proof(pd, domain_token, proof);
+	return auth_equal(proof, pd + 32, sizeof(proof));
+}
 void conn_pd_transcript(struct auth_transcript *tr, const uint8_t *req,
 			const uint8_t server_addr[16], uint16_t server_port,
 			uint64_t server_instance)
@@ -73,24 +112,35 @@ int conn_addr_parse(const char *addr, uint8_t ret_addr[16])
 
 int conn_pd_connect(uint8_t *buf, uint8_t link_index, uint8_t n_links, uint32_t group,
 		    uint64_t instance, uint64_t time_ms, const uint8_t *key, size_t key_len,
-		    const uint8_t server_addr[16], uint16_t server_port)
+		    const uint8_t server_addr[16], uint16_t server_port, uint32_t domain,
+		    uint64_t domain_token)
 {
 	struct auth_transcript tr;
 	uint8_t mac[AUTH_MAC_BYTES];
 	uint8_t nonce[8];
 
-	/* The nonce makes every request distinct, which the replay check relies on. */
-	random_bytes(nonce, sizeof(nonce));
 	memset(buf, 0, CONN_PD_REQ_LEN);
 	put_le32(buf, CONN_PD_MAGIC);
 	buf[4] = CONN_PD_VERSION;
 	buf[5] = CONN_PD_CONNECT;
-	buf[6] = key && key_len ? 1 : 0;
+	buf[6] = key && key_len ? FLAG_PROOF : 0;
 	buf[7] = n_links;
 	buf[8] = link_index;
+	if (domain) {
+		buf[6] |= FLAG_DOMAIN;
+		buf[9] = (uint8_t)domain;
+		buf[10] = (uint8_t)(domain >> 8);
+		buf[11] = (uint8_t)(domain >> 16);
+	}
 	put_le32(buf + 12, group);
 	put_le64(buf + 16, instance);
 	put_le64(buf + 24, time_ms);
+	if (domain) {
+		conn_pd_domain_proof(buf, domain_token, nonce);
+	} else {
+		/* The nonce makes every request distinct, which the replay check relies on. */
+		random_bytes(nonce, sizeof(nonce));
+	}
 	memcpy(buf + 32, nonce, sizeof(nonce));
 	if (key && key_len) {
 		conn_pd_transcript(&tr, buf, server_addr, server_port, 0);
@@ -130,9 +180,13 @@ enum conn_reject_reason conn_pd_check(struct conn_table *t, const uint8_t *pd, s
 		return CONN_REJ_VERSION;
 	}
 	memset(&req, 0, sizeof(req));
-	req.has_mac = pd[6] & 1;
+	req.has_mac = pd[6] & FLAG_PROOF;
 	req.n_links = pd[7];
 	req.link_index = pd[8];
+	req.domain = (uint32_t)pd[9] | (uint32_t)pd[10] << 8 | (uint32_t)pd[11] << 16;
+	if ((pd[6] & ~(FLAG_PROOF | FLAG_DOMAIN)) || !(pd[6] & FLAG_DOMAIN) != (req.domain == 0)) {
+		return CONN_REJ_VERSION;
+	}
 	req.group = get_le32(pd + 12);
 	req.instance = get_le64(pd + 16);
 	req.time_ms = get_le64(pd + 24);
@@ -221,6 +275,8 @@ const char *conn_reject_reason_str(enum conn_reject_reason reason)
 		[CONN_REJ_LIMIT] = "connection limit reached",
 		[CONN_REJ_RESOURCES] = "no resources for another queue pair",
 		[CONN_REJ_SHUTDOWN] = "shutting down",
+		[CONN_REJ_DOMAIN] = "protection domain not proven",
+		[CONN_REJ_DOMAIN_GONE] = "protection domain gone (deregistered)",
 	};
 	return (unsigned)reason < CONN_REJ_MAX ? names[reason] : "unknown reason";
 }
@@ -240,6 +296,27 @@ int conn_pd_reject(uint8_t *buf, size_t size, enum conn_reject_reason reason)
 	buf[6] = (uint8_t)reason;
 	memcpy(buf + 8, text, MIN(strlen(text), len - 9));
 	return (int)len;
+}
+
+int conn_pd_reject_domain(uint8_t *buf, size_t size, enum conn_reject_reason reason,
+			  uint64_t instance)
+{
+	int len = conn_pd_reject(buf, size, reason);
+
+	/* The reason's text ends before byte 48 (conn_reject_reason_str() is short). */
+	if (len >= 56) {
+		put_le64(buf + 48, instance);
+	}
+	return len;
+}
+
+uint64_t conn_pd_reject_instance(const uint8_t *pd, size_t len)
+{
+	if (!pd || len < 56 || get_le32(pd) != CONN_PD_MAGIC || pd[5] != CONN_PD_REJECT ||
+	    (pd[6] != CONN_REJ_DOMAIN && pd[6] != CONN_REJ_DOMAIN_GONE) || pd[47] != 0) {
+		return 0;
+	}
+	return get_le64(pd + 48);
 }
 
 int conn_pd_type(const uint8_t *pd, size_t len)

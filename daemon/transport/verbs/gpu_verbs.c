@@ -51,8 +51,8 @@ static int gpu_reg_error(int err, bool dmabuf, const char **ret_hint)
 	}
 }
 
-int gpu_verbs_reg_mr(struct region *region, struct hca *hca, uint64_t iova, int access,
-		     struct ibv_mr **ret_mr)
+int gpu_verbs_reg_mr(struct region *region, struct hca *hca, struct ibv_pd *pd, uint64_t iova,
+		     int access, struct ibv_mr **ret_mr)
 {
 	struct gpu_mr_plan plan;
 	const char *hint = "";
@@ -81,7 +81,7 @@ int gpu_verbs_reg_mr(struct region *region, struct hca *hca, uint64_t iova, int 
 		*ret_mr = plan.shared;
 		return 0;
 	case GPU_MR_DMABUF:
-		ret = verbs_reg_dmabuf_mr(hca->pd, plan.offset, plan.length, iova, plan.fd,
+		ret = verbs_reg_dmabuf_mr(pd, plan.offset, plan.length, iova, plan.fd,
 					  access & DMABUF_ACCESS, &mr);
 		if (ret < 0) {
 			int err = gpu_reg_error(ret, true, &hint);
@@ -93,7 +93,7 @@ int gpu_verbs_reg_mr(struct region *region, struct hca *hca, uint64_t iova, int 
 		}
 		break;
 	case GPU_MR_ADDR:
-		ret = verbs_reg_mr(hca->pd, plan.addr, plan.length, iova, access, &mr);
+		ret = verbs_reg_mr(pd, plan.addr, plan.length, iova, access, &mr);
 		if (ret < 0) {
 			int err = gpu_reg_error(ret, false, &hint);
 			log_warn("ibv_reg_mr() of GPU region %" PRIu64 " (%" PRIu64

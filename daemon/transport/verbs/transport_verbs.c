@@ -207,12 +207,21 @@ static int region_added(void *ctx, struct region *region)
 		access |= IBV_ACCESS_REMOTE_WRITE;
 	}
 	uint64_t iova = vt_region_iova(region);
+	/* Per-uid isolation: the MRs go into the PDs of the owner's uid. */
+	struct vt_domain *dom = NULL;
+	if (vt->per_uid && (ret = vt_domain_hold_uid(vt, region->uid, &dom)) < 0) {
+		return ret;
+	}
 	for (i = 0; i < vt->hcas.n; i++) {
 		struct hca *hca = vt->hcas.hcas[i];
 		struct ibv_mr *mr;
+		struct ibv_pd *pd;
+		if ((ret = vt_domain_pd(dom, hca, &pd)) < 0) {
+			goto out_dereg;
+		}
 		if (region->gpu) {
 			/* GPU memory and pool slices: gpu.c plans it, gpu_verbs.c logs failures. */
-			ret = gpu_verbs_reg_mr(region, hca, iova, access, &mr);
+			ret = gpu_verbs_reg_mr(region, hca, pd, iova, access, &mr);
 			if (ret < 0) {
 				goto out_dereg;
 			}
@@ -227,7 +236,7 @@ static int region_added(void *ctx, struct region *region)
 			ret = RDMAX_E_RESOURCE_EXHAUSTED;
 			goto out_dereg;
 		}
-		ret = verbs_reg_mr(hca->pd, region->addr, region->length, iova, access, &mr);
+		ret = verbs_reg_mr(pd, region->addr, region->length, iova, access, &mr);
 		if (ret < 0) {
 			log_warn("ibv_reg_mr() of region %" PRIu64 " (%" PRIu64
 				 " bytes) on '%s' failed: %s%s",
@@ -250,6 +259,7 @@ out_dereg:
 		}
 		region->transport_data[hca->index] = NULL;
 	}
+	vt_domain_put(vt, dom);
 	return ret;
 }
 
@@ -260,12 +270,14 @@ static void region_removed(void *ctx, struct region *region)
 	if (!vt) {
 		return;
 	}
+	bool registered = false;
 	for (uint32_t i = 0; i < vt->hcas.n; i++) {
 		struct hca *hca = vt->hcas.hcas[i];
 		struct ibv_mr *mr = region->transport_data[hca->index];
 		if (!mr) {
 			continue;
 		}
+		registered = true;
 		if (region->gpu) {
 			/* A pool slice's MR is its pool's: gpu_verbs.c leaves it alone. */
 			gpu_verbs_dereg_mr(region, hca, mr);
@@ -279,9 +291,34 @@ static void region_removed(void *ctx, struct region *region)
 		}
 		region->transport_data[hca->index] = NULL;
 	}
+	/* region_added() held the uid's domain for it. */
+	if (registered && vt->per_uid) {
+		vt_domain_put(vt, vt_domain_of_uid(vt, region->uid));
+	}
 }
 
 /* ------------------------------------------------------- transport ops */
+
+/*
+ * The domain of an xfer's local region (per-uid isolation): its connection's
+ * QPs must be in that PD here, or the NIC refuses the region's lkey. The MRs
+ * of a region are all in its uid's PDs (or all in the shared ones), so the
+ * first device that has one tells.
+ */
+static uint32_t local_domain(struct verbs_transport *vt, const struct xfer *xfer)
+{
+	if (!vt->per_uid || !xfer->local || xfer->length == 0) {
+		return 0;
+	}
+	for (uint32_t i = 0; i < vt->hcas.n; i++) {
+		const struct hca *hca = vt->hcas.hcas[i];
+		if (xfer->local->transport_data[hca->index]) {
+			const struct vt_domain *dom = vt_region_domain(vt, xfer->local, hca);
+			return dom ? dom->number : 0;
+		}
+	}
+	return 0;
+}
 
 static int check_xfer(const struct xfer *xfer)
 {
@@ -402,7 +439,7 @@ static int submit_write_then_record(struct verbs_transport *vt, struct xfer *xfe
 	iw->user = xfer;
 	iw->vt = vt;
 	iw->withdrawn = false;
-	int ret = conn_submit(&vt->conns, &iw->data, now_ms());
+	int ret = conn_submit_domain(&vt->conns, &iw->data, local_domain(vt, xfer), now_ms());
 	if (ret < 0) {
 		free(iw);
 		return ret;
@@ -492,7 +529,7 @@ static int verbs_submit(struct transport *transport, struct xfer *xfer)
 	if (xfer->has_imm) {
 		return submit_write_then_record(vt, xfer);
 	}
-	return conn_submit(&vt->conns, xfer, now_ms());
+	return conn_submit_domain(&vt->conns, xfer, local_domain(vt, xfer), now_ms());
 }
 
 static int verbs_endpoints(struct transport *transport, const struct region *region,
@@ -518,6 +555,11 @@ static int verbs_endpoints(struct transport *transport, const struct region *reg
 			}
 			ep.iova = vt_region_iova(region);
 			ep.rkey = mr->rkey;
+			const struct vt_domain *dom = vt_region_domain(vt, region, hca);
+			if (dom) {
+				ep.domain = dom->number;
+				ep.domain_token = dom->token;
+			}
 		}
 		ret_endpoints[n++] = ep;
 	}
@@ -613,6 +655,8 @@ static void verbs_list_conns(struct transport *transport, transport_conn_cb cb, 
 			.bytes_sent = conn->bytes_sent,
 			.bytes_received = conn->bytes_received,
 			.idle_ms = now - MIN(now, conn->last_active_ms),
+			.local_domain = conn->local_domain,
+			.remote_domain = conn->remote_domain,
 		};
 		cb(arg, &info);
 	}
@@ -626,6 +670,7 @@ static void verbs_list_conns(struct transport *transport, transport_conn_cb cb, 
 			.outgoing = false,
 			.in_flight = (uint32_t)(p->ans_posted - p->ans_done),
 			.queued = p->n_queued,
+			.local_domain = p->domain ? p->domain->number : 0,
 		};
 		cb(arg, &info);
 	}
@@ -752,6 +797,7 @@ static void verbs_destroy(struct transport *transport)
 	}
 	unhook(vt);
 	conn_table_fini(&vt->conns);
+	vt_domains_fini(vt);
 	hmap_fini(&vt->qps);
 	vt_pool_close(vt);
 	hca_table_free(&vt->hcas);
@@ -907,9 +953,16 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 	vt->conns.uid_conns = &daemon->peer_conns;
 	vt->conns.uid_conn_limit = &daemon->cfg.per_uid_peer_connections;
 	vt->conns_ready = true;
+	if ((ret = vt_domains_init(vt)) < 0) {
+		conn_table_fini(&vt->conns);
+		hmap_fini(&vt->qps);
+		create_undo(vt);
+		return ret;
+	}
 	struct region_hooks hooks = {.added = region_added, .removed = region_removed, .ctx = vt};
 	if ((ret = region_table_add_hooks(&daemon->regions, &hooks)) < 0) {
 		log_err("verbs: cannot install the region hooks: %s", strerror(-ret));
+		vt_domains_fini(vt);
 		conn_table_fini(&vt->conns);
 		hmap_fini(&vt->qps);
 		create_undo(vt);
@@ -937,10 +990,11 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 		used += n > 0 ? (size_t)n : 0;
 	}
 	log_notice("verbs transport on %s: %u QP%s per peer, SQ %u, inline up to %u bytes, "
-		   "signal every %u WRs%s",
+		   "signal every %u WRs%s%s",
 		   devs, policy.links, policy.links == 1 ? "" : "s", policy.sq_depth,
 		   policy.inline_threshold, policy.signal_interval,
-		   daemon->auth_key_len ? ", authentication on" : "");
+		   daemon->auth_key_len ? ", authentication on" : "",
+		   vt->per_uid ? ", a protection domain per uid" : "");
 	vt->base.ordered = policy.links == 1;
 	*ret_transport = &vt->base;
 	return 0;

@@ -74,6 +74,15 @@ _Static_assert(CONN_FRAME_MAX <= HCA_RECV_BYTES, "a frame must fit one receive b
 _Static_assert(CONN_ANSWER_DATA_FRAME_MAX <= ANSWER_SLOT, "an answer must fit its staging slot");
 _Static_assert(CONN_MSG_FRAMES_MAX + 1 < SQ_DEPTH, "a message must fit a send queue");
 
+/* A local uid's protection domains ([verbs] isolation = per-uid; verbs_domain.c). */
+struct vt_domain {
+	uint32_t number; /* in descriptors and connect requests; 1..DESC_DOMAIN_MAX */
+	uint32_t uid;
+	uint64_t token; /* secret of the domain's descriptors; proves a connect request */
+	struct ibv_pd *pd[REGION_MAX_DEVICES]; /* by device index; allocated on first use */
+	uint32_t refs;                         /* regions registered in it, QPs created in it */
+};
+
 /* What an rdma_cm id's context points to. */
 enum obj_kind {
 	OBJ_LISTENER, /* a listening id of one device */
@@ -108,7 +117,8 @@ struct link_ctx {
 	struct hca *hca;
 	uint32_t cqes; /* CQEs reserved on hca */
 	uint32_t qp_num;
-	bool indexed; /* in vt->qps */
+	bool indexed;             /* in vt->qps */
+	struct vt_domain *domain; /* held while its QP exists; NULL: the shared PD */
 };
 
 struct probe_ctx {
@@ -146,6 +156,7 @@ struct passive {
 	uint32_t cqes;
 	uint32_t qp_num;
 	bool indexed;
+	struct vt_domain *domain; /* the QP's PD when the requester proved one; held */
 	char name[64];
 	struct conn_msg_rx rx; /* the message arriving on this QP */
 	uint8_t *ans_buf;      /* PASSIVE_SQ answer slots, registered on hca */
@@ -187,6 +198,12 @@ struct verbs_transport {
 	struct conn_table conns;
 	bool conns_ready;
 	struct hmap qps; /* qp_num + 1 -> struct cm_obj */
+	/* Per-uid isolation (verbs_domain.c); per_uid false: no domains, every PD shared. */
+	bool per_uid;
+	struct hmap domains_by_uid;    /* uid + 1 -> struct vt_domain */
+	struct hmap domains_by_number; /* number -> struct vt_domain */
+	uint32_t n_domains;
+	uint32_t next_domain;
 	struct list_node passives;
 	uint32_t sq_depth;
 	bool bind_src;
@@ -263,5 +280,23 @@ void vt_on_tick(uv_timer_t *timer);
 int vt_send_message(struct transport *transport, struct xfer *xfer);
 int vt_pool_open(struct verbs_transport *vt);
 void vt_pool_close(struct verbs_transport *vt);
+
+/* verbs_domain.c */
+int vt_domains_init(struct verbs_transport *vt);
+void vt_domains_fini(struct verbs_transport *vt);
+/* The live domain with this number, or NULL (also for 0). */
+struct vt_domain *vt_domain_find(struct verbs_transport *vt, uint32_t number);
+/* The uid's domain, NULL when it has none or isolation is shared. */
+struct vt_domain *vt_domain_of_uid(struct verbs_transport *vt, uint32_t uid);
+/* Hold the uid's domain, creating it (RDMAX_E_RESOURCE_EXHAUSTED past the limit). */
+int vt_domain_hold_uid(struct verbs_transport *vt, uint32_t uid, struct vt_domain **ret_dom);
+void vt_domain_hold(struct vt_domain *dom);
+/* Drop a hold; the last one frees the domain's PDs. NULL is fine. */
+void vt_domain_put(struct verbs_transport *vt, struct vt_domain *dom);
+/* The domain's PD on hca, allocated on first use; dom NULL: the device's shared PD. */
+int vt_domain_pd(struct vt_domain *dom, struct hca *hca, struct ibv_pd **ret_pd);
+/* The domain whose PD holds the region's MR on hca, or NULL (the shared PD). */
+struct vt_domain *vt_region_domain(struct verbs_transport *vt, const struct region *region,
+				   const struct hca *hca);
 
 #endif /* RDMAXD_TRANSPORT_VERBS_INTERNAL_H */

@@ -42,6 +42,7 @@ static void passive_free(struct passive *p)
 		log_warn("ibv_dereg_mr() of answer slots failed: %s", strerror(-ret));
 	}
 	free(p->ans_buf);
+	vt_domain_put(vt, p->domain);
 	conn_table_group_del(&vt->conns, p->instance, p->group);
 	list_del(&p->link);
 	free(p);
@@ -62,7 +63,9 @@ static void refuse(struct verbs_transport *vt, struct rdma_cm_id *id, const char
 		   enum conn_reject_reason reason)
 {
 	uint8_t pd[56];
-	int len = conn_pd_reject(pd, sizeof(pd), reason);
+	int len = reason == CONN_REJ_DOMAIN || reason == CONN_REJ_DOMAIN_GONE
+			  ? conn_pd_reject_domain(pd, sizeof(pd), reason, vt->conns.instance)
+			  : conn_pd_reject(pd, sizeof(pd), reason);
 
 	log_ratelimited(&vt->rl, LOG_WARNING, "refused connection from %s: %s", name,
 			conn_reject_reason_str(reason));
@@ -101,8 +104,34 @@ void vt_on_connect_request(struct verbs_transport *vt, struct listener *l, const
 		refuse(vt, id, name, reason);
 		return;
 	}
+	/*
+	 * A request for a protection domain must prove the domain's token, which
+	 * only descriptors of its regions carry; then its QP goes into that
+	 * domain's PD, where only that uid's rkeys are valid.
+	 */
+	struct vt_domain *dom = NULL;
+	if (req.domain) {
+		/*
+		 * Numbers are not reused before 2^24 more domains, so an unknown one
+		 * is a domain whose regions and QPs are all gone.
+		 */
+		dom = vt_domain_find(vt, req.domain);
+		if (!dom) {
+			refuse(vt, id, name, CONN_REJ_DOMAIN_GONE);
+			return;
+		}
+		if (!conn_pd_domain_ok(ev->pd, ev->pd_len, dom->token)) {
+			refuse(vt, id, name, CONN_REJ_DOMAIN);
+			return;
+		}
+	}
 	struct hca *hca = hca_find(&vt->hcas, id->verbs);
 	if (!hca || !hca_usable(hca)) {
+		refuse(vt, id, name, CONN_REJ_RESOURCES);
+		return;
+	}
+	struct ibv_pd *qp_pd;
+	if (vt_domain_pd(dom, hca, &qp_pd) < 0) {
 		refuse(vt, id, name, CONN_REJ_RESOURCES);
 		return;
 	}
@@ -123,6 +152,10 @@ void vt_on_connect_request(struct verbs_transport *vt, struct listener *l, const
 	p->hca = hca;
 	p->instance = req.instance;
 	p->group = req.group;
+	p->domain = dom;
+	if (dom) {
+		vt_domain_hold(dom);
+	}
 	list_init(&p->ans_queue);
 	copy_string(p->name, sizeof(p->name), name);
 	list_add_tail(&vt->passives, &p->link);
@@ -134,10 +167,12 @@ void vt_on_connect_request(struct verbs_transport *vt, struct listener *l, const
 		return;
 	}
 	p->cqes = PASSIVE_SQ;
-	p->ans_buf = aligned_alloc(ANSWER_SLOT, PASSIVE_SQ * ANSWER_SLOT);
-	ret = p->ans_buf ? verbs_reg_mr(hca->pd, p->ans_buf, PASSIVE_SQ * ANSWER_SLOT,
-					(uintptr_t)p->ans_buf, 0, &p->ans_mr)
-			 : -ENOMEM;
+	/* A domain's QP carries no messages (verbs_link.c), so it needs no answer slots. */
+	p->ans_buf = dom ? NULL : aligned_alloc(ANSWER_SLOT, PASSIVE_SQ * ANSWER_SLOT);
+	ret = dom          ? 0
+	      : p->ans_buf ? verbs_reg_mr(hca->pd, p->ans_buf, PASSIVE_SQ * ANSWER_SLOT,
+					  (uintptr_t)p->ans_buf, 0, &p->ans_mr)
+			   : -ENOMEM;
 	if (ret < 0) {
 		log_warn("cannot register answer slots on '%s' for %s: %s", hca->name, name,
 			 strerror(-ret));
@@ -148,11 +183,17 @@ void vt_on_connect_request(struct verbs_transport *vt, struct listener *l, const
 	memset(&attr, 0, sizeof(attr));
 	attr.send_cq = hca->cq;
 	attr.recv_cq = hca->cq;
-	attr.srq = hca->srq;
 	attr.qp_type = IBV_QPT_RC;
 	attr.cap.max_send_wr = PASSIVE_SQ;
 	attr.cap.max_send_sge = 1;
-	ret = verbs_cm_create_qp(id, hca->pd, &attr);
+	if (dom) {
+		/* No receives are ever posted: a SEND on it finds none (RNR). */
+		attr.cap.max_recv_wr = 1;
+		attr.cap.max_recv_sge = 1;
+	} else {
+		attr.srq = hca->srq;
+	}
+	ret = verbs_cm_create_qp(id, qp_pd, &attr);
 	if (ret < 0) {
 		log_warn("rdma_create_qp() on '%s' for %s failed: %s", hca->name, name,
 			 strerror(-ret));
@@ -182,8 +223,9 @@ void vt_on_connect_request(struct verbs_transport *vt, struct listener *l, const
 		return;
 	}
 	p->state = PASSIVE_ACCEPTING;
-	log_debug("accepting QP %u from %s (link %u of %u, instance %016" PRIx64 ")", p->qp_num,
-		  name, req.link_index + 1, req.n_links, req.instance);
+	log_debug("accepting QP %u from %s (link %u of %u, instance %016" PRIx64
+		  ", protection domain %u)",
+		  p->qp_num, name, req.link_index + 1, req.n_links, req.instance, req.domain);
 }
 
 void vt_on_passive_event(struct passive *p, const struct cm_copy *ev)
@@ -215,9 +257,14 @@ void vt_on_passive_event(struct passive *p, const struct cm_copy *ev)
 static int answer_post(struct passive *p, uint64_t id, int status, const uint8_t *data,
 		       uint32_t data_len)
 {
-	uint8_t *buf = p->ans_buf + (p->ans_posted % PASSIVE_SQ) * ANSWER_SLOT;
 	struct ibv_send_wr wr;
 	struct ibv_sge sge;
+
+	if (!p->ans_buf) {
+		/* A domain's QP has no receives, so nothing on it can want an answer. */
+		return -EPROTO;
+	}
+	uint8_t *buf = p->ans_buf + (p->ans_posted % PASSIVE_SQ) * ANSWER_SLOT;
 	int len = status == 0 && data_len
 			  ? conn_answer_encode_data(buf, ANSWER_SLOT, id, data, data_len)
 			  : conn_answer_encode(buf, ANSWER_SLOT, id, status, (const char *)data);

@@ -115,6 +115,31 @@ static int link_connect(void *ctx, struct conn_link *link, const uint8_t *pd, si
 	struct rdma_conn_param param;
 	int ret;
 
+	struct ibv_pd *qp_pd = hca->pd;
+	if (link->conn->local_domain) {
+		/*
+		 * Per-uid isolation: the QP goes into the PD of the uid whose regions
+		 * it reads and writes. The jobs that wait hold those regions, and so
+		 * the domain, until the QP holds it too.
+		 */
+		if (!lc->domain) {
+			lc->domain = vt_domain_find(vt, link->conn->local_domain);
+			if (!lc->domain) {
+				snprintf(why, why_size,
+					 "protection domain %u is gone (its regions were "
+					 "deregistered)",
+					 link->conn->local_domain);
+				return RDMAX_E_NOT_FOUND;
+			}
+			vt_domain_hold(lc->domain);
+		}
+		ret = vt_domain_pd(lc->domain, hca, &qp_pd);
+		if (ret < 0) {
+			snprintf(why, why_size, "ibv_alloc_pd() on '%s' failed: %s", hca->name,
+				 strerror(-ret));
+			return ret;
+		}
+	}
 	ret = hca_reserve_cqes(hca, vt->sq_depth);
 	if (ret < 0) {
 		snprintf(why, why_size, "the completion queue of '%s' has no room for another QP",
@@ -125,16 +150,26 @@ static int link_connect(void *ctx, struct conn_link *link, const uint8_t *pd, si
 	memset(&attr, 0, sizeof(attr));
 	attr.send_cq = hca->cq;
 	attr.recv_cq = hca->cq;
-	attr.srq = hca->srq;
 	attr.qp_type = IBV_QPT_RC;
 	attr.cap.max_send_wr = vt->sq_depth;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_inline_data = cfg->inline_threshold;
-	ret = verbs_cm_create_qp(lc->id, hca->pd, &attr);
+	if (qp_pd == hca->pd) {
+		attr.srq = hca->srq;
+	} else {
+		/*
+		 * A domain's QPs carry one-sided WRs only (messages and imm records
+		 * take the daemons' shared QPs): no receive is ever posted, so a
+		 * stray SEND finds none instead of the shared PD's buffers.
+		 */
+		attr.cap.max_recv_wr = 1;
+		attr.cap.max_recv_sge = 1;
+	}
+	ret = verbs_cm_create_qp(lc->id, qp_pd, &attr);
 	if (ret < 0 && cfg->inline_threshold > 0) {
 		/* The device may support less inline data than configured: go without. */
 		attr.cap.max_inline_data = 0;
-		ret = verbs_cm_create_qp(lc->id, hca->pd, &attr);
+		ret = verbs_cm_create_qp(lc->id, qp_pd, &attr);
 	}
 	if (ret < 0) {
 		snprintf(why, why_size, "rdma_create_qp() on '%s' failed: %s", hca->name,
@@ -290,6 +325,7 @@ static void link_destroy(void *ctx, struct conn_link *link)
 	if (lc->hca && lc->cqes) {
 		hca_release_cqes(lc->hca, lc->cqes);
 	}
+	vt_domain_put(vt, lc->domain);
 	free(lc);
 	link->priv = NULL;
 }
