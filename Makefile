@@ -159,10 +159,11 @@ $(BUILD)/rdmaxctl: TOOL_LIBS = $(LIBS_JSON)
 
 # The extension finds librdmax next to it in the build tree ($ORIGIN/../..), and in LIBDIR once
 # installed (relinked by `make install`).
-$(PY_MOD): client-lib/python/_rdmax.c client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
+PY_SRCS := client-lib/python/_rdmax.c client-lib/python/jobs.c
+$(PY_MOD): $(PY_SRCS) client-lib/python/rdmax_py.h client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
 	@mkdir -p $(dir $@)
 	$(QUIET_CC)$(CC) -std=gnu11 $(WARN) -Wno-missing-field-initializers $(CFLAGS) $(SANFLAGS) -fPIC -shared \
-		-I$(PY_INC) -Iclient-lib/include -o $@ $< -L$(BUILD) -l:$(LIB_SONAME) \
+		-I$(PY_INC) -Iclient-lib/include -o $@ $(PY_SRCS) -L$(BUILD) -l:$(LIB_SONAME) \
 		-Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS_ALL) -lpthread
 
 $(BUILD)/python/rdmax/%: client-lib/python/rdmax/%
@@ -385,7 +386,7 @@ install: all $(BUILD)/librdmax.pc
 		install -d $(DESTDIR)$(PYTHONDIR)/rdmax && \
 		install -m 0644 $(PY_OUT) $(DESTDIR)$(PYTHONDIR)/rdmax/ && \
 		$(CC) -std=gnu11 $(CFLAGS) -fPIC -shared -I$(PY_INC) -Iclient-lib/include \
-			-o $(DESTDIR)$(PYTHONDIR)/rdmax/_rdmax$(PY_EXT) client-lib/python/_rdmax.c \
+			-o $(DESTDIR)$(PYTHONDIR)/rdmax/_rdmax$(PY_EXT) $(PY_SRCS) \
 			-L$(BUILD) -l:$(LIB_SONAME) -Wl,-rpath,$(LIBDIR) -lpthread; \
 	else echo "install: no Python headers ($(PYTHON), python3-dev): rdmax package not installed"; fi
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR)
