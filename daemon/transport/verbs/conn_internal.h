@@ -25,4 +25,11 @@ void conn_link_quiet(struct conn_link *link);
 void conn_attempt_failed(struct conn *conn, int err, bool retryable, const char *reason);
 void conn_established(struct conn *conn, uint64_t now);
 
+/* "WRITE", "READ", ...: an xfer operation as work completion messages name it. */
+const char *conn_op_name(enum xfer_op op);
+
+/* conn_wc_error() with the operation named by the caller (e.g. "SEND to"). */
+int conn_wc_error_named(int wc_status, uint32_t vendor_err, const char *op, const char *peer,
+			char *message, size_t message_size);
+
 #endif /* RDMAXD_CONN_INTERNAL_H */
