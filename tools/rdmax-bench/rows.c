@@ -297,7 +297,7 @@ static void print_row(FILE *f, const struct opts *o, const struct row *r)
  * when the library or the daemon refuses the kind, say clearly which of the
  * two answered and what, instead of failing inside a timed loop.
  * \return 0 when the op works, else the refusal (RDMAX_E_UNIMPLEMENTED when
- *         the kind is not implemented)
+ *         the daemon does not know the kind)
  */
 static int probe_op(struct bench *b, const struct rdmax_daemon_info *info)
 {

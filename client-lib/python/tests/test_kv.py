@@ -40,7 +40,7 @@ def test_handshake_round_trip_and_validation(daemon):
         peer = a.add_peer(hs)
         assert peer.layout.num_layers == 2 and peer.layout.tp_rank == 1
         assert bytes(peer.mailbox) == a.mailbox_addr and len(peer.descs) == 4
-        for bad in (b"", hs[:10], b"XXXX" + hs[4:], hs[:4] + b"\x09\x00" + hs[6:], hs + b"x",
+        for bad in (b"", hs[:10], b"KVDR" + hs[4:], hs[:4] + b"\x09\x00" + hs[6:], hs + b"x",
                     hs[:-3]):
             with pytest.raises(rdmax.InvalidArgument):
                 a.add_peer(bad)
