@@ -85,14 +85,17 @@ uint32_t ipc_ring_take(struct session *s, uint32_t max)
 		}
 		ring_sq_consume(&s->ring);
 		n++;
-		Rdmax__V1__Job *job = rdmax__v1__job__unpack(NULL, (size_t)len, ipc->ring_buf);
+		/* Into the arena: no malloc or free per entry, everything dropped at once. */
+		Rdmax__V1__Job *job = rdmax__v1__job__unpack(arena_pb_allocator(&ipc->ring_arena),
+							     (size_t)len, ipc->ring_buf);
 		if (!job) {
+			arena_reset(&ipc->ring_arena);
 			/* No job id to answer: the library never writes this. */
 			s->ring_bad = true;
 			break;
 		}
 		ret = engine_submit(ipc->daemon->engine, &s->owner, job);
-		rdmax__v1__job__free_unpacked(job, NULL);
+		arena_reset(&ipc->ring_arena);
 		if (ret < 0) {
 			/* The library never reuses an id in flight; there is no seq to answer. */
 			s->ring_bad = true;
@@ -120,12 +123,13 @@ void ipc_ring_cancel_pending(struct session *s)
 			break;
 		}
 		ring_sq_consume(&s->ring);
-		Rdmax__V1__Job *job = rdmax__v1__job__unpack(NULL, (size_t)len, ipc->ring_buf);
+		Rdmax__V1__Job *job = rdmax__v1__job__unpack(arena_pb_allocator(&ipc->ring_arena),
+							     (size_t)len, ipc->ring_buf);
 		if (job) {
 			ipc_job_completed(&s->owner, job->job_id, RDMAX_E_CANCELLED,
 					  "daemon shutting down", 0);
-			rdmax__v1__job__free_unpacked(job, NULL);
 		}
+		arena_reset(&ipc->ring_arena);
 	}
 }
 
