@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "job_codec.h"
 
 static bool owned_region(const struct rdmax_client *c, const struct rdmax_region *r)
 {
@@ -169,6 +170,7 @@ struct pb_job {
 	Rdmax__V1__PageList src;
 	Rdmax__V1__PageList dst;
 	size_t packed_len; /* ring_submit(): the entry's length, measured once */
+	bool codec;        /* ring_submit(): packed by job_codec_pack() */
 };
 
 /* A Submit this small is encoded on the stack: the ring path then needs no malloc. */
@@ -464,7 +466,12 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 	}
 	for (size_t i = 0; i < count; i++) {
 		encode_job(&jobs[i], b, i);
-		size_t len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
+		/* Writes and reads straight-line, the same bytes as protobuf-c's. */
+		size_t len = job_codec_size(b->ptrs[i]);
+		b->pbs[i].codec = len != 0;
+		if (!len) {
+			len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
+		}
 		b->pbs[i].packed_len = len;
 		submit_len += 1 + varint_size(len) + len;
 		if (len > max) {
@@ -484,7 +491,11 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 		size_t len = b->pbs[i].packed_len;
 		uint8_t *data =
 			client_ring_sqe_prepare(&c->ring, (uint32_t)i, (uint32_t)len, c->msgs_sent);
-		rdmax__v1__job__pack(b->ptrs[i], data);
+		if (b->pbs[i].codec) {
+			job_codec_pack(b->ptrs[i], data);
+		} else {
+			rdmax__v1__job__pack(b->ptrs[i], data);
+		}
 	}
 	bool doorbell = client_ring_sq_publish(&c->ring, (uint32_t)count);
 	/*
