@@ -445,16 +445,6 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
  * or a job does not fit a slot (the caller then uses the socket, which keeps
  * the order through the entries' `after`).
  */
-static size_t varint_size(uint64_t v)
-{
-	size_t n = 1;
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
-}
-
 static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, size_t count,
 		       struct submit_buf *b)
 {
@@ -473,7 +463,7 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 			len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
 		}
 		b->pbs[i].packed_len = len;
-		submit_len += 1 + varint_size(len) + len;
+		submit_len += 1 + job_codec_varint_len(len) + len;
 		if (len > max) {
 			/* The socket path encodes again from the start. */
 			b->next_dest = 0;
@@ -483,7 +473,8 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 		}
 	}
 	/* The same limit as the Submit it replaces: the call behaves alike on both paths. */
-	size_t msg_len = 1 + varint_size(c->next_seq) + 1 + varint_size(submit_len) + submit_len;
+	size_t msg_len = 1 + job_codec_varint_len(c->next_seq) + 1 +
+			 job_codec_varint_len(submit_len) + submit_len;
 	if (msg_len > c->max_tx) {
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}

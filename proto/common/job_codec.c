@@ -20,7 +20,7 @@ enum {
 	WT_LEN = 2,
 };
 
-static size_t varint_len(uint64_t v)
+size_t job_codec_varint_len(uint64_t v)
 {
 	size_t n = 1;
 
@@ -60,16 +60,18 @@ static uint8_t *put_bytes(uint8_t *p, unsigned field, const ProtobufCBinaryData 
 
 static size_t write_size(const Rdmax__V1__WriteJob *w)
 {
-	return 1 + varint_len(w->local_region) + 1 + varint_len(w->local_offset) + 1 +
-	       varint_len(w->length) + 1 + varint_len(w->remote_desc.len) + w->remote_desc.len + 1 +
-	       varint_len(w->remote_offset) + (w->has_imm ? 1 + varint_len(w->imm) : 0);
+	return 1 + job_codec_varint_len(w->local_region) + 1 +
+	       job_codec_varint_len(w->local_offset) + 1 + job_codec_varint_len(w->length) + 1 +
+	       job_codec_varint_len(w->remote_desc.len) + w->remote_desc.len + 1 +
+	       job_codec_varint_len(w->remote_offset) +
+	       (w->has_imm ? 1 + job_codec_varint_len(w->imm) : 0);
 }
 
 static size_t read_size(const Rdmax__V1__ReadJob *r)
 {
-	return 1 + varint_len(r->remote_desc.len) + r->remote_desc.len + 1 +
-	       varint_len(r->remote_offset) + 1 + varint_len(r->length) + 1 +
-	       varint_len(r->local_region) + 1 + varint_len(r->local_offset);
+	return 1 + job_codec_varint_len(r->remote_desc.len) + r->remote_desc.len + 1 +
+	       job_codec_varint_len(r->remote_offset) + 1 + job_codec_varint_len(r->length) + 1 +
+	       job_codec_varint_len(r->local_region) + 1 + job_codec_varint_len(r->local_offset);
 }
 
 static size_t kind_size(const Rdmax__V1__Job *job)
@@ -90,10 +92,10 @@ size_t job_codec_size(const Rdmax__V1__Job *job)
 	if (!kind) {
 		return 0;
 	}
-	return 1 + varint_len(job->job_id) +
-	       (job->has_deadline_ms ? 1 + varint_len(job->deadline_ms) : 0) +
-	       (job->has_traffic_class ? 1 + varint_len(job->traffic_class) : 0) + 1 +
-	       varint_len(kind) + kind;
+	return 1 + job_codec_varint_len(job->job_id) +
+	       (job->has_deadline_ms ? 1 + job_codec_varint_len(job->deadline_ms) : 0) +
+	       (job->has_traffic_class ? 1 + job_codec_varint_len(job->traffic_class) : 0) + 1 +
+	       job_codec_varint_len(kind) + kind;
 }
 
 void job_codec_pack(const Rdmax__V1__Job *job, uint8_t *out)

@@ -22,6 +22,9 @@ struct job_codec_msg {
 	} k;
 };
 
+/* Bytes of v as a protobuf varint. */
+size_t job_codec_varint_len(uint64_t v);
+
 /*
  * The packed size of a write or read Job, equal to
  * rdmax__v1__job__get_packed_size(); 0 for any other kind (use protobuf-c).
