@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "job_codec.h"
 
 static bool owned_region(const struct rdmax_client *c, const struct rdmax_region *r)
 {
@@ -168,7 +169,12 @@ struct pb_job {
 	} k;
 	Rdmax__V1__PageList src;
 	Rdmax__V1__PageList dst;
+	size_t packed_len; /* ring_submit(): the entry's length, measured once */
+	bool codec;        /* ring_submit(): packed by job_codec_pack() */
 };
+
+/* A Submit this small is encoded on the stack: the ring path then needs no malloc. */
+#define SUBMIT_STACK_BYTES 2048u
 
 /* Everything a Submit needs, in one allocation (every member is 8-byte aligned). */
 struct submit_buf {
@@ -191,7 +197,9 @@ static bool add_size(size_t *total, size_t count, size_t each)
 	       !__builtin_add_overflow(*total, bytes, total);
 }
 
-static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct submit_buf *ret)
+/* The buffer for the batch: `stack` (stack_size bytes, 8-aligned) when it fits, else malloc. */
+static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct submit_buf *ret,
+			  void *stack, size_t stack_size)
 {
 	size_t n_dests = 0, n_descs = 0, n_pairs = 0, total = 0;
 	char *mem;
@@ -218,7 +226,7 @@ static void *submit_alloc(const struct rdmax_job *jobs, size_t count, struct sub
 	    !add_size(&total, n_pairs, sizeof(Rdmax__V1__PagedPair *))) {
 		return NULL;
 	}
-	mem = malloc(total ? total : 1);
+	mem = total <= stack_size ? stack : malloc(total ? total : 1);
 	if (!mem) {
 		return NULL;
 	}
@@ -437,16 +445,6 @@ static void encode_job(const struct rdmax_job *j, struct submit_buf *b, size_t i
  * or a job does not fit a slot (the caller then uses the socket, which keeps
  * the order through the entries' `after`).
  */
-static size_t varint_size(uint64_t v)
-{
-	size_t n = 1;
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
-}
-
 static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, size_t count,
 		       struct submit_buf *b)
 {
@@ -458,8 +456,14 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 	}
 	for (size_t i = 0; i < count; i++) {
 		encode_job(&jobs[i], b, i);
-		size_t len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
-		submit_len += 1 + varint_size(len) + len;
+		/* Writes and reads straight-line, the same bytes as protobuf-c's. */
+		size_t len = job_codec_size(b->ptrs[i]);
+		b->pbs[i].codec = len != 0;
+		if (!len) {
+			len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
+		}
+		b->pbs[i].packed_len = len;
+		submit_len += 1 + job_codec_varint_len(len) + len;
 		if (len > max) {
 			/* The socket path encodes again from the start. */
 			b->next_dest = 0;
@@ -469,15 +473,20 @@ static int ring_submit(struct rdmax_client *c, const struct rdmax_job *jobs, siz
 		}
 	}
 	/* The same limit as the Submit it replaces: the call behaves alike on both paths. */
-	size_t msg_len = 1 + varint_size(c->next_seq) + 1 + varint_size(submit_len) + submit_len;
+	size_t msg_len = 1 + job_codec_varint_len(c->next_seq) + 1 +
+			 job_codec_varint_len(submit_len) + submit_len;
 	if (msg_len > c->max_tx) {
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
 	for (size_t i = 0; i < count; i++) {
-		size_t len = rdmax__v1__job__get_packed_size(b->ptrs[i]);
+		size_t len = b->pbs[i].packed_len;
 		uint8_t *data =
 			client_ring_sqe_prepare(&c->ring, (uint32_t)i, (uint32_t)len, c->msgs_sent);
-		rdmax__v1__job__pack(b->ptrs[i], data);
+		if (b->pbs[i].codec) {
+			job_codec_pack(b->ptrs[i], data);
+		} else {
+			rdmax__v1__job__pack(b->ptrs[i], data);
+		}
 	}
 	bool doorbell = client_ring_sq_publish(&c->ring, (uint32_t)count);
 	/*
@@ -502,7 +511,11 @@ static int submit(struct rdmax_client *client, const struct rdmax_job *jobs, siz
 {
 	Rdmax__V1__Submit submit = RDMAX__V1__SUBMIT__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	struct client_pending *p;
+	union {
+		uint8_t bytes[SUBMIT_STACK_BYTES];
+		uint64_t align;
+	} stack;
+	struct client_pending *p = NULL;
 	struct submit_buf b;
 	void *mem;
 	int r;
@@ -526,27 +539,26 @@ static int submit(struct rdmax_client *client, const struct rdmax_job *jobs, siz
 	if (r < 0) {
 		return r;
 	}
-	mem = submit_alloc(jobs, count, &b);
+	mem = submit_alloc(jobs, count, &b, stack.bytes, sizeof(stack.bytes));
 	if (!mem) {
 		return -ENOMEM;
-	}
-	p = malloc(sizeof(*p) + count * sizeof(p->ids[0]));
-	if (!p) {
-		r = -ENOMEM;
-		goto out_free_mem;
 	}
 	/* Reserve before sending so nothing can fail once the daemon has the jobs. */
 	r = client_jobs_reserve(&client->jobs, count);
 	if (r < 0) {
-		goto out_free_pending;
+		goto out_free_mem;
 	}
 	if (client->ring.v.base) {
 		r = ring_submit(client, jobs, count, &b);
 		if (r != -ENOSPC) {
-			free(p);
-			free(mem);
-			return r;
+			goto out_free_mem;
 		}
+	}
+	/* The socket path: the Submit's reply settles these ids. */
+	p = malloc(sizeof(*p) + count * sizeof(p->ids[0]));
+	if (!p) {
+		r = -ENOMEM;
+		goto out_free_mem;
 	}
 	for (size_t i = 0; i < count; i++) {
 		encode_job(&jobs[i], &b, i);
@@ -570,13 +582,15 @@ static int submit(struct rdmax_client *client, const struct rdmax_job *jobs, siz
 	for (size_t i = 0; i < count; i++) {
 		client_jobs_add(&client->jobs, jobs[i].id, msg.seq);
 	}
-	free(mem);
-	return 0;
+	r = 0;
+	goto out_free_mem;
 
 out_free_pending:
 	free(p);
 out_free_mem:
-	free(mem);
+	if (mem != stack.bytes) {
+		free(mem);
+	}
 	return r;
 }
 

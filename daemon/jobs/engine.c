@@ -35,6 +35,21 @@
 #include "rdmaxd.h"
 #include "transport.h"
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ENGINE_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(ENGINE_ASAN)
+#include <sanitizer/asan_interface.h>
+/* A pooled job is poisoned: a use after its completion still faults under ASan. */
+#define POOL_POISON(p, n)   ASAN_POISON_MEMORY_REGION(p, n)
+#define POOL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POOL_POISON(p, n)   ((void)(p), (void)(n))
+#define POOL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /*
  * Planned runs (32 bytes each) one client's jobs may hold at once: bounds the
  * memory a client can pin with paged writes and scatters.
@@ -92,7 +107,31 @@ static void job_free_memory(struct job *job)
 	free(job->final_message);
 	free(job->payload);
 	list_del(&job->link);
-	free(job);
+	struct engine *engine = job->engine;
+	if (engine->n_job_pool < ENGINE_JOB_POOL_MAX) {
+		POOL_POISON(job, sizeof(*job));
+		engine->job_pool[engine->n_job_pool++] = job;
+	} else {
+		free(job);
+	}
+}
+
+/* A job's memory, from the pool when it holds one; the caller initialises it. */
+static struct job *job_alloc(struct engine *engine)
+{
+	if (engine->n_job_pool > 0) {
+		struct job *job = engine->job_pool[--engine->n_job_pool];
+		engine->job_pool_reused++;
+		POOL_UNPOISON(job, sizeof(*job));
+		return job;
+	}
+	return malloc(sizeof(struct job));
+}
+
+void engine_job_pool_stats(const struct engine *engine, uint32_t *ret_idle, uint64_t *ret_reused)
+{
+	*ret_idle = engine->n_job_pool;
+	*ret_reused = engine->job_pool_reused;
 }
 
 void job_free_if_done(struct job *job)
@@ -333,7 +372,7 @@ int engine_submit(struct engine *engine, struct job_owner *owner, const Rdmax__V
 		/* Refused without a completion: the id's one completion is the running job's. */
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	job = malloc(sizeof(*job));
+	job = job_alloc(engine);
 	if (!job) {
 		engine->complete(owner, pj->job_id, -ENOMEM, "out of memory", 0);
 		return 0;
@@ -432,6 +471,11 @@ void engine_destroy(struct engine *engine)
 	list_for_each_safe(pos, tmp, &engine->jobs)
 	{
 		job_free_memory(container_of(pos, struct job, link));
+	}
+	while (engine->n_job_pool > 0) {
+		struct job *job = engine->job_pool[--engine->n_job_pool];
+		POOL_UNPOISON(job, sizeof(*job));
+		free(job);
 	}
 	free(engine->desc_cache);
 	free(engine);

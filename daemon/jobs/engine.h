@@ -109,6 +109,15 @@ uint32_t engine_fail_instance(struct engine *engine, uint64_t instance, int err,
 /* Jobs without a completion, over all clients. */
 uint64_t engine_outstanding(const struct engine *engine);
 
+/*
+ * Freed jobs kept for reuse: at most ENGINE_JOB_POOL_MAX, so a burst leaves
+ * no more memory behind than that; a job beyond it is malloc'd and freed as
+ * before. Idle jobs held now and jobs that were taken from the pool, ever
+ * (for tests).
+ */
+#define ENGINE_JOB_POOL_MAX 64u
+void engine_job_pool_stats(const struct engine *engine, uint32_t *ret_idle, uint64_t *ret_reused);
+
 /* The traffic-class scheduler's state, for metrics, status and tests. */
 struct engine_qos_stats {
 	uint32_t in_flight[QOS_CLASS_MAX]; /* chunks to other daemons in flight */

@@ -121,6 +121,10 @@ struct engine {
 	uint32_t qos_in_flight[QOS_CLASS_MAX];
 	uint64_t qos_waits[QOS_CLASS_MAX];
 	bool qos_dispatching; /* inside engine_qos_dispatch(): no nested run */
+	/* Freed jobs for the next submissions: no malloc/free per job (ENGINE_JOB_POOL_MAX). */
+	struct job *job_pool[ENGINE_JOB_POOL_MAX];
+	uint32_t n_job_pool;
+	uint64_t job_pool_reused;
 };
 
 struct job;

@@ -403,7 +403,8 @@ int ipc_create(struct rdmaxd *daemon, struct ipc **ret_ipc)
 	ipc->rx_buf = malloc(ipc->rx_size);
 	ipc->tx_buf = malloc(ipc->tx_size);
 	ipc->ring_buf = malloc(RDMAX_RING_MAX_SQE_BYTES);
-	if (!ipc->rx_buf || !ipc->tx_buf || !ipc->ring_buf) {
+	if (!ipc->rx_buf || !ipc->tx_buf || !ipc->ring_buf ||
+	    arena_init(&ipc->ring_arena, IPC_RING_ARENA_BYTES) < 0) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -484,6 +485,7 @@ out_free:
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
 	free(ipc->ring_buf);
+	arena_fini(&ipc->ring_arena);
 	free(ipc);
 	return ret;
 }
@@ -544,6 +546,7 @@ void ipc_destroy(struct ipc *ipc)
 	free(ipc->rx_buf);
 	free(ipc->tx_buf);
 	free(ipc->ring_buf);
+	arena_fini(&ipc->ring_arena);
 	free(ipc);
 }
 

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 
 #include "ipc.h"
+#include "job_codec.h"
 #include "log.h"
 #include "rdmax.h"
 #include "session_internal.h"
@@ -64,12 +65,27 @@ void ipc_handle_ring_setup(struct session *s, uint64_t seq, const Rdmax__V1__Rin
 }
 
 /*
+ * The entry in ipc->ring_buf as a Job: a plain write or read straight from
+ * the bytes (into `fast`, pointing into ring_buf), anything else through
+ * protobuf-c into the arena. No malloc or free per entry either way; the
+ * caller resets the arena once done with the Job.
+ */
+static Rdmax__V1__Job *unpack_entry(struct ipc *ipc, size_t len, struct job_codec_msg *fast)
+{
+	if (job_codec_unpack(ipc->ring_buf, len, fast)) {
+		return &fast->job;
+	}
+	return rdmax__v1__job__unpack(arena_pb_allocator(&ipc->ring_arena), len, ipc->ring_buf);
+}
+
+/*
  * Start the client's ring entries that are due (their `after` reached), at
  * most max. Returns how many were taken; a broken ring is marked for closing.
  */
 uint32_t ipc_ring_take(struct session *s, uint32_t max)
 {
 	struct ipc *ipc = s->ipc;
+	struct job_codec_msg fast;
 	uint32_t n = 0;
 	int ret;
 
@@ -85,14 +101,15 @@ uint32_t ipc_ring_take(struct session *s, uint32_t max)
 		}
 		ring_sq_consume(&s->ring);
 		n++;
-		Rdmax__V1__Job *job = rdmax__v1__job__unpack(NULL, (size_t)len, ipc->ring_buf);
+		Rdmax__V1__Job *job = unpack_entry(ipc, (size_t)len, &fast);
 		if (!job) {
+			arena_reset(&ipc->ring_arena);
 			/* No job id to answer: the library never writes this. */
 			s->ring_bad = true;
 			break;
 		}
 		ret = engine_submit(ipc->daemon->engine, &s->owner, job);
-		rdmax__v1__job__free_unpacked(job, NULL);
+		arena_reset(&ipc->ring_arena);
 		if (ret < 0) {
 			/* The library never reuses an id in flight; there is no seq to answer. */
 			s->ring_bad = true;
@@ -120,12 +137,13 @@ void ipc_ring_cancel_pending(struct session *s)
 			break;
 		}
 		ring_sq_consume(&s->ring);
-		Rdmax__V1__Job *job = rdmax__v1__job__unpack(NULL, (size_t)len, ipc->ring_buf);
+		struct job_codec_msg fast;
+		Rdmax__V1__Job *job = unpack_entry(ipc, (size_t)len, &fast);
 		if (job) {
 			ipc_job_completed(&s->owner, job->job_id, RDMAX_E_CANCELLED,
 					  "daemon shutting down", 0);
-			rdmax__v1__job__free_unpacked(job, NULL);
 		}
+		arena_reset(&ipc->ring_arena);
 	}
 }
 

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "arena.h"
 #include "engine.h"
 #include "listen_backoff.h"
 #include "mailbox.h"
@@ -41,6 +42,12 @@
 #define MAX_FDS_HARD         253
 /* Ring entries taken per client per loop turn, so other clients get theirs. */
 #define RING_POLL_MAX 256u
+/*
+ * The arena a ring entry is unpacked into: twice the largest entry, so any
+ * job the library writes decodes without malloc (inputs that unpack larger,
+ * such as many empty repeated messages, spill to malloc for that entry).
+ */
+#define IPC_RING_ARENA_BYTES (2u * RDMAX_RING_MAX_SQE_BYTES)
 
 struct out_msg {
 	struct list_node link;
@@ -127,8 +134,9 @@ struct ipc {
 	uv_check_t flush_check;
 	struct list_node sessions;
 	struct list_node dirty;
-	struct list_node rings; /* sessions with a mapped ring */
-	uint8_t *ring_buf;      /* one submission entry, copied out of shared memory */
+	struct list_node rings;  /* sessions with a mapped ring */
+	uint8_t *ring_buf;       /* one submission entry, copied out of shared memory */
+	struct arena ring_arena; /* that entry's Job, unpacked; reset per entry */
 	uint32_t n_sessions;
 	uint64_t next_session_id;
 	struct list_node doomed; /* sessions to close at the next turn */

@@ -6,7 +6,8 @@
  * memfd's size and seals, then a program of steps: the client rewriting
  * bytes of the mapping, and the daemon peeking, consuming, posting
  * completions, sleeping and waking. Every entry the daemon takes is decoded
- * as the ipc layer decodes it. Nothing may touch memory outside the
+ * as the ipc layer decodes it (the straight-line codec, or protobuf-c into
+ * an arena), and where the codec takes it, both must agree. Nothing may touch memory outside the
  * mapping, and a lying client only ever earns PROTOCOL_ERROR.
  */
 #include <errno.h>
@@ -16,7 +17,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "fuzz.h"
+#include "job_codec.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "ring.h"
@@ -34,6 +37,59 @@ enum step {
 	STEP_WAKE,
 	STEP_MAX,
 };
+
+static void same_bytes(const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
+{
+	if (a->len != b->len || (a->data == NULL) != (b->data == NULL) ||
+	    (a->len && memcmp(a->data, b->data, a->len) != 0)) {
+		abort();
+	}
+}
+
+/*
+ * An entry decoded as ipc_ring_take() decodes it: the straight-line codec
+ * when it takes the bytes, protobuf-c (into an arena) otherwise. Whatever
+ * the codec takes, protobuf-c must take with the same values.
+ */
+static void check_entry(const uint8_t *buf, size_t len)
+{
+	static struct arena arena;
+	struct job_codec_msg m;
+
+	if (!arena.buf && arena_init(&arena, 4096) < 0) {
+		abort();
+	}
+	Rdmax__V1__Job *pc = rdmax__v1__job__unpack(arena_pb_allocator(&arena), len, buf);
+	if (job_codec_unpack(buf, len, &m)) {
+		const Rdmax__V1__Job *j = &m.job;
+		if (!pc || pc->job_id != j->job_id || pc->has_deadline_ms != j->has_deadline_ms ||
+		    pc->deadline_ms != j->deadline_ms ||
+		    pc->has_traffic_class != j->has_traffic_class ||
+		    pc->traffic_class != j->traffic_class || pc->kind_case != j->kind_case) {
+			abort();
+		}
+		if (j->kind_case == RDMAX__V1__JOB__KIND_WRITE) {
+			const Rdmax__V1__WriteJob *a = j->write, *b = pc->write;
+			if (a->local_region != b->local_region ||
+			    a->local_offset != b->local_offset || a->length != b->length ||
+			    a->remote_offset != b->remote_offset || a->has_imm != b->has_imm ||
+			    a->imm != b->imm) {
+				abort();
+			}
+			same_bytes(&a->remote_desc, &b->remote_desc);
+		} else {
+			const Rdmax__V1__ReadJob *a = j->read, *b = pc->read;
+			if (j->kind_case != RDMAX__V1__JOB__KIND_READ ||
+			    a->remote_offset != b->remote_offset || a->length != b->length ||
+			    a->local_region != b->local_region ||
+			    a->local_offset != b->local_offset) {
+				abort();
+			}
+			same_bytes(&a->remote_desc, &b->remote_desc);
+		}
+	}
+	arena_reset(&arena);
+}
 
 static void run_steps(struct ring *ring, struct fuzz_in *in)
 {
@@ -74,11 +130,7 @@ static void run_steps(struct ring *ring, struct fuzz_in *in)
 			if ((uint32_t)len > ring->v.sqe_bytes - RDMAX_RING_SQE_HDR) {
 				abort();
 			}
-			Rdmax__V1__ClientMsg *m =
-				rdmax__v1__client_msg__unpack(NULL, (size_t)len, buf);
-			if (m) {
-				rdmax__v1__client_msg__free_unpacked(m, NULL);
-			}
+			check_entry(buf, (size_t)len);
 			ring_sq_consume(ring);
 			taken++;
 			if (ring->sq_head != taken) {

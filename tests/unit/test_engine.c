@@ -32,12 +32,12 @@ struct done_rec {
 	uint64_t bytes;
 };
 
-static struct done_rec g_done[64];
+static struct done_rec g_done[ENGINE_JOB_POOL_MAX + 16];
 static int g_n_done;
 
 static void on_complete(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes)
 {
-	ck_assert_int_lt(g_n_done, 64);
+	ck_assert_int_lt(g_n_done, (int)ARRAY_SIZE(g_done));
 	g_done[g_n_done].job_id = job_id;
 	g_done[g_n_done].err = err;
 	snprintf(g_done[g_n_done].message, sizeof(g_done[0].message), "%s", message ? message : "");
@@ -381,6 +381,62 @@ START_TEST(engine_cancel_progress_leave)
 	finish(2, 0);
 	ck_assert_int_eq(g_n_done, 1); /* nobody to tell */
 	ck_assert_uint_eq(engine_outstanding(F.engine), 0);
+	ck_assert_uint_eq(F.local->refs, 1);
+}
+END_TEST
+
+/*
+ * Freed jobs go to a pool of at most ENGINE_JOB_POOL_MAX: after more jobs
+ * than that were in flight at once, the pool holds exactly the bound; jobs
+ * beyond it still run and complete once, and the next ones reuse pooled
+ * memory with nothing left over from the jobs before.
+ */
+START_TEST(engine_job_pool_bounded)
+{
+	const uint32_t n = ENGINE_JOB_POOL_MAX + 8;
+	uint32_t idle;
+	uint64_t reused;
+
+	F.d.cfg.max_outstanding_jobs = n;
+	for (uint64_t id = 1; id <= n; id++) {
+		submit_write(id, 0, 10, 0, (int)id);
+	}
+	ck_assert_int_eq(F.ft.n, (int)n);
+	ck_assert_uint_eq(F.owner.outstanding, n);
+	engine_job_pool_stats(F.engine, &idle, &reused);
+	ck_assert_uint_eq(idle, 0);
+	for (uint32_t i = 0; i < n; i++) {
+		finish((int)i, 0);
+	}
+	ck_assert_int_eq(g_n_done, (int)n);
+	for (uint32_t i = 0; i < n; i++) {
+		ck_assert_uint_eq(g_done[i].job_id, i + 1);
+		ck_assert_int_eq(g_done[i].err, 0);
+		ck_assert_uint_eq(g_done[i].bytes, 10);
+	}
+	engine_job_pool_stats(F.engine, &idle, &reused);
+	ck_assert_uint_eq(idle, ENGINE_JOB_POOL_MAX);
+	ck_assert_uint_eq(reused, 0);
+	/* Reused jobs: an imm-less write after imm writes, a refusal, a success. */
+	submit_write(1000, 0, 20, 100, -1);
+	ck_assert_int_eq(F.ft.n, (int)n + 1);
+	ck_assert_int_eq(F.ft.xfers[n]->has_imm, 0);
+	ck_assert_uint_eq(F.ft.xfers[n]->length, 20);
+	ck_assert_uint_eq(F.ft.xfers[n]->remote_offset, 100);
+	submit_write(1001, 0, 1u << 20, 0, -1); /* past the remote region */
+	ck_assert_int_eq(g_n_done, (int)n + 1);
+	ck_assert_uint_eq(g_done[n].job_id, 1001);
+	ck_assert_int_eq(g_done[n].err, RDMAX_E_OUT_OF_RANGE);
+	finish((int)n, 0);
+	ck_assert_int_eq(g_n_done, (int)n + 2);
+	ck_assert_uint_eq(g_done[n + 1].job_id, 1000);
+	ck_assert_int_eq(g_done[n + 1].err, 0);
+	ck_assert_uint_eq(g_done[n + 1].bytes, 20);
+	engine_job_pool_stats(F.engine, &idle, &reused);
+	ck_assert_uint_eq(reused, 2);
+	ck_assert_uint_eq(idle, ENGINE_JOB_POOL_MAX);
+	ck_assert_uint_eq(engine_outstanding(F.engine), 0);
+	ck_assert_uint_eq(F.owner.outstanding, 0);
 	ck_assert_uint_eq(F.local->refs, 1);
 }
 END_TEST
@@ -807,6 +863,7 @@ Suite *validate_suite(void)
 	tcase_add_test(tc, engine_duplicate_and_limits);
 	tcase_add_test(tc, engine_cancel_progress_leave);
 	tcase_add_test(tc, engine_local_copy);
+	tcase_add_test(tc, engine_job_pool_bounded);
 	tcase_add_test(tc, engine_shutdown_cancels_once);
 	tcase_add_test(tc, engine_deadline);
 	tcase_add_test(tc, engine_desc_cache_same_result);

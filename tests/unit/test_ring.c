@@ -23,6 +23,7 @@
 #include "ring.h"
 
 Suite *ring_suite(void);
+void ring_codec_tcases(Suite *s); /* test_job_codec.c */
 
 #define SQ  8u
 #define SQE 256u
@@ -310,5 +311,6 @@ Suite *ring_suite(void)
 	tcase_add_test(tc, ring_completions_full_and_wrap);
 	tcase_add_test(tc, ring_wake_flags);
 	suite_add_tcase(s, tc);
+	ring_codec_tcases(s);
 	return s;
 }
