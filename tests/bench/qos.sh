@@ -15,8 +15,9 @@
 #   raw idle   a 64 KiB ping-pong with a 1-byte answer (--lat), blocking and
 #              spinning (--spin, both ends poll the way rdmaxd does)
 #   raw mixed  the same two ping-pongs while a raw 8 MiB stream runs between
-#              two other processes (blocking, and spinning: the rdmax bulk
-#              load keeps both CPUs busy, a blocking one does not)
+#              two other processes (blocking, and spinning), and (after the
+#              [qos] on runs) while the rdmax bulk load itself runs: the same
+#              load, with a round trip that does not go through the daemons
 # The class is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
 # $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
 # --json), and a summary with medians and spreads in host-qos-summary.txt.
@@ -142,6 +143,17 @@ for ((rep = 1; rep <= reps; rep++)); do
 		sleep 0.5
 		lat "$p-mixedlat-r$rep.json" || failed=1
 		wait $bpid || failed=1
+		if [ $mode = on ] && [ -x "$stream" ]; then
+			# The same rdmax bulk load, and the raw ping-pongs between two other
+			# processes meanwhile: what this load leaves a round trip that does
+			# not go through the daemons.
+			bulk "$p-rawbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print 2 * s + 2 }')" &
+			bpid=$!
+			sleep 0.5
+			rawlat "$out/host-qos-raw-mixedrdmax-r$rep.json" || failed=1
+			rawlat "$out/host-qos-raw-mixedrdmaxspin-r$rep.json" --spin || failed=1
+			wait $bpid || failed=1
+		fi
 		cleanup
 		echo "qos: rep $rep, [qos] $mode done"
 	done
@@ -182,22 +194,26 @@ for mode in ("off", "on"):
 # The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream.
 def ratio(num, den):
     return statistics.median(num) / statistics.median(den) if num and den else None
-print("raw reference (tcp-stream, no rdmax): 64K ping-pong, 8M stream between two other processes")
+print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between two other "
+      "processes, or rdmax's 8M bulk writes")
+LOADS = {"block": "blocking", "spin": "spinning", "rdmax": "rdmax"}
 raw = {}
 for lat, tag in (("blocking", ""), ("spinning", "spin")):
     idle50, idle99 = vals("raw", "idle" + tag, "p50"), vals("raw", "idle" + tag, "p99")
     print("  %-8s ping-pong idle              p50 %s   p99 %s" %
           (lat, fmt(idle50, "us"), fmt(idle99, "us")))
-    for load in ("block", "spin"):
+    for load in ("block", "spin", "rdmax"):
         m50 = vals("raw", "mixed" + load + tag, "p50")
         m99 = vals("raw", "mixed" + load + tag, "p99")
-        print("  %-8s ping-pong + %-8s stream p50 %s   p99 %s" %
-              (lat, "blocking" if load == "block" else "spinning", fmt(m50, "us"),
+        print("  %-8s ping-pong + %-8s %s p50 %s   p99 %s" %
+              (lat, LOADS[load], "bulk  " if load == "rdmax" else "stream", fmt(m50, "us"),
                fmt(m99, "us")))
         raw[(tag, load)] = (ratio(m50, idle50), ratio(m99, idle99))
 for load in ("block", "spin"):
     print("  %s stream alone        %s" % ("blocking" if load == "block" else "spinning",
           fmt([x * 1000 for x in vals("raw", "load" + load, "GBps")], "MB/s")))
+print("  rdmax bulk 8M with the raw ping-pongs %s" %
+      fmt([x * 1000 for x in vals("on", "rawbulk", "GBps")], "MB/s"))
 on = (ratio(vals("on", "mixedlat", "p50"), vals("on", "idle", "p50")),
       ratio(vals("on", "mixedlat", "p99"), vals("on", "idle", "p99")))
 if on[1] is not None:
@@ -206,9 +222,8 @@ if on[1] is not None:
     for (tag, load), (r50, r99) in sorted(raw.items()):
         if r99 is None:
             continue
-        print("  raw %-8s ping-pong, %-8s stream: p50 %.1fx, p99 %.1fx; rdmax / raw: "
-              "p50 %.2f, p99 %.2f" % ("spinning" if tag else "blocking",
-                                       "spinning" if load == "spin" else "blocking", r50, r99,
-                                       on[0] / r50, on[1] / r99))
+        print("  raw %-8s ping-pong, %-8s load: p50 %.1fx, p99 %.1fx; rdmax / raw: "
+              "p50 %.2f, p99 %.2f" % ("spinning" if tag else "blocking", LOADS[load], r50,
+                                       r99, on[0] / r50, on[1] / r99))
 PY
 exit $failed
