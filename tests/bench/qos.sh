@@ -94,20 +94,26 @@ rawlat() { # FILE [--spin]: the raw 64 KiB ping-pong
 	timeout 120 "$stream" --lat -s 64K -D "$secs" --json "${@:2}" >"$1" 2>>"$run/bench.err"
 }
 
+# A load for both raw ping-pongs one after the other, with time to start first.
+loadsecs=$(awk -v s="$secs" 'BEGIN { print 2 * s + 2 }')
+
+rawpair() { # PID NAME REP: both raw ping-pongs while load PID runs, then wait for it
+	sleep 0.5
+	rawlat "$out/host-qos-raw-$2-r$3.json" || failed=1
+	rawlat "$out/host-qos-raw-${2}spin-r$3.json" --spin || failed=1
+	wait "$1" || failed=1
+}
+
 rawref() { # REP: raw ping-pongs idle, then under a raw 8 MiB stream (blocking, spinning)
-	local p=$out/host-qos-raw b load
-	rawlat "$p-idle-r$1.json" || failed=1
-	rawlat "$p-idlespin-r$1.json" --spin || failed=1
+	local b load
+	rawlat "$out/host-qos-raw-idle-r$1.json" || failed=1
+	rawlat "$out/host-qos-raw-idlespin-r$1.json" --spin || failed=1
 	for load in block spin; do
 		b=()
 		[ $load = spin ] && b=(--spin)
-		timeout 120 "$stream" -s 8M -D "$(awk -v s="$secs" 'BEGIN { print 2 * s + 2 }')" \
-			--json "${b[@]}" >"$p-load$load-r$1.json" 2>>"$run/bench.err" &
-		bpid=$!
-		sleep 0.5
-		rawlat "$p-mixed$load-r$1.json" || failed=1
-		rawlat "$p-mixed${load}spin-r$1.json" --spin || failed=1
-		wait $bpid || failed=1
+		timeout 120 "$stream" -s 8M -D "$loadsecs" --json "${b[@]}" \
+			>"$out/host-qos-raw-load$load-r$1.json" 2>>"$run/bench.err" &
+		rawpair $! "mixed$load" "$1"
 	done
 }
 
@@ -147,12 +153,8 @@ for ((rep = 1; rep <= reps; rep++)); do
 			# The same rdmax bulk load, and the raw ping-pongs between two other
 			# processes meanwhile: what this load leaves a round trip that does
 			# not go through the daemons.
-			bulk "$p-rawbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print 2 * s + 2 }')" &
-			bpid=$!
-			sleep 0.5
-			rawlat "$out/host-qos-raw-mixedrdmax-r$rep.json" || failed=1
-			rawlat "$out/host-qos-raw-mixedrdmaxspin-r$rep.json" --spin || failed=1
-			wait $bpid || failed=1
+			bulk "$p-rawbulk-r$rep.json" "$loadsecs" &
+			rawpair $! mixedrdmax "$rep"
 		fi
 		cleanup
 		echo "qos: rep $rep, [qos] $mode done"
