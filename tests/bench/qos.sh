@@ -10,10 +10,19 @@
 #   bulk   bulk-class 8 MiB writes alone, window 16: GB/s
 #   mixed  the same bulk writes for SECONDS+3, and meanwhile (from 0.5 s on)
 #          the latency writes: both
+# and then the machine's floor under equal conditions, with no rdmax at all
+# (tcp-stream, two processes per stream on loopback):
+#   raw idle   a 64 KiB ping-pong with a 1-byte answer (--lat), blocking and
+#              spinning (--spin, both ends poll the way rdmaxd does)
+#   raw mixed  the same two ping-pongs while a raw 8 MiB stream runs between
+#              two other processes (blocking, and spinning), and (after the
+#              [qos] on runs) while the rdmax bulk load itself runs: the same
+#              load, with a round trip that does not go through the daemons
 # The class is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
 # $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
 # --json), and a summary with medians and spreads in host-qos-summary.txt.
-# Targets: p99 of mixed <= 2x p99 of idle, bulk of mixed >= 0.9x bulk alone.
+# Targets: p99 of mixed <= 2x p99 of idle, bulk of mixed >= 0.9x bulk alone;
+# the summary also gives rdmax's degradation against the raw reference's.
 #
 # Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT, RDMAX_BENCH_SECONDS (2,
 # per run), RDMAX_BENCH_QOS_REPS (3), RDMAX_BENCH_QOS_SET (extra --set
@@ -79,7 +88,45 @@ bulk() { # FILE SECONDS: bulk-class 8 MiB writes, 16 outstanding
 		>/dev/null 2>>"$run/bench.err"
 }
 
+stream=$build/tests/bench/tcp-stream
+
+rawlat() { # FILE [--spin]: the raw 64 KiB ping-pong
+	timeout 120 "$stream" --lat -s 64K -D "$secs" --json "${@:2}" >"$1" 2>>"$run/bench.err"
+}
+
+# A load for both raw ping-pongs one after the other, with time to start first.
+loadsecs=$(awk -v s="$secs" 'BEGIN { print 2 * s + 2 }')
+
+rawpair() { # PID NAME REP: both raw ping-pongs while load PID runs, then wait for it
+	sleep 0.5
+	rawlat "$out/host-qos-raw-$2-r$3.json" || failed=1
+	rawlat "$out/host-qos-raw-${2}spin-r$3.json" --spin || failed=1
+	wait "$1" || failed=1
+}
+
+rawref() { # REP: raw ping-pongs idle, then under a raw 8 MiB stream (blocking, spinning)
+	local b load
+	rawlat "$out/host-qos-raw-idle-r$1.json" || failed=1
+	rawlat "$out/host-qos-raw-idlespin-r$1.json" --spin || failed=1
+	for load in block spin; do
+		b=()
+		[ $load = spin ] && b=(--spin)
+		timeout 120 "$stream" -s 8M -D "$loadsecs" --json "${b[@]}" \
+			>"$out/host-qos-raw-load$load-r$1.json" 2>>"$run/bench.err" &
+		rawpair $! "mixed$load" "$1"
+	done
+}
+
+if [ ! -x "$stream" ]; then
+	echo "qos: $stream is missing (make all builds it): no raw reference"
+	failed=1
+fi
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((rep = 1; rep <= reps; rep++)); do
+	if [ -x "$stream" ]; then
+		rawref "$rep"
+		echo "qos: rep $rep, raw reference done"
+	fi
 	for mode in off on; do
 		enabled=false
 		[ $mode = on ] && enabled=true
@@ -102,13 +149,21 @@ for ((rep = 1; rep <= reps; rep++)); do
 		sleep 0.5
 		lat "$p-mixedlat-r$rep.json" || failed=1
 		wait $bpid || failed=1
+		if [ $mode = on ] && [ -x "$stream" ]; then
+			# The same rdmax bulk load, and the raw ping-pongs between two other
+			# processes meanwhile: what this load leaves a round trip that does
+			# not go through the daemons.
+			bulk "$p-rawbulk-r$rep.json" "$loadsecs" &
+			rawpair $! mixedrdmax "$rep"
+		fi
 		cleanup
 		echo "qos: rep $rep, [qos] $mode done"
 	done
 done
 ((failed)) && echo "qos: a run failed: $(tail -n 3 "$run/bench.err" | tr '\n' ' ')"
 
-/usr/bin/python3 - "$out" "$reps" <<'PY' | tee "$out/host-qos-summary.txt"
+load1=$(cut -d' ' -f1-3 /proc/loadavg)
+/usr/bin/python3 - "$out" "$reps" "$load0" "$load1" <<'PY' | tee "$out/host-qos-summary.txt"
 import json, statistics, sys, glob
 out, reps = sys.argv[1], int(sys.argv[2])
 def vals(mode, test, key):
@@ -121,8 +176,8 @@ def fmt(v, unit):
     if not v:
         return "n/a"
     return "%.1f %s (%s)" % (statistics.median(v), unit, ", ".join("%.1f" % x for x in v))
-print("traffic classes, TCP on loopback, %d repetitions (median, then each run)" % reps)
-res = {}
+print("traffic classes, TCP on loopback, %d repetitions (median, then each run); "
+      "load average %s before, %s after" % (reps, sys.argv[3], sys.argv[4]))
 for mode in ("off", "on"):
     idle50, idle99 = vals(mode, "idle", "p50"), vals(mode, "idle", "p99")
     mix50, mix99 = vals(mode, "mixedlat", "p50"), vals(mode, "mixedlat", "p99")
@@ -138,5 +193,39 @@ for mode in ("off", "on"):
         rb = statistics.median(mixb) / statistics.median(bulk)
         print("  p99 under load / idle p99 = %.2f (target <= 2)   bulk with / without "
               "latency = %.2f (target >= 0.9)" % (r99, rb))
+# The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream.
+def ratio(num, den):
+    return statistics.median(num) / statistics.median(den) if num and den else None
+print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between two other "
+      "processes, or rdmax's 8M bulk writes")
+LOADS = {"block": "blocking", "spin": "spinning", "rdmax": "rdmax"}
+raw = {}
+for lat, tag in (("blocking", ""), ("spinning", "spin")):
+    idle50, idle99 = vals("raw", "idle" + tag, "p50"), vals("raw", "idle" + tag, "p99")
+    print("  %-8s ping-pong idle              p50 %s   p99 %s" %
+          (lat, fmt(idle50, "us"), fmt(idle99, "us")))
+    for load in ("block", "spin", "rdmax"):
+        m50 = vals("raw", "mixed" + load + tag, "p50")
+        m99 = vals("raw", "mixed" + load + tag, "p99")
+        print("  %-8s ping-pong + %-8s %s p50 %s   p99 %s" %
+              (lat, LOADS[load], "bulk  " if load == "rdmax" else "stream", fmt(m50, "us"),
+               fmt(m99, "us")))
+        raw[(tag, load)] = (ratio(m50, idle50), ratio(m99, idle99))
+for load in ("block", "spin"):
+    print("  %s stream alone        %s" % ("blocking" if load == "block" else "spinning",
+          fmt([x * 1000 for x in vals("raw", "load" + load, "GBps")], "MB/s")))
+print("  rdmax bulk 8M with the raw ping-pongs %s" %
+      fmt([x * 1000 for x in vals("on", "rawbulk", "GBps")], "MB/s"))
+on = (ratio(vals("on", "mixedlat", "p50"), vals("on", "idle", "p50")),
+      ratio(vals("on", "mixedlat", "p99"), vals("on", "idle", "p99")))
+if on[1] is not None:
+    print("degradation under load (median under load / median idle), [qos] on: "
+          "p50 %.1fx, p99 %.1fx" % on)
+    for (tag, load), (r50, r99) in sorted(raw.items()):
+        if r99 is None:
+            continue
+        print("  raw %-8s ping-pong, %-8s load: p50 %.1fx, p99 %.1fx; rdmax / raw: "
+              "p50 %.2f, p99 %.2f" % ("spinning" if tag else "blocking", LOADS[load], r50,
+                                       r99, on[0] / r50, on[1] / r99))
 PY
 exit $failed

@@ -14,7 +14,8 @@
 #       daemon, bandwidth, job rate and the daemon's RSS.
 #   (d) traffic classes (tests/bench/qos.sh): p99 of latency-class 64 KiB
 #       writes idle and under a saturating bulk load, and the bulk bandwidth,
-#       with [qos] off and on (summary in host-qos-summary.txt).
+#       with [qos] off and on, against a raw TCP 64 KiB ping-pong idle and
+#       under load (summary in host-qos-summary.txt).
 # Reference and rdmax alternate per size. Then tests/bench/report.py prints
 # one table of ratios and the `ratios:` line; raw results stay in
 # $RDMAX_BUILD/bench (*.json, perftest *.txt, summary.json).
