@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,6 +349,13 @@ static void busy_idle_cb(uv_idle_t *idle)
 	for (uint32_t pass = 1;; pass++) {
 		if (poll_pass(daemon, now) > 0) {
 			g_signals.last_busy_ns = now;
+		} else {
+			/*
+			 * Nothing moved: give the CPU to a runnable process (a client,
+			 * the peer daemon, the kernel's socket work), as the library's
+			 * spin does; with a CPU to spare this returns at once.
+			 */
+			sched_yield();
 		}
 		if (pass % SPIN_CLOCK_EVERY) {
 			continue;

@@ -956,6 +956,14 @@ START_TEST(cancel_mid_frame_spares_other_clients)
 		itest_daemon_pause(b);
 	}
 	ck_assert_int_eq(rdmax_submit(ca, ja, na), 0);
+	if (tcp) {
+		/*
+		 * A's jobs are in flight (their frames queued first) before B's
+		 * arrive: a daemon that takes both clients' rings in one pass
+		 * could otherwise fill the stopped peer's socket with B's frames.
+		 */
+		itest_wait_status(a, "jobs_in_flight", na);
+	}
 	ck_assert_int_eq(rdmax_submit(cc, jc, nb), 0);
 	if (tcp) {
 		itest_wait_status(a, "jobs_in_flight", na + nb);

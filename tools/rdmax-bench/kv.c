@@ -13,10 +13,15 @@
  * Several prefill clients (processes, on the --socket daemon) push requests
  * into one decode client (on the --decode-socket daemon). A request is
  * `layers` PAGED_WRITE jobs of `blocks` blocks of block_len bytes, every
- * job carrying the request's imm; the decode client claims each imm for
- * `layers` landings, then checks every byte of the request's blocks (the
- * block's pattern and the request's sequence number at both ends), clears
- * them and hands the slot back to its prefill client over a pipe. The
+ * job carrying the request's imm (or, with --one-job, one PAGED_WRITE of
+ * every layer's blocks: the layers are one region); the decode client
+ * claims each imm for that many landings, then checks every byte of the
+ * request's blocks (the block's pattern and the request's sequence number
+ * at both ends) and hands the slot back to its prefill client over a pipe.
+ * Successive requests of a slot alternate between a pattern and its
+ * complement, which differ in every byte, and the decode pool starts as the
+ * complement: a byte that did not land again fails the check without the
+ * decode client clearing anything (one pass over every byte, not two). The
  * decode side's block table is a permutation into a pool of twice as many
  * blocks, so no two blocks of a job are contiguous there. Each prefill
  * client keeps `window` requests in flight.
@@ -38,7 +43,8 @@ struct kv_opts {
 	double duration_s;
 	int daemon_pid;
 	int peer_pid;
-	bool verify; /* the decode client checks and clears every block */
+	bool verify;  /* the decode client checks every byte of every block */
+	bool one_job; /* one PAGED_WRITE per request instead of one per layer */
 };
 
 /* What a prefill client tells the parent at the end. */
@@ -79,13 +85,62 @@ static uint32_t kv_dst_block(const struct kv_opts *k, uint32_t client, uint32_t 
 	return (uint32_t)(area + (uint64_t)i * step % pool);
 }
 
-/* Block content: the pattern of (client, layer, block), the sequence number at both ends. */
-static void kv_fill_block(uint8_t *p, const struct kv_opts *k, uint32_t client, uint32_t layer,
-			  uint32_t i, uint64_t seq)
+/* PAGED_WRITE jobs per request, and so landings of its imm. */
+static uint32_t kv_jobs_per_request(const struct kv_opts *k)
 {
-	bench_fill_pattern(p, k->block_len, ((uint64_t)client << 40) ^ ((uint64_t)layer << 20) ^ i);
-	memcpy(p, &seq, sizeof(seq));
-	memcpy(p + k->block_len - sizeof(seq), &seq, sizeof(seq));
+	return k->one_job ? 1 : k->layers;
+}
+
+/* Between two words of a block's pattern: odd, so no two words of a block are equal. */
+#define KV_STEP 0xd1b54a32d192ed03ull
+
+/* First word of the pattern of (client, layer, block): no two blocks share a pattern. */
+static uint64_t kv_block_key(uint32_t client, uint32_t layer, uint32_t i)
+{
+	return (((uint64_t)client << 40) ^ ((uint64_t)layer << 20) ^ i) * 0x9e3779b97f4a7c15ull +
+	       0x632be59bd9b4e019ull;
+}
+
+/*
+ * Block content, in 8-byte words: word j is key + j * KV_STEP, except the
+ * first and last (where each request stamps its sequence number), which are
+ * 0; for variant 1 the complement of all of it. The check computes what it
+ * expects instead of reading a stored copy: one read of the landed bytes.
+ */
+static void kv_fill_block(uint8_t *p, const struct kv_opts *k, uint32_t client, uint32_t layer,
+			  uint32_t i, uint32_t variant)
+{
+	uint64_t n = k->block_len / 8, key = kv_block_key(client, layer, i);
+	uint64_t mask = variant ? ~0ull : 0;
+
+	for (uint64_t j = 0; j < n; j++) {
+		uint64_t v = (j == 0 || j == n - 1 ? 0 : key + j * KV_STEP) ^ mask;
+		memcpy(p + j * 8, &v, sizeof(v));
+	}
+}
+
+/* Whether a landed block holds request seq's variant of its pattern, every byte. */
+static bool kv_block_ok(const uint8_t *p, const struct kv_opts *k, uint64_t key, uint32_t variant,
+			uint64_t seq)
+{
+	uint64_t n = k->block_len / 8, head, tail, diff = 0;
+	uint64_t mask = variant ? ~0ull : 0, want = key + KV_STEP;
+
+	memcpy(&head, p, sizeof(head));
+	memcpy(&tail, p + (n - 1) * 8, sizeof(tail));
+	for (uint64_t j = 1; j < n - 1; j++) {
+		uint64_t v;
+		memcpy(&v, p + j * 8, sizeof(v));
+		diff |= v ^ want ^ mask;
+		want += KV_STEP;
+	}
+	return head == seq && tail == seq && diff == 0;
+}
+
+/* Request seq of a slot is its (seq / window)-th use: uses alternate the variant. */
+static uint32_t kv_variant(const struct kv_opts *k, uint64_t seq)
+{
+	return (uint32_t)(seq / k->window) & 1;
 }
 
 static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int result_fd)
@@ -97,22 +152,8 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 	struct rdmax_client *c;
 	struct rdmax_region *pool;
 	struct rdmax_desc desc;
-	/* Every block's pattern, computed once: checking must not cost more than moving. */
-	uint64_t n_patterns = (uint64_t)k->clients * k->layers * k->blocks;
-	uint8_t *expect = malloc(n_patterns * k->block_len);
 	int ret;
 
-	if (!expect) {
-		return bench_fail("kv decode: malloc", -ENOMEM);
-	}
-	for (uint32_t cl = 0; cl < k->clients; cl++) {
-		for (uint32_t l = 0; l < k->layers; l++) {
-			for (uint32_t i = 0; i < k->blocks; i++) {
-				uint64_t at = ((uint64_t)cl * k->layers + l) * k->blocks + i;
-				kv_fill_block(expect + at * k->block_len, k, cl, l, i, 0);
-			}
-		}
-	}
 	ret = rdmax_client_open(k->decode_socket, "rdmax-bench-kv-decode", &c);
 	if (ret < 0) {
 		return bench_fail("kv decode: rdmax_client_open", ret);
@@ -122,10 +163,20 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 	if (ret < 0) {
 		return bench_fail("kv decode: rdmax_region_alloc_host", ret);
 	}
+	uint8_t *base = rdmax_region_addr(pool);
 	for (uint32_t cl = 0; cl < k->clients; cl++) {
 		for (uint32_t w = 0; w < k->window; w++) {
 			next_seq[cl][w] = w;
-			ret = rdmax_expect_imm(c, KV_IMM(cl, w), k->layers);
+			/* The first request of a slot (variant 0) lands on variant 1. */
+			for (uint32_t l = 0; l < k->layers; l++) {
+				for (uint32_t i = 0; i < k->blocks; i++) {
+					kv_fill_block(
+						base + (uint64_t)kv_dst_block(k, cl, w, l, i) *
+								k->block_len,
+						k, cl, l, i, 1);
+				}
+			}
+			ret = rdmax_expect_imm(c, KV_IMM(cl, w), kv_jobs_per_request(k));
 			if (ret < 0) {
 				return bench_fail("kv decode: rdmax_expect_imm", ret);
 			}
@@ -136,7 +187,6 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 		return bench_fail("kv decode: handing over the descriptor", -errno);
 	}
 	close(desc_fd);
-	uint8_t *base = rdmax_region_addr(pool);
 	while (!bench_stop) {
 		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 100);
 		if (n == -EINTR) {
@@ -151,49 +201,47 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 			}
 			uint32_t cl = (ev[e].imm >> 8) & 0xff, w = ev[e].imm & 0xff;
 			uint64_t seq = next_seq[cl][w];
-			/* Every layer landed: every byte of every block must be this request's. */
+			uint32_t variant = kv_variant(k, seq);
+			/*
+			 * Every layer landed: every byte of every block must be this
+			 * request's. The slot's previous request (or the pool's first
+			 * fill) left the other variant there, which differs in every
+			 * byte, so nothing needs clearing.
+			 */
 			for (uint32_t l = 0; k->verify && l < k->layers; l++) {
 				for (uint32_t i = 0; i < k->blocks; i++) {
 					uint8_t *got =
 						base + (uint64_t)kv_dst_block(k, cl, w, l, i) *
 							       k->block_len;
-					const uint8_t *want =
-						expect +
-						((((uint64_t)cl * k->layers + l) * k->blocks) + i) *
-							k->block_len;
-					uint64_t head, tail;
-					memcpy(&head, got, sizeof(head));
-					memcpy(&tail, got + k->block_len - sizeof(tail),
-					       sizeof(tail));
-					if (head != seq || tail != seq ||
-					    memcmp(got + sizeof(head), want + sizeof(head),
-						   k->block_len - 2 * sizeof(head)) != 0) {
+					if (!kv_block_ok(got, k, kv_block_key(cl, l, i), variant,
+							 seq)) {
 						fprintf(stderr,
 							"rdmax-bench kv: client %u request %" PRIu64
 							" layer %u block %u: bytes differ\n",
 							cl, seq, l, i);
 						return 1;
 					}
-					/* Cleared, so a block that did not land again never passes.
-					 */
-					memset(got, 0, k->block_len);
 				}
 			}
 			verified++;
 			next_seq[cl][w] = seq + k->window;
-			ret = rdmax_expect_imm(c, ev[e].imm, k->layers);
-			if (ret < 0) {
-				return bench_fail("kv decode: rdmax_expect_imm", ret);
-			}
+			/*
+			 * The slot goes back first: landings before the claim are
+			 * counted, so the next request's transfer overlaps this
+			 * claim's round trip to the daemon.
+			 */
 			if (write(token_fds[cl], &w, sizeof(w)) != (ssize_t)sizeof(w)) {
 				return bench_fail("kv decode: handing back a slot", -errno);
+			}
+			ret = rdmax_expect_imm(c, ev[e].imm, kv_jobs_per_request(k));
+			if (ret < 0) {
+				return bench_fail("kv decode: rdmax_expect_imm", ret);
 			}
 		}
 	}
 	if (write(result_fd, &verified, sizeof(verified)) != (ssize_t)sizeof(verified)) {
 		return 1;
 	}
-	free(expect);
 	rdmax_client_close(c);
 	return 0;
 }
@@ -211,7 +259,8 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 	struct kv_result res = {0};
 	struct rdmax_event ev[EVENTS_MAX];
 	struct rdmax_job *jobs = calloc(k->layers, sizeof(*jobs));
-	uint32_t *src_idx = calloc((size_t)k->window * k->layers * k->blocks, sizeof(uint32_t));
+	/* Source blocks: both variants of every slot's request, one after the other. */
+	uint32_t *src_idx = calloc((size_t)2 * k->window * k->layers * k->blocks, sizeof(uint32_t));
 	uint32_t *dst_idx = calloc((size_t)k->window * k->layers * k->blocks, sizeof(uint32_t));
 	uint64_t *t_sent = calloc(k->window, sizeof(uint64_t));
 	uint64_t lat_cap = 1 << 16, n_lat = 0;
@@ -229,7 +278,7 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 	if (ret < 0) {
 		return bench_fail("kv prefill: rdmax_client_open", ret);
 	}
-	ret = rdmax_region_alloc_host(c, k->window * slot_bytes, RDMAX_ACCESS_LOCAL, &src);
+	ret = rdmax_region_alloc_host(c, 2 * k->window * slot_bytes, RDMAX_ACCESS_LOCAL, &src);
 	if (ret < 0) {
 		return bench_fail("kv prefill: rdmax_region_alloc_host", ret);
 	}
@@ -237,12 +286,17 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 	for (uint32_t w = 0; w < k->window; w++) {
 		free_slots[w] = k->window - 1 - w;
 		seq_of[w] = w;
-		for (uint32_t l = 0; l < k->layers; l++) {
-			for (uint32_t i = 0; i < k->blocks; i++) {
-				size_t at = ((size_t)w * k->layers + l) * k->blocks + i;
-				src_idx[at] = (uint32_t)at;
-				dst_idx[at] = kv_dst_block(k, client, w, l, i);
-				kv_fill_block(base + at * k->block_len, k, client, l, i, 0);
+		for (uint32_t v = 0; v < 2; v++) {
+			for (uint32_t l = 0; l < k->layers; l++) {
+				for (uint32_t i = 0; i < k->blocks; i++) {
+					size_t at =
+						(((size_t)w * 2 + v) * k->layers + l) * k->blocks +
+						i;
+					src_idx[at] = (uint32_t)at;
+					dst_idx[((size_t)w * k->layers + l) * k->blocks + i] =
+						kv_dst_block(k, client, w, l, i);
+					kv_fill_block(base + at * k->block_len, k, client, l, i, v);
+				}
 			}
 		}
 	}
@@ -255,15 +309,18 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 			 */
 			uint64_t seq = seq_of[w];
 			seq_of[w] += k->window;
-			for (uint32_t l = 0; l < k->layers; l++) {
-				for (uint32_t i = 0; i < k->blocks; i++) {
-					uint8_t *p =
-						base + (((uint64_t)w * k->layers + l) * k->blocks +
-							i) * k->block_len;
-					memcpy(p, &seq, sizeof(seq));
-					memcpy(p + k->block_len - sizeof(seq), &seq, sizeof(seq));
-				}
-				size_t at = ((size_t)w * k->layers + l) * k->blocks;
+			size_t src_at =
+				((size_t)w * 2 + kv_variant(k, seq)) * k->layers * k->blocks;
+			for (uint32_t b = 0; b < k->layers * k->blocks; b++) {
+				uint8_t *p = base + (src_at + b) * k->block_len;
+				memcpy(p, &seq, sizeof(seq));
+				memcpy(p + k->block_len - sizeof(seq), &seq, sizeof(seq));
+			}
+			uint32_t n_jobs = kv_jobs_per_request(k);
+			uint32_t per_job = k->layers * k->blocks / n_jobs;
+			for (uint32_t l = 0; l < n_jobs; l++) {
+				size_t at = (size_t)l * per_job;
+				size_t dst_at = (size_t)w * k->layers * k->blocks + at;
 				jobs[l] = (struct rdmax_job){
 					.id = job_id++,
 					.op = RDMAX_OP_PAGED_WRITE,
@@ -272,14 +329,15 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 					.local = src,
 					.remote = peer,
 					.u.paged = {.page_len = k->block_len,
-						    .local_pages = {.indices = src_idx + at,
-								    .count = k->blocks},
-						    .remote_pages = {.indices = dst_idx + at,
-								     .count = k->blocks}},
+						    .local_pages = {.indices =
+									    src_idx + src_at + at,
+								    .count = per_job},
+						    .remote_pages = {.indices = dst_idx + dst_at,
+								     .count = per_job}},
 				};
 			}
 			t_sent[w] = bench_now_ns();
-			ret = rdmax_submit(c, jobs, k->layers);
+			ret = rdmax_submit(c, jobs, n_jobs);
 			if (ret < 0) {
 				return bench_fail("kv prefill: rdmax_submit", ret);
 			}
@@ -348,13 +406,17 @@ static int kv_usage(FILE *out, int ret)
 		"                      [--clients N] [--layers N] [--blocks N] [--block-len "
 		"BYTES]\n"
 		"                      [--window N] [-D SECS] [--label TEXT] [--json=FILE]\n"
-		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--no-verify]\n"
+		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--one-job]\n"
+		"                      [--no-verify]\n"
 		"N prefill clients (processes) on the first daemon push requests of LAYERS\n"
 		"paged writes of BLOCKS blocks each, with one imm per request, into one decode\n"
 		"client on the second daemon, which checks every byte. Defaults: 2 clients, 8\n"
 		"layers, 16 blocks of 16 KiB, 4 requests in flight per client, 2 s.\n"
+		"--one-job: one paged write of every layer's blocks per request (the layers\n"
+		"are one region) instead of one per layer.\n"
 		"--no-verify: the decode client hands slots back without checking (transport\n"
-		"only; the checks cost the decode client two passes over every byte).\n");
+		"only; the check costs the decode client one read of every byte). BYTES: a\n"
+		"multiple of 8.\n");
 	return ret;
 }
 
@@ -374,6 +436,7 @@ int bench_kv_main(int argc, char **argv)
 		{"daemon-pid", required_argument, NULL, 'p'},
 		{"peer-daemon-pid", required_argument, NULL, 'P'},
 		{"no-verify", no_argument, NULL, 'V'},
+		{"one-job", no_argument, NULL, 'O'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -412,7 +475,8 @@ int bench_kv_main(int argc, char **argv)
 				       : &k.window) = (uint32_t)v;
 			break;
 		case 'l':
-			if (bench_parse_size(optarg, &k.block_len) < 0 || k.block_len < 16) {
+			if (bench_parse_size(optarg, &k.block_len) < 0 || k.block_len < 16 ||
+			    k.block_len % 8 != 0) {
 				fprintf(stderr, "rdmax-bench kv: bad --block-len '%s'\n", optarg);
 				return 2;
 			}
@@ -434,6 +498,9 @@ int bench_kv_main(int argc, char **argv)
 			break;
 		case 'V':
 			k.verify = false;
+			break;
+		case 'O':
+			k.one_job = true;
 			break;
 		case 'h':
 			return kv_usage(stdout, 0);
@@ -534,9 +601,10 @@ int bench_kv_main(int argc, char **argv)
 		fprintf(f,
 			", \"op\": \"paged\", \"status\": \"%s\", \"params\": {\"clients\": %u, "
 			"\"layers\": %u, \"blocks\": %u, \"block_len\": %" PRIu64
-			", \"window\": %u, \"duration_s\": %g}, \"results\": [\n",
+			", \"window\": %u, \"jobs_per_request\": %u, \"duration_s\": %g}, "
+			"\"results\": [\n",
 			failed ? "failed" : "ok", k.clients, k.layers, k.blocks, k.block_len,
-			k.window, k.duration_s);
+			k.window, kv_jobs_per_request(&k), k.duration_s);
 		fprintf(f,
 			"  {\"bytes\": %" PRIu64 ", \"jobs\": %" PRIu64
 			", \"seconds\": %.6f, \"GBps\": %.6f, \"Gbps\": %.6f, \"jobs_per_s\": "
