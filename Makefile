@@ -83,7 +83,8 @@ CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb
 # One-file programs are tools/NAME.c; a program of several files is the folder tools/NAME/.
 BENCH_SRCS := $(wildcard tools/rdmax-bench/*.c)
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c)) $(BUILD)/rdmax-bench
-BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch
+BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch \
+	$(BUILD)/tests/bench/shm-pingpong
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 DEVICE_CHECK := $(BUILD)/tests/gpu/device-check-helper
 # The Python tests' GPU path without a GPU: the fake driver as libcuda.so.1, and a daemon
