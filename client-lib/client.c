@@ -510,12 +510,7 @@ static int sleep_on_socket(struct rdmax_client *c, int64_t deadline, int64_t now
 /* recv_one() with a ring: spin on the ring, then sleep on the socket for a RingNotify. */
 static int ring_wait(struct rdmax_client *c, int64_t deadline)
 {
-	int64_t start = now_ns();
-	int64_t spin_end = start + c->spin_ns;
-	int64_t relax_end = start + c->spin_relax_ns;
-
-	int64_t t = start;
-	uint32_t polls = 0;
+	int64_t spin_end = now_ns() + c->spin_ns;
 
 	ring_unwake(c);
 	for (;;) {
@@ -523,10 +518,7 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 		if (r != 0) {
 			return r;
 		}
-		/* In a guest without a usable TSC a clock read is a system call. */
-		if (++polls % c->spin_clock_every == 0) {
-			t = now_ns();
-		}
+		int64_t t = now_ns();
 		if (deadline >= 0 && t >= deadline) {
 			return 0;
 		}
@@ -536,7 +528,7 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 			 * one, so on a busy machine a spinning client would hold off
 			 * the very process it waits for.
 			 */
-			if (c->spin_yield && t >= relax_end) {
+			if (c->spin_yield) {
 				sched_yield();
 			} else {
 				cpu_relax();
@@ -555,7 +547,6 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 		if (r < 0) {
 			return r;
 		}
-		t = now_ns();
 		ring_unwake(c);
 	}
 }
@@ -952,11 +943,6 @@ RDMAX_EXPORT int rdmax_client_open(const char *socket_path, const char *client_n
 	}
 	c->spin_ns = (int64_t)env_u32("RDMAX_SPIN_US", SPIN_NS / 1000) * 1000;
 	c->spin_yield = env_u32("RDMAX_SPIN_YIELD", 1) != 0;
-	c->spin_relax_ns = (int64_t)env_u32("RDMAX_SPIN_RELAX_US", 0) * 1000;
-	c->spin_clock_every = env_u32("RDMAX_SPIN_CLOCK_EVERY", 1);
-	if (c->spin_clock_every == 0) {
-		c->spin_clock_every = 1;
-	}
 	r = hello(c, client_name);
 	if (r < 0) {
 		goto out_close;

@@ -64,9 +64,7 @@ struct rdmax_client {
 	size_t n_handed;
 	size_t cap_handed;
 
-	int64_t spin_ns;           /* busy-poll window before sleeping in poll() */
-	uint32_t spin_clock_every; /* ring polls between two clock reads */
-	int64_t spin_relax_ns;     /* start of that window polled with a pause, not sched_yield() */
+	int64_t spin_ns; /* busy-poll window before sleeping in poll() */
 	/* Datagrams both ways, for the ring's ordering (RingNotify not counted). */
 	uint64_t msgs_sent;
 	uint64_t msgs_received;
