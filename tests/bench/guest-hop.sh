@@ -13,6 +13,11 @@
 #
 # RDMAX_BUILD (build), RDMAX_HOP_ROUNDS (3), RDMAX_HOP_ITERS (2000),
 # RDMAX_HOP_DAEMONS ("verbs tcp": which of the two daemons to use),
+# RDMAX_HOP_WRITES=1 (also, in the same rotation: tests/bench/verbs-hop, a
+# raw 64 B write from rxe0 to rxe1 with one in flight, posted by the timing
+# process itself (`direct`) or by a second process it asks through shared
+# memory (`hop`, pause or yield), and rdmax-bench's completed 64 B write
+# between two verbs daemons: the NIC work with and without a process hop),
 # RDMAX_BENCH_OUT (build/bench-hop): one line per run in hop.txt there;
 # RDMAX_BENCH_PERF=1 keeps whole-guest profiles of the last round.
 set -uo pipefail
@@ -61,7 +66,7 @@ measure() { # NAME COMMAND...: one line into hop.txt
 	else
 		"$@" >"$run/out" 2>&1
 	fi
-	if [[ $1 == *shm-pingpong ]]; then
+	if [[ $1 == *shm-pingpong ]] || [ "$1" = verbs_hop ]; then
 		line=$(tail -n 1 "$run/out")
 	else
 		line=$(/usr/bin/python3 -c 'import json,sys
@@ -89,8 +94,36 @@ for d in "${daemons[@]}"; do
 	esac
 done
 
+ip0=${RDMAX_GUEST_IP0:-192.0.2.1}
+ip1=${RDMAX_GUEST_IP1:-192.0.2.2}
+writes=${RDMAX_HOP_WRITES:-0}
+vport=18690
+if [ "$writes" = 1 ]; then
+	start_daemon peer --transport verbs --listen "$ip1" --port 17483 \
+		--set "verbs.devices=${RDMAX_GUEST_DEV1:-rxe1}"
+	"$build/rdmax-bench" serve --socket "$run/peer.sock" --desc "$run/peer.desc" --size 1M \
+		2>"$run/serve.log" &
+	pids+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -e "$run/peer.desc" ] && break
+		sleep 0.05
+	done
+fi
+
+# verbs-hop MODE...: one raw run against a fresh server on ip1.
+verbs_hop() {
+	local spid
+	timeout 60 "$build/tests/bench/verbs-hop" -l "$ip1" -p "$vport" &
+	spid=$!
+	sleep 1 # rdma_listen leaves no socket to wait for
+	timeout 60 "$build/tests/bench/verbs-hop" -b "$ip0" "$ip1" -p "$vport" -n "$iters" "$@"
+	wait "$spid"
+	vport=$((vport + 1))
+}
+
 read -r -a vs <<<"$variants"
 jobs=("shm-pause" "shm-yield")
+[ "$writes" = 1 ] && jobs+=("raw-direct" "raw-hop-pause" "raw-hop-yield" "rdmax-write")
 for v in "${vs[@]}"; do
 	for d in "${daemons[@]}"; do
 		jobs+=("$d/$v")
@@ -103,6 +136,14 @@ for r in $(seq "$rounds"); do
 		case $j in
 		shm-pause) measure "$j" "$build/tests/bench/shm-pingpong" -n "$iters" ;;
 		shm-yield) measure "$j" "$build/tests/bench/shm-pingpong" -n "$iters" --yield ;;
+		raw-direct) measure "$j" verbs_hop ;;
+		raw-hop-pause) measure "$j" verbs_hop --hop ;;
+		raw-hop-yield) measure "$j" verbs_hop --hop --yield ;;
+		rdmax-write)
+			rm -f "$run/hop.json"
+			measure "$j" "$build/rdmax-bench" run --socket "$run/verbs.sock" \
+				--desc "$run/peer.desc" --lat -o write -s 64 -n "$iters" --json="$run/hop.json"
+			;;
 		*)
 			d=${j%%/*}
 			v=${j#*/}

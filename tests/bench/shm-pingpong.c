@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hop.h"
+
 #define LINE     64
 #define MAX_SIZE 4096
 
@@ -39,36 +41,6 @@ struct shared {
 	_Alignas(LINE) unsigned char dst[MAX_SIZE];
 };
 
-static int use_yield;
-
-static void relax(void)
-{
-	if (use_yield) {
-		sched_yield();
-		return;
-	}
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The peer: copy SIZE bytes and echo each sequence number until it sees 0. */
 static void peer(struct shared *sh, size_t size)
 {
@@ -77,7 +49,7 @@ static void peer(struct shared *sh, size_t size)
 	for (;;) {
 		uint64_t v = atomic_load_explicit(&sh->ping, memory_order_acquire);
 		if (v == seen) {
-			relax();
+			hop_relax();
 			continue;
 		}
 		if (v == UINT64_MAX) {
@@ -104,7 +76,7 @@ int main(int argc, char **argv)
 			size = strtoul(optarg, NULL, 0);
 			break;
 		case 'y':
-			use_yield = 1;
+			hop_yield = 1;
 			break;
 		default:
 			fprintf(stderr, "usage: shm-pingpong [-n ITERS] [-s SIZE] [--yield]\n");
@@ -132,12 +104,12 @@ int main(int argc, char **argv)
 		peer(sh, size);
 	}
 	for (size_t i = 0; i < iters; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = hop_now_ns();
 		atomic_store_explicit(&sh->ping, i + 1, memory_order_release);
 		while (atomic_load_explicit(&sh->pong, memory_order_acquire) != i + 1) {
-			relax();
+			hop_relax();
 		}
-		lat[i] = now_ns() - t0;
+		lat[i] = hop_now_ns() - t0;
 	}
 	atomic_store_explicit(&sh->ping, UINT64_MAX, memory_order_release);
 	int status;
@@ -149,9 +121,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "shm-pingpong: the copied bytes differ\n");
 		return 1;
 	}
-	qsort(lat, iters, sizeof(*lat), cmp_u64);
+	qsort(lat, iters, sizeof(*lat), hop_cmp_u64);
 	printf("shm-pingpong %s %zu B x %zu: p50 %.2f us p99 %.2f us\n",
-	       use_yield ? "yield" : "pause", size, iters, lat[iters / 2] / 1e3,
+	       hop_yield ? "yield" : "pause", size, iters, lat[iters / 2] / 1e3,
 	       lat[iters * 99 / 100] / 1e3);
 	return 0;
 }
