@@ -11,7 +11,8 @@
  *     memory (a sequence number in one cache line) and spins until the
  *     poster has seen the completion and echoed the number into another:
  *     rdmaxd's process layout with nothing of its code, so the floor of any
- *     daemon design on this NIC. --yield: both spin with sched_yield().
+ *     daemon design on this NIC. --yield: the asking process spins with a
+ *     sched_yield() per poll (librdmax's default); the poster never yields.
  *
  *   verbs-hop -l ADDR [-p PORT]
  *   verbs-hop -b SRC_ADDR ADDR [-p PORT] [-n ITERS] [-s SIZE] [--hop] [--yield]
@@ -151,7 +152,7 @@ int main(int argc, char **argv)
 		{"hop", no_argument, NULL, 'H'}, {"yield", no_argument, NULL, 'y'}, {0}};
 	const char *listen_addr = NULL, *src = NULL, *port = "18690";
 	size_t iters = 2000, size = 64;
-	int hop = 0, c;
+	int hop = 0, asker_yields = 0, c;
 
 	while ((c = getopt_long(argc, argv, "l:b:p:n:s:Hy", opts, NULL)) != -1) {
 		switch (c) {
@@ -198,6 +199,8 @@ int main(int argc, char **argv)
 	if (sh == MAP_FAILED || lat == MAP_FAILED) {
 		return die("mmap");
 	}
+	/* The poster reads requests from 1 on: nothing before the asker's first. */
+	atomic_store_explicit(&sh->ping, 1, memory_order_relaxed);
 	pid_t asker = -1;
 	if (hop) {
 		asker = fork();
@@ -220,6 +223,8 @@ int main(int argc, char **argv)
 			}
 			_exit(0);
 		}
+		asker_yields = hop_yield;
+		hop_yield = 0; /* the poster spins without yielding, as rdmaxd does */
 	}
 	struct ibv_qp_init_attr attr = {.cap = {.max_send_wr = 4,
 						.max_recv_wr = 4,
@@ -294,7 +299,7 @@ int main(int argc, char **argv)
 	rdma_freeaddrinfo(res);
 	qsort(lat, iters, sizeof(*lat), hop_cmp_u64);
 	printf("verbs-hop %s%s %zu B x %zu: p50 %.1f us p99 %.1f us\n", hop ? "hop" : "direct",
-	       hop ? (hop_yield ? " yield" : " pause") : "", size, iters, lat[iters / 2] / 1e3,
+	       hop ? (asker_yields ? " yield" : " pause") : "", size, iters, lat[iters / 2] / 1e3,
 	       lat[iters * 99 / 100] / 1e3);
 	return 0;
 }
