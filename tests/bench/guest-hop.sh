@@ -56,11 +56,19 @@ measure() { # NAME COMMAND...: one line into hop.txt
 	local name=$1 line
 	shift
 	if [ "$profile" = 1 ]; then
-		perf record -q -a -e cpu-clock -F 997 -o "$run/perf.data" -- "$@" >"$run/out" 2>&1
+		# Around the command rather than of it: it may be a shell function.
+		perf record -q -a -e cpu-clock -F 997 -o "$run/perf.data" 2>/dev/null &
+		local perf_pid=$!
+		"$@" >"$run/out" 2>&1
+		kill -INT "$perf_pid"
+		wait "$perf_pid"
 		{
 			perf report -i "$run/perf.data" --stdio --sort comm 2>/dev/null | grep -v '^#' |
 				head -n 12
 			perf report -i "$run/perf.data" --stdio --sort comm,sym 2>/dev/null |
+				grep -v '^#' | head -n 40
+			echo "rdmaxd alone:"
+			perf report -i "$run/perf.data" --stdio --comms rdmaxd --sort sym 2>/dev/null |
 				grep -v '^#' | head -n 40
 		} >"$out/perf-$name.txt"
 	else
