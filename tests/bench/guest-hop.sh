@@ -60,7 +60,7 @@ measure() { # NAME COMMAND...: one line into hop.txt
 		perf record -q -a -e cpu-clock -F 997 -o "$run/perf.data" 2>/dev/null &
 		local perf_pid=$!
 		"$@" >"$run/out" 2>&1
-		kill -INT "$perf_pid"
+		kill -TERM "$perf_pid" # a background job ignores SIGINT
 		wait "$perf_pid"
 		{
 			perf report -i "$run/perf.data" --stdio --sort comm 2>/dev/null | grep -v '^#' |
