@@ -84,9 +84,11 @@ CLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CLIENT_SRCS)) $(BUILD)/gen/rdmax.pb
 BENCH_SRCS := $(wildcard tools/rdmax-bench/*.c)
 TOOLS := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/*.c)) $(BUILD)/rdmax-bench
 BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch \
-	$(BUILD)/tests/bench/shm-pingpong $(BUILD)/tests/bench/verbs-hop
+	$(BUILD)/tests/bench/shm-pingpong
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 DEVICE_CHECK := $(BUILD)/tests/gpu/device-check-helper
+# The raw verbs reference of a write posted on another process's behalf (tests/bench/guest-hop.sh).
+BENCH_TOOLS += $(BUILD)/tests/bench/verbs-hop
 # The Python tests' GPU path without a GPU: the fake driver as libcuda.so.1, and a daemon
 # stand-in running the daemon's GPU module over it.
 FAKE_LIBCUDA := $(BUILD)/tests/fakecuda/libcuda.so.1
@@ -224,6 +226,11 @@ device-check-bundle: $(DEVICE_CHECK)
 	done
 
 # The C side of tests/bench/python_vs_c.py: the public header and library only.
+# The floor under the ring hop: two processes bouncing cache lines, nothing else.
+$(BUILD)/tests/bench/shm-pingpong: tests/bench/shm-pingpong.c
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -o $@ $< $(LDFLAGS_ALL)
+
 $(BUILD)/tests/bench/kv-batch: tests/bench/kv-batch.c client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -Iclient-lib/include -o $@ $< \

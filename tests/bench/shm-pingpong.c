@@ -1,24 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shm-pingpong: the floor of a process hop through shared memory, the
- * reference for rdmax-bench's ring hop (`rdmax-bench local --lat`). One
- * process forks a peer; they share one anonymous mapping with a cache line
- * each way. Per round trip the first writes a sequence number into its line
- * and spins until the peer, which spins on that line, has copied SIZE bytes
- * and echoed the number into the other line. Both ends spin with a pause
- * instruction, or with --yield a sched_yield() per poll (librdmax's default
- * wait, RDMAX_SPIN_YIELD). The clock is read before and after each round
- * trip, as rdmax-bench does.
+ * shm-pingpong: the floor under rdmax's ring hop on this machine. Two
+ * processes (fork) share one anonymous mapping and bounce a 64-byte message
+ * by spinning on memory, with no protocol and no library around it:
  *
- *   shm-pingpong [-n ITERS] [-s SIZE] [--yield]
+ *   --lines 1: one cache line each way (the payload and its sequence number
+ *     together), the least two processes can move per round trip;
+ *   --ring (default): the cache lines the rdmax ring moves per job, in its
+ *     order: the entry (header and 64 B payload), the submission tail, the
+ *     completion entry, the completion tail, the consumed heads written back;
+ *   --yield: sched_yield() between two polls on both sides, as librdmax
+ *     does by default (RDMAX_SPIN_YIELD).
  *
- * Prints one line: iterations, p50 and p99 of the round trip in µs. It never
- * touches rdmaxd: no protocol, no allocation, no system call on the path
- * (without --yield), so no daemon design can make a hop cheaper than this.
+ * --cpus A,B pins the requester to CPU A and the responder to CPU B (as
+ * RDMAX_ABLAT_PIN does). It prints p50 and p99 of the round trip in µs, or
+ * with --json the shape of rdmax-bench's results ("lat_us": p50, p99), so
+ * tests/bench/ab-lat.sh reads both. It never touches rdmaxd.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,101 +32,216 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hop.h"
+#define LINE 64
 
-#define LINE     64
-#define MAX_SIZE 4096
-
+/* Each member on its own cache line, written by one side only (as in rdmax_ring.h). */
 struct shared {
-	_Alignas(LINE) _Atomic uint64_t ping;
+	_Alignas(LINE) _Atomic uint32_t sq_tail; /* requester */
+	_Atomic uint32_t cq_head;
+	_Alignas(LINE) _Atomic uint32_t sq_head; /* responder */
+	_Atomic uint32_t cq_tail;
+	_Alignas(LINE) uint8_t sqe[2 * LINE]; /* requester: 16 B header + 64 B payload */
+	_Alignas(LINE) uint8_t cqe[LINE];     /* responder: the completion's first line */
+	_Alignas(LINE) _Atomic uint64_t ping; /* --lines 1: seq + payload in one line each way */
+	uint8_t ping_data[LINE - 8];
 	_Alignas(LINE) _Atomic uint64_t pong;
-	_Alignas(LINE) unsigned char src[MAX_SIZE];
-	_Alignas(LINE) unsigned char dst[MAX_SIZE];
+	uint8_t pong_data[LINE - 8];
+	_Alignas(LINE) _Atomic int stop;
 };
 
-/* The peer: copy SIZE bytes and echo each sequence number until it sees 0. */
-static void peer(struct shared *sh, size_t size)
-{
-	uint64_t seen = 0;
+static int g_yield;
 
-	for (;;) {
+static void relax(void)
+{
+	if (g_yield) {
+		sched_yield();
+	} else {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	}
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0) {
+		return;
+	}
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0) {
+		perror("shm-pingpong: sched_setaffinity");
+		exit(2);
+	}
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void respond_lines(struct shared *sh)
+{
+	uint64_t seq = 0;
+
+	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
 		uint64_t v = atomic_load_explicit(&sh->ping, memory_order_acquire);
-		if (v == seen) {
-			hop_relax();
+		if (v == seq) {
+			relax();
 			continue;
 		}
-		if (v == UINT64_MAX) {
-			_exit(0);
-		}
-		memcpy(sh->dst, sh->src, size);
-		seen = v;
-		atomic_store_explicit(&sh->pong, v, memory_order_release);
+		seq = v;
+		memcpy(sh->pong_data, sh->ping_data, sizeof(sh->pong_data));
+		atomic_store_explicit(&sh->pong, seq, memory_order_release);
 	}
+}
+
+static void respond_ring(struct shared *sh)
+{
+	uint32_t head = 0;
+	uint8_t copy[2 * LINE];
+
+	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+		uint32_t tail = atomic_load_explicit(&sh->sq_tail, memory_order_acquire);
+		if (tail == head) {
+			relax();
+			continue;
+		}
+		memcpy(copy, sh->sqe, 16 + 64); /* the daemon copies the entry out */
+		head++;
+		atomic_store_explicit(&sh->sq_head, head, memory_order_release);
+		(void)atomic_load_explicit(&sh->cq_head, memory_order_acquire);
+		memcpy(sh->cqe, copy, 40); /* job id, bytes, after, status */
+		atomic_store_explicit(&sh->cq_tail, head, memory_order_release);
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {{"yield", no_argument, NULL, 'y'}, {0}};
-	size_t iters = 10000, size = 64;
-	int c;
+	static const struct option opts[] = {
+		{"lines", required_argument, NULL, 'l'},
+		{"ring", no_argument, NULL, 'r'},
+		{"yield", no_argument, NULL, 'y'},
+		{"iters", required_argument, NULL, 'n'},
+		{"cpus", required_argument, NULL, 'c'},
+		{"json", no_argument, NULL, 'j'},
+		{NULL, 0, NULL, 0},
+	};
+	int lines = 0, json = 0, cpu_a = -1, cpu_b = -1, c;
+	long iters = 100000;
 
-	while ((c = getopt_long(argc, argv, "n:s:y", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "l:ryn:c:j", opts, NULL)) != -1) {
 		switch (c) {
-		case 'n':
-			iters = strtoul(optarg, NULL, 0);
+		case 'l':
+			lines = atoi(optarg);
+			if (lines != 1) {
+				fprintf(stderr, "shm-pingpong: --lines takes 1\n");
+				return 2;
+			}
 			break;
-		case 's':
-			size = strtoul(optarg, NULL, 0);
+		case 'r':
+			lines = 0;
 			break;
 		case 'y':
-			hop_yield = 1;
+			g_yield = 1;
+			break;
+		case 'n':
+			iters = atol(optarg);
+			break;
+		case 'c':
+			if (sscanf(optarg, "%d,%d", &cpu_a, &cpu_b) != 2) {
+				fprintf(stderr, "shm-pingpong: --cpus A,B\n");
+				return 2;
+			}
+			break;
+		case 'j':
+			json = 1;
 			break;
 		default:
-			fprintf(stderr, "usage: shm-pingpong [-n ITERS] [-s SIZE] [--yield]\n");
+			fprintf(stderr, "Usage: shm-pingpong [--lines 1 | --ring] [--yield] "
+					"[--iters N] [--cpus A,B] [--json]\n");
 			return 2;
 		}
 	}
-	if (iters == 0 || size > MAX_SIZE) {
-		fprintf(stderr, "shm-pingpong: ITERS must be > 0 and SIZE <= %d\n", MAX_SIZE);
-		return 2;
+	if (iters < 100) {
+		iters = 100;
 	}
 	struct shared *sh =
 		mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	uint64_t *lat = calloc(iters, sizeof(*lat));
-	if (sh == MAP_FAILED || !lat) {
-		perror("shm-pingpong");
+	uint64_t *rtt = calloc((size_t)iters, sizeof(*rtt));
+	if (sh == MAP_FAILED || !rtt) {
+		perror("shm-pingpong: memory");
 		return 1;
 	}
-	memset(sh->src, 0xa5, size);
+	memset(sh, 0, sizeof(*sh));
 	pid_t pid = fork();
 	if (pid < 0) {
-		perror("fork");
+		perror("shm-pingpong: fork");
 		return 1;
 	}
 	if (pid == 0) {
-		peer(sh, size);
-	}
-	for (size_t i = 0; i < iters; i++) {
-		uint64_t t0 = hop_now_ns();
-		atomic_store_explicit(&sh->ping, i + 1, memory_order_release);
-		while (atomic_load_explicit(&sh->pong, memory_order_acquire) != i + 1) {
-			hop_relax();
+		pin(cpu_b);
+		if (lines) {
+			respond_lines(sh);
+		} else {
+			respond_ring(sh);
 		}
-		lat[i] = hop_now_ns() - t0;
+		_exit(0);
 	}
-	atomic_store_explicit(&sh->ping, UINT64_MAX, memory_order_release);
-	int status;
-	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		fprintf(stderr, "shm-pingpong: the peer did not exit cleanly\n");
-		return 1;
+	pin(cpu_a);
+	long warm = iters / 10;
+	uint32_t cq_head = 0;
+	for (long i = -warm; i < iters; i++) {
+		uint64_t t0 = now_ns();
+		if (lines) {
+			uint64_t seq = (uint64_t)(i + warm + 1);
+			memset(sh->ping_data, (int)seq, sizeof(sh->ping_data));
+			atomic_store_explicit(&sh->ping, seq, memory_order_release);
+			while (atomic_load_explicit(&sh->pong, memory_order_acquire) != seq) {
+				relax();
+			}
+		} else {
+			memset(sh->sqe, (int)i, 16 + 64);
+			uint32_t tail =
+				atomic_load_explicit(&sh->sq_tail, memory_order_relaxed) + 1;
+			atomic_store_explicit(&sh->sq_tail, tail, memory_order_release);
+			while (atomic_load_explicit(&sh->cq_tail, memory_order_acquire) ==
+			       cq_head) {
+				relax();
+			}
+			uint8_t cqe[40];
+			memcpy(cqe, sh->cqe, sizeof(cqe));
+			cq_head++;
+			atomic_store_explicit(&sh->cq_head, cq_head, memory_order_release);
+		}
+		if (i >= 0) {
+			rtt[i] = now_ns() - t0;
+		}
 	}
-	if (memcmp(sh->src, sh->dst, size) != 0) {
-		fprintf(stderr, "shm-pingpong: the copied bytes differ\n");
-		return 1;
+	atomic_store(&sh->stop, 1);
+	waitpid(pid, NULL, 0);
+	qsort(rtt, (size_t)iters, sizeof(*rtt), cmp_u64);
+	double p50 = (double)rtt[iters / 2] / 1000.0, p99 = (double)rtt[iters * 99 / 100] / 1000.0;
+	const char *mode = lines ? "lines1" : "ring";
+	if (json) {
+		printf("{\"results\": [{\"mode\": \"%s\", \"yield\": %d, \"iters\": %ld, "
+		       "\"lat_us\": {\"p50\": %.3f, \"p99\": %.3f}}]}\n",
+		       mode, g_yield, iters, p50, p99);
+	} else {
+		printf("shm-pingpong %s%s: round trip p50 %.3f us, p99 %.3f us (%ld iterations)\n",
+		       mode, g_yield ? " yield" : "", p50, p99, iters);
 	}
-	qsort(lat, iters, sizeof(*lat), hop_cmp_u64);
-	printf("shm-pingpong %s %zu B x %zu: p50 %.2f us p99 %.2f us\n",
-	       hop_yield ? "yield" : "pause", size, iters, lat[iters / 2] / 1e3,
-	       lat[iters * 99 / 100] / 1e3);
+	free(rtt);
 	return 0;
 }
