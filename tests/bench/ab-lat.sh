@@ -9,6 +9,12 @@
 #
 #   tests/bench/ab-lat.sh OLD_RDMAXD NEW_RDMAXD [REPS] [ITERS]
 #
+# Each build runs with its own rdmax-bench and librdmax (the ones next to its
+# rdmaxd, when there are), so a change on either side of the ring counts.
+# Each repetition ends with the floor: tests/bench/shm-pingpong, two
+# processes moving the ring's cache lines (`ring`) and one line each way
+# (`line`) with nothing else, pinned like the builds.
+#
 # RDMAX_ABLAT_PIN=1 pins the client to CPU 0 and the daemons to CPU 1
 # (taskset), so that a spinning client and its daemon never share a CPU;
 # RDMAX_ABLAT_SET="section.key=value" is passed to every daemon as --set;
@@ -23,6 +29,7 @@ reps=${3:-5}
 iters=${4:-5000}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bench=$root/build/rdmax-bench
+pingpong=$root/build/tests/bench/shm-pingpong
 dir=$(mktemp -d /tmp/rdmax-ablat.XXXXXX)
 pids=()
 cleanup() {
@@ -59,11 +66,13 @@ print("%.2f %.1f" % (r["p50"], r["p99"]))'
 run_one() { # LABEL BIN
 	local label=$1 bin=$2
 	local k=$label$RANDOM
+	local bench=$bench
+	[ -x "$(dirname "$bin")/rdmax-bench" ] && bench=$(dirname "$bin")/rdmax-bench
+	start_daemon "a$k" "$bin"
+	start_daemon "b$k" "$bin"
 	local -a cenv=()
 	[ "$label" = old ] && read -r -a cenv <<<"${RDMAX_ABLAT_ENV_OLD:-}"
 	[ "$label" = new ] && read -r -a cenv <<<"${RDMAX_ABLAT_ENV_NEW:-}"
-	start_daemon "a$k" "$bin"
-	start_daemon "b$k" "$bin"
 	"$bench" serve --socket "$dir/b$k.sock" --desc "$dir/b$k.desc" --size 1M \
 		--stop-file "$dir/stop$k" &
 	local serve=$!
@@ -82,10 +91,22 @@ run_one() { # LABEL BIN
 		"$label" "$hop" "$tcp" "$(cut -d' ' -f1 /proc/loadavg)"
 }
 
+floor() {
+	[ -x "$pingpong" ] || return 0
+	local cpus=()
+	[ "${RDMAX_ABLAT_PIN:-0}" = 1 ] && cpus=(--cpus 0,1)
+	local ring line
+	ring=$("$pingpong" --ring -n "$((iters * 4))" "${cpus[@]}" --json | lat)
+	line=$("$pingpong" --lines 1 -n "$((iters * 4))" "${cpus[@]}" --json | lat)
+	printf '%-4s shm ring p50/p99 us %-14s shm line p50/p99 us %-14s load %s\n' \
+		floor "$ring" "$line" "$(cut -d' ' -f1 /proc/loadavg)"
+}
+
 for r in $(seq "$reps"); do
 	if [ $((r % 2)) = 1 ]; then
 		run_one old "$old"; run_one new "$new"
 	else
 		run_one new "$new"; run_one old "$old"
 	fi
+	floor
 done
