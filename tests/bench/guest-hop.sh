@@ -142,8 +142,8 @@ for r in $(seq "$rounds"); do
 	for ((i = 0; i < ${#jobs[@]}; i++)); do
 		j=${jobs[$(((i + r - 1) % ${#jobs[@]}))]}
 		case $j in
-		shm-pause) measure "$j" "$build/tests/bench/shm-pingpong" -n "$iters" ;;
-		shm-yield) measure "$j" "$build/tests/bench/shm-pingpong" -n "$iters" --yield ;;
+		shm-pause) measure "$j" "$build/tests/bench/shm-pingpong" --lines 1 -n "$iters" ;;
+		shm-yield) measure "$j" "$build/tests/bench/shm-pingpong" --lines 1 -n "$iters" --yield ;;
 		raw-direct) measure "$j" verbs_hop ;;
 		raw-hop-pause) measure "$j" verbs_hop --hop ;;
 		raw-hop-yield) measure "$j" verbs_hop --hop --yield ;;
