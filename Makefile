@@ -87,6 +87,8 @@ BENCH_TOOLS := $(BUILD)/tests/bench/tcp-stream $(BUILD)/tests/bench/kv-batch \
 	$(BUILD)/tests/bench/shm-pingpong
 GPU_CHECK := $(BUILD)/tests/gpu/check-gpu
 DEVICE_CHECK := $(BUILD)/tests/gpu/device-check-helper
+# The raw verbs reference of a write posted on another process's behalf (tests/bench/guest-hop.sh).
+BENCH_TOOLS += $(BUILD)/tests/bench/verbs-hop
 # The Python tests' GPU path without a GPU: the fake driver as libcuda.so.1, and a daemon
 # stand-in running the daemon's GPU module over it.
 FAKE_LIBCUDA := $(BUILD)/tests/fakecuda/libcuda.so.1
@@ -233,6 +235,12 @@ $(BUILD)/tests/bench/kv-batch: tests/bench/kv-batch.c client-lib/include/rdmax.h
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -Iclient-lib/include -o $@ $< \
 		-L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN/../..' $(LDFLAGS_ALL)
+
+# The raw verbs reference of a write posted on another process's behalf.
+$(BUILD)/tests/bench/verbs-hop: tests/bench/verbs-hop.c
+	@mkdir -p $(dir $@)
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< $(LDFLAGS_ALL) \
+		$(shell pkg-config --libs libibverbs librdmacm)
 
 # Raw reference programs for `make bench`: plain C, no project code.
 $(BUILD)/tests/bench/%: tests/bench/%.c

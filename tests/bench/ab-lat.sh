@@ -17,7 +17,10 @@
 #
 # RDMAX_ABLAT_PIN=1 pins the client to CPU 0 and the daemons to CPU 1
 # (taskset), so that a spinning client and its daemon never share a CPU;
-# RDMAX_ABLAT_SET="section.key=value" is passed to every daemon as --set.
+# RDMAX_ABLAT_SET="section.key=value" is passed to every daemon as --set;
+# RDMAX_ABLAT_ENV_OLD / RDMAX_ABLAT_ENV_NEW ("NAME=VALUE ...") go into the
+# environment of that side's client, e.g. the library's RDMAX_SPIN_* to
+# compare two client waits with one rdmaxd given twice.
 set -euo pipefail
 
 old=${1:?old rdmaxd}
@@ -67,14 +70,17 @@ run_one() { # LABEL BIN
 	[ -x "$(dirname "$bin")/rdmax-bench" ] && bench=$(dirname "$bin")/rdmax-bench
 	start_daemon "a$k" "$bin"
 	start_daemon "b$k" "$bin"
+	local -a cenv=()
+	[ "$label" = old ] && read -r -a cenv <<<"${RDMAX_ABLAT_ENV_OLD:-}"
+	[ "$label" = new ] && read -r -a cenv <<<"${RDMAX_ABLAT_ENV_NEW:-}"
 	"$bench" serve --socket "$dir/b$k.sock" --desc "$dir/b$k.desc" --size 1M \
 		--stop-file "$dir/stop$k" &
 	local serve=$!
 	pids+=($serve)
 	for _ in $(seq 100); do [ -s "$dir/b$k.desc" ] && break; sleep 0.05; done
 	local hop tcp
-	hop=$("${pin_client[@]}" "$bench" local --socket "$dir/a$k.sock" --lat -s 64 -n "$iters" --json | lat)
-	tcp=$("${pin_client[@]}" "$bench" run --socket "$dir/a$k.sock" --desc "$dir/b$k.desc" --lat -s 64 \
+	hop=$(env "${cenv[@]}" "${pin_client[@]}" "$bench" local --socket "$dir/a$k.sock" --lat -s 64 -n "$iters" --json | lat)
+	tcp=$(env "${cenv[@]}" "${pin_client[@]}" "$bench" run --socket "$dir/a$k.sock" --desc "$dir/b$k.desc" --lat -s 64 \
 		-n "$iters" --json | lat)
 	touch "$dir/stop$k"
 	wait "$serve" || true

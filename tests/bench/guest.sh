@@ -33,7 +33,10 @@
 # both daemons' CPU ticks and sleeps), RDMAX_BENCH_PERF=1 (profile the
 # whole guest with `perf record -a -e cpu-clock` during each run, which needs
 # no PMU, and keep `perf report` by command and by symbol as
-# guest-perf-WHO-TEST-SIZE-rREP.txt). Works on a host with real NICs too,
+# guest-perf-WHO-TEST-SIZE-rREP.txt), RDMAX_BENCH_REF_SPINNER=1 (a shell
+# loop keeps a second CPU busy while the perftest client runs: the raw
+# reference with a spinning process beside it, as an rdmax job has its
+# client). Works on a host with real NICs too,
 # given the RDMAX_GUEST_*
 # variables (see tests/vm/README.md).
 set -u
@@ -291,11 +294,20 @@ perftest_once() {
 	timeout 60 "$prog" -d "$dev1" -x "$gid1" "${common[@]}" >"$run/perf-server.log" 2>&1 &
 	spid=$!
 	wait_listen "$perf_port" "$spid"
-	local c0
+	local c0 spinner=''
+	if [ "${RDMAX_BENCH_REF_SPINNER:-0}" = 1 ]; then
+		# A second process that keeps a CPU busy, as rdmax's waiting client does.
+		timeout 120 bash -c 'while :; do :; done' &
+		spinner=$!
+	fi
 	c0=$(stats_now)
 	profiled "ref-$test-$size-r$rep" timeout 60 "$prog" -d "$dev0" -x "$gid0" "${common[@]}" \
 		"$ip1" >"$file.tmp" 2>&1
 	rc=$?
+	if [ -n "$spinner" ]; then
+		kill "$spinner" 2>/dev/null
+		wait "$spinner" 2>/dev/null
+	fi
 	wait "$spid"
 	src=$?
 	[ "${RDMAX_BENCH_CPUSTAT:-0}" = 1 ] && log "$prog $size B: $(stats_since "$c0")"

@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * verbs-hop: the raw verbs reference for a completed small write posted by a
+ * daemon on a client's behalf. A server (-l) registers a buffer and hands its
+ * address and rkey over in the connection's private data; the client side
+ * connects (librdmacm, RC, one QP) and times SIZE-byte RDMA writes with one
+ * in flight, each waited for on the CQ, like `ib_write_bw -t 1`:
+ *
+ *   direct: one process posts and polls (perftest's layout);
+ *   --hop: a forked "client" process asks for each write through shared
+ *     memory (a sequence number in one cache line) and spins until the
+ *     poster has seen the completion and echoed the number into another:
+ *     rdmaxd's process layout with nothing of its code, so the floor of any
+ *     daemon design on this NIC. --yield: the asking process spins with a
+ *     sched_yield() per poll (librdmax's default); the poster never yields.
+ *
+ *   verbs-hop -l ADDR [-p PORT]
+ *   verbs-hop -b SRC_ADDR ADDR [-p PORT] [-n ITERS] [-s SIZE] [--hop] [--yield]
+ *
+ * Prints one line: mode, iterations, p50 and p99 of a write in µs, as seen by
+ * the process that asked for it. The server exits when the client has gone.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#define LINE    64
+#define BUF_LEN 4096
+
+/* Set by the program's --yield option. */
+static int hop_yield;
+
+static void hop_relax(void)
+{
+	if (hop_yield) {
+		sched_yield();
+		return;
+	}
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+static uint64_t hop_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* qsort() order of uint64_t latencies. */
+static int hop_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct remote {
+	uint64_t addr;
+	uint32_t rkey;
+};
+
+struct shared {
+	_Alignas(LINE) _Atomic uint64_t ping;
+	_Alignas(LINE) _Atomic uint64_t pong;
+};
+
+static int die(const char *what)
+{
+	fprintf(stderr, "verbs-hop: %s: %s\n", what, strerror(errno));
+	return 1;
+}
+
+static struct rdma_addrinfo *resolve(const char *src, const char *dst, const char *port,
+				     int passive)
+{
+	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *res = NULL, *srcres = NULL;
+
+	if (passive) {
+		hints.ai_flags = RAI_PASSIVE;
+	} else if (src) {
+		struct rdma_addrinfo sh = {.ai_port_space = RDMA_PS_TCP, .ai_flags = RAI_PASSIVE};
+		if (rdma_getaddrinfo(src, NULL, &sh, &srcres)) {
+			return NULL;
+		}
+		hints.ai_src_addr = srcres->ai_src_addr;
+		hints.ai_src_len = srcres->ai_src_len;
+	}
+	int r = rdma_getaddrinfo(dst, port, &hints, &res);
+	if (srcres) {
+		rdma_freeaddrinfo(srcres);
+	}
+	return r ? NULL : res;
+}
+
+static int serve(const char *addr, const char *port)
+{
+	struct ibv_qp_init_attr attr = {
+		.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 1};
+	struct rdma_cm_id *listen_id, *id;
+	struct rdma_addrinfo *res = resolve(NULL, addr, port, 1);
+	static char buf[BUF_LEN];
+
+	if (!res) {
+		return die("rdma_getaddrinfo");
+	}
+	if (rdma_create_ep(&listen_id, res, NULL, &attr) || rdma_listen(listen_id, 1)) {
+		return die("listen");
+	}
+	if (rdma_get_request(listen_id, &id)) {
+		return die("rdma_get_request");
+	}
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, sizeof(buf),
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!mr) {
+		return die("ibv_reg_mr");
+	}
+	struct remote rem = {.addr = (uintptr_t)buf, .rkey = mr->rkey};
+	struct rdma_conn_param cp = {.private_data = &rem,
+				     .private_data_len = sizeof(rem),
+				     .responder_resources = 1,
+				     .initiator_depth = 1};
+	if (rdma_accept(id, &cp)) {
+		return die("rdma_accept");
+	}
+	/* Until the client disconnects. */
+	struct rdma_cm_event *ev;
+	while (rdma_get_cm_event(id->channel, &ev) == 0) {
+		enum rdma_cm_event_type t = ev->event;
+		rdma_ack_cm_event(ev);
+		if (t == RDMA_CM_EVENT_DISCONNECTED) {
+			break;
+		}
+	}
+	rdma_disconnect(id);
+	ibv_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(listen_id);
+	rdma_freeaddrinfo(res);
+	return 0;
+}
+
+/* One write, waited for on the CQ. */
+static int write_one(struct rdma_cm_id *id, char *buf, size_t size, struct ibv_mr *mr,
+		     const struct remote *rem)
+{
+	struct ibv_wc wc;
+	int n;
+
+	if (rdma_post_write(id, NULL, buf, size, mr,
+			    IBV_SEND_SIGNALED | (size <= 64 ? IBV_SEND_INLINE : 0), rem->addr,
+			    rem->rkey)) {
+		return -1;
+	}
+	while ((n = ibv_poll_cq(id->send_cq, 1, &wc)) == 0) {
+	}
+	return n < 0 || wc.status != IBV_WC_SUCCESS ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"hop", no_argument, NULL, 'H'}, {"yield", no_argument, NULL, 'y'}, {0}};
+	const char *listen_addr = NULL, *src = NULL, *port = "18690";
+	size_t iters = 2000, size = 64;
+	int hop = 0, asker_yields = 0, c;
+
+	while ((c = getopt_long(argc, argv, "l:b:p:n:s:Hy", opts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			listen_addr = optarg;
+			break;
+		case 'b':
+			src = optarg;
+			break;
+		case 'p':
+			port = optarg;
+			break;
+		case 'n':
+			iters = strtoul(optarg, NULL, 0);
+			break;
+		case 's':
+			size = strtoul(optarg, NULL, 0);
+			break;
+		case 'H':
+			hop = 1;
+			break;
+		case 'y':
+			hop_yield = 1;
+			break;
+		default:
+			fprintf(stderr,
+				"usage: verbs-hop -l ADDR | -b SRC ADDR [-p PORT] [-n ITERS] "
+				"[-s SIZE] [--hop] [--yield]\n");
+			return 2;
+		}
+	}
+	if (listen_addr) {
+		return serve(listen_addr, port);
+	}
+	if (optind >= argc || iters == 0 || size == 0 || size > BUF_LEN) {
+		fprintf(stderr, "verbs-hop: give the server's address; 0 < SIZE <= %d\n", BUF_LEN);
+		return 2;
+	}
+	/* The asking process is forked before any verbs resource exists. */
+	struct shared *sh =
+		mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	uint64_t *lat = mmap(NULL, iters * sizeof(*lat), PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED || lat == MAP_FAILED) {
+		return die("mmap");
+	}
+	/* The poster reads requests from 1 on: nothing before the asker's first. */
+	atomic_store_explicit(&sh->ping, 1, memory_order_relaxed);
+	pid_t asker = -1;
+	if (hop) {
+		asker = fork();
+		if (asker < 0) {
+			return die("fork");
+		}
+		if (asker == 0) {
+			/* Wait until the poster is connected (pong = 1), then ask. */
+			while (atomic_load_explicit(&sh->pong, memory_order_acquire) != 1) {
+				hop_relax();
+			}
+			for (uint64_t i = 0; i < iters; i++) {
+				uint64_t t0 = hop_now_ns();
+				atomic_store_explicit(&sh->ping, i + 2, memory_order_release);
+				while (atomic_load_explicit(&sh->pong, memory_order_acquire) !=
+				       i + 2) {
+					hop_relax();
+				}
+				lat[i] = hop_now_ns() - t0;
+			}
+			_exit(0);
+		}
+		asker_yields = hop_yield;
+		hop_yield = 0; /* the poster spins without yielding, as rdmaxd does */
+	}
+	struct ibv_qp_init_attr attr = {.cap = {.max_send_wr = 4,
+						.max_recv_wr = 4,
+						.max_send_sge = 1,
+						.max_recv_sge = 1,
+						.max_inline_data = 64},
+					.qp_type = IBV_QPT_RC};
+	struct rdma_addrinfo *res = resolve(src, argv[optind], port, 0);
+	struct rdma_cm_id *id;
+	static char buf[BUF_LEN];
+	if (!res) {
+		return die("rdma_getaddrinfo");
+	}
+	if (rdma_create_ep(&id, res, NULL, &attr)) {
+		return die("rdma_create_ep");
+	}
+	struct rdma_conn_param cp = {
+		.responder_resources = 1, .initiator_depth = 1, .retry_count = 7};
+	if (rdma_connect(id, &cp)) {
+		return die("rdma_connect");
+	}
+	struct remote rem;
+	if (!id->event || id->event->param.conn.private_data_len < sizeof(rem)) {
+		fprintf(stderr, "verbs-hop: the server sent no address and rkey\n");
+		return 1;
+	}
+	memcpy(&rem, id->event->param.conn.private_data, sizeof(rem));
+	struct ibv_mr *mr = rdma_reg_msgs(id, buf, sizeof(buf));
+	if (!mr) {
+		return die("rdma_reg_msgs");
+	}
+	memset(buf, 0x5a, size);
+	for (int w = 0; w < 16; w++) { /* warm-up, untimed */
+		if (write_one(id, buf, size, mr, &rem)) {
+			return die("warm-up write");
+		}
+	}
+	if (hop) {
+		uint64_t seen = 1;
+		atomic_store_explicit(&sh->pong, 1, memory_order_release);
+		while (seen < iters + 1) {
+			uint64_t v = atomic_load_explicit(&sh->ping, memory_order_acquire);
+			if (v == seen) {
+				hop_relax();
+				continue;
+			}
+			if (write_one(id, buf, size, mr, &rem)) {
+				kill(asker, SIGKILL);
+				return die("write");
+			}
+			seen = v;
+			atomic_store_explicit(&sh->pong, v, memory_order_release);
+		}
+		int status;
+		if (waitpid(asker, &status, 0) < 0 || !WIFEXITED(status) ||
+		    WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "verbs-hop: the asking process failed\n");
+			return 1;
+		}
+	} else {
+		for (size_t i = 0; i < iters; i++) {
+			uint64_t t0 = hop_now_ns();
+			if (write_one(id, buf, size, mr, &rem)) {
+				return die("write");
+			}
+			lat[i] = hop_now_ns() - t0;
+		}
+	}
+	rdma_disconnect(id);
+	rdma_dereg_mr(mr);
+	rdma_destroy_ep(id);
+	rdma_freeaddrinfo(res);
+	qsort(lat, iters, sizeof(*lat), hop_cmp_u64);
+	printf("verbs-hop %s%s %zu B x %zu: p50 %.1f us p99 %.1f us\n", hop ? "hop" : "direct",
+	       hop ? (asker_yields ? " yield" : " pause") : "", size, iters, lat[iters / 2] / 1e3,
+	       lat[iters * 99 / 100] / 1e3);
+	return 0;
+}
