@@ -312,6 +312,7 @@ static void on_signal(uv_signal_t *handle, int signum)
 #define SPIN_BUDGET_US 200
 /* Passes between two clock reads: in a guest without a TSC a read is a syscall. */
 #define SPIN_CLOCK_EVERY 16
+#define SPIN_YIELD_EVERY 64 /* empty passes between two sched_yield() calls */
 
 /* One pass over everything that can move without the loop; how much moved. */
 static int poll_pass(struct rdmaxd *daemon, uint64_t now)
@@ -346,14 +347,17 @@ static void busy_idle_cb(uv_idle_t *idle)
 	if (daemon->stopping || budget_us == 0) {
 		return;
 	}
-	for (uint32_t pass = 1;; pass++) {
+	for (uint32_t pass = 1, idle_passes = 0;; pass++) {
 		if (poll_pass(daemon, now) > 0) {
 			g_signals.last_busy_ns = now;
-		} else {
+			idle_passes = 0;
+		} else if (++idle_passes % SPIN_YIELD_EVERY == 0) {
 			/*
-			 * Nothing moved: give the CPU to a runnable process (a client,
-			 * the peer daemon, the kernel's socket work), as the library's
-			 * spin does; with a CPU to spare this returns at once.
+			 * Nothing moved for a while: give the CPU to a runnable process
+			 * (a client, the peer daemon, the kernel's socket work), as the
+			 * library's spin does; with a CPU to spare this returns at once.
+			 * Not on every empty pass: a ring entry arriving during the
+			 * system call waits for it.
 			 */
 			sched_yield();
 		}

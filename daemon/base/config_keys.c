@@ -170,8 +170,8 @@ const struct config_key g_keys[] = {
 	 "avoid that pair for this long and go over the other pairs, in milliseconds."},
 	{"engine", "busy_poll_us", KEY_UINT, FIELD(busy_poll_us), 0, 1000000, 0,
 	 "After the last activity the daemon keeps polling this long before it sleeps, in "
-	 "microseconds; lower latency for more CPU time. A poll that finds nothing yields the "
-	 "CPU to any other runnable process. 0 never busy-polls."},
+	 "microseconds; lower latency for more CPU time. Polls that keep finding nothing yield "
+	 "the CPU to any other runnable process. 0 never busy-polls."},
 
 	{"verbs", "devices", KEY_DEVICES, FIELD(devices), 0, 0, 0,
 	 "RDMA devices to use: auto (all usable devices) or a comma-separated list of device "
