@@ -203,9 +203,14 @@ void itest_mem_eq_at(const char *file, int line, const uint8_t *a, const uint8_t
 		     const char *what);
 
 /* Fails naming both codes (rdmax_err_name()) when got != want. */
+/* Evaluates got once: it is often a call whose second answer could differ. */
 #define itest_assert_err(got, want)                                                                \
-	ck_assert_msg((got) == (want), "%s: got %d (%s), expected %d (%s)", #got, (int)(got),      \
-		      rdmax_err_name((int)(got)), (int)(want), rdmax_err_name((int)(want)))
+	do {                                                                                       \
+		int itest_got_ = (int)(got), itest_want_ = (int)(want);                            \
+		ck_assert_msg(itest_got_ == itest_want_, "%s: got %d (%s), expected %d (%s)",      \
+			      #got, itest_got_, rdmax_err_name(itest_got_), itest_want_,           \
+			      rdmax_err_name(itest_want_));                                        \
+	} while (0)
 
 /* ------------------------------------------------------------------ runner */
 

@@ -177,6 +177,7 @@ START_TEST(names_withdrawn_and_restart)
 			 RDMAX_E_NOT_FOUND);
 	/* The client's exit withdraws its names; the name is free again. */
 	rdmax_client_close(cb2);
+	itest_wait_status(b, "clients", 1); /* b has seen the exit: only "owner" is left */
 	itest_assert_err(rdmax_lookup(ca, node_b, "left", 0, &found), RDMAX_E_NOT_FOUND);
 	ck_assert_int_eq(rdmax_region_publish(cb, r1, "left"), 0);
 
