@@ -287,6 +287,8 @@ check-abi: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(GEN_C)
 
 check-tcp: all
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
+	@echo "itest: again, with every TCP bulk copy on the I/O threads (RDMAXD_TEST_TCP_OFFLOAD=1)"
+	RDMAX_BUILD=$(BUILD) RDMAXD_TEST_TCP_OFFLOAD=1 $(BUILD)/tests/itest
 
 # Discovery: named regions and node membership against a real etcd started on loopback.
 ETCD ?= $(shell command -v etcd || echo /usr/bin/etcd)

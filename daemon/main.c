@@ -331,6 +331,18 @@ static void spin_yield_learn(uint64_t elapsed)
 	g_spin_yield_every = (uint32_t)MAX(1, MIN(every, (uint64_t)SPIN_YIELD_MAX));
 }
 
+/*
+ * Bulk copies are on the transports' I/O threads, or were within
+ * busy_poll_us (between two of them the loop waits for socket readiness):
+ * the loop sleeps in epoll rather than spin.
+ */
+static bool offloading(const struct rdmaxd *daemon, uint64_t now)
+{
+	return daemon->io_offloaded > 0 ||
+	       (daemon->io_offload_ns && now >= daemon->io_offload_ns &&
+		now - daemon->io_offload_ns < (uint64_t)daemon->cfg.busy_poll_us * 1000);
+}
+
 /* One pass over everything that can move without the loop; how much moved. */
 static int poll_pass(struct rdmaxd *daemon, uint64_t now)
 {
@@ -391,8 +403,9 @@ static void busy_idle_cb(uv_idle_t *idle)
 			break;
 		}
 		/* The same rule as busy_check_cb: nothing in the window, nothing to spin for. */
-		if (now >= g_signals.last_busy_ns && now - g_signals.last_busy_ns >= window &&
-		    !ipc_rings_awake(daemon->ipc)) {
+		if ((now >= g_signals.last_busy_ns && now - g_signals.last_busy_ns >= window &&
+		     !ipc_rings_awake(daemon->ipc)) ||
+		    offloading(daemon, now)) {
 			break;
 		}
 	}
@@ -420,6 +433,15 @@ static void busy_check_cb(uv_prepare_t *prepare)
 	bool busy = now - g_signals.last_busy_ns < (uint64_t)daemon->cfg.busy_poll_us * 1000;
 	/* A client's ring is polled from the loop: it bounds its own window. */
 	busy = busy || ipc_rings_awake(daemon->ipc);
+	if (offloading(daemon, now)) {
+		/*
+		 * Bulk bytes move on I/O threads: sleep in epoll instead, so that a
+		 * doorbell, a small frame or a thread's result wakes the loop ahead
+		 * of the busy threads. Rings ask their clients for doorbells
+		 * meanwhile; one that just got entries keeps the loop turning.
+		 */
+		busy = !ipc_rings_sleep(daemon->ipc);
+	}
 	if (busy && !uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {
 		uv_idle_start(&g_signals.busy_idle, busy_idle_cb);
 	} else if (!busy && uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {

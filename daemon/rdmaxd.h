@@ -54,6 +54,13 @@ struct rdmaxd {
 	int client_listen_fd; /* listening socket inherited from systemd (>= 3); 0: bind */
 	int admin_listen_fd;  /* likewise for the admin socket */
 	uint64_t started_ms;  /* now_ms() at start-up */
+	/*
+	 * Copies on transport I/O threads now, and now_ns() when one was last
+	 * handed out or back: the loop sleeps instead of spinning meanwhile and
+	 * for busy_poll_us after.
+	 */
+	uint32_t io_offloaded;
+	uint64_t io_offload_ns;
 };
 
 /* Read cfg.auth_key_file (must not be group/world readable). */

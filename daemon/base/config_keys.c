@@ -65,6 +65,12 @@ const struct config_key g_keys[] = {
 	 "from [auth] key_file (required then): the payload is encrypted and the key proven "
 	 "inside the channel. off keeps the plain wire. Both ends must use the same setting. "
 	 "RDMA verbs traffic is never encrypted."},
+	{"transport", "tcp_io_threads", KEY_UINT, FIELD(tcp_io_threads), 0, 16, 0,
+	 "Threads that copy large payloads of the TCP transport (256 KiB and more queued on a "
+	 "connection, or left of a payload being received) to and from the kernel, so the "
+	 "daemon's loop stays free for clients, small frames and latency-class connections, "
+	 "and sleeps instead of spinning while bulk bytes move. 0 copies everything on the loop. "
+	 "Connections with tcp_encryption = on copy on the loop."},
 
 	{"auth", "key_file", KEY_PATH, FIELD(auth_key_file), 0, 0, KEY_EMPTY | KEY_RELOAD,
 	 "Absolute path of the file holding the shared key with which daemons authenticate each "

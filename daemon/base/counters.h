@@ -73,6 +73,8 @@ struct counters {
 	struct peer_stats other; /* peers beyond COUNTERS_PEERS */
 	uint64_t conn_events[COUNTERS_TRANSPORTS][COUNTERS_CONN_EVENT_MAX];
 	uint64_t tcp_tls[COUNTERS_TLS_MODE_MAX]; /* TLS handshakes completed, by data path */
+	uint64_t tcp_io_thread_sent;             /* TCP payload bytes sent by the I/O threads */
+	uint64_t tcp_io_thread_received;         /* and received by them */
 	uint64_t imm_writes;                     /* jobs carrying an imm that completed OK here */
 	uint64_t imm_fired;                      /* ExpectImm claims that reached their count */
 	uint64_t total_jobs;

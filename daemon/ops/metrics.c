@@ -526,6 +526,13 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 				    counters_tls_mode_names[i], m->tcp_tls[i]);
 		}
 	}
+	family(&t, "rdmaxd_tcp_io_thread_bytes_total", "counter",
+	       "TCP payload bytes copied by the transport's I/O threads instead of the loop "
+	       "([transport] tcp_io_threads), by direction.");
+	text_printf(&t, "rdmaxd_tcp_io_thread_bytes_total{direction=\"sent\"} %" PRIu64 "\n",
+		    m->tcp_io_thread_sent);
+	text_printf(&t, "rdmaxd_tcp_io_thread_bytes_total{direction=\"received\"} %" PRIu64 "\n",
+		    m->tcp_io_thread_received);
 	struct conn_count counts[ENDPOINT_MAX] = {0};
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		struct transport *tr = daemon->transports[k];
@@ -715,6 +722,8 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 		snprintf(name, sizeof(name), "tcp_tls_connections_%s", counters_tls_mode_names[i]);
 		json_u64(j, name, m->tcp_tls[i]);
 	}
+	json_u64(j, "tcp_io_thread_bytes_sent", m->tcp_io_thread_sent);
+	json_u64(j, "tcp_io_thread_bytes_received", m->tcp_io_thread_received);
 	json_u64(j, "regions", metrics->daemon->regions.count);
 	json_u64(j, "registered_bytes", metrics->daemon->regions.total_bytes);
 	json_u64(j, "registrations_total",

@@ -32,6 +32,8 @@ uint32_t ipc_client_count(const struct ipc *ipc);
 
 /* Whether a client's shared-memory ring is being polled (the loop must not sleep). */
 bool ipc_rings_awake(const struct ipc *ipc);
+/* Put every client's ring to sleep (doorbells instead of polling); false if one stays awake. */
+bool ipc_rings_sleep(struct ipc *ipc);
 /*
  * One spin pass: rings taken, pending completions sent; how much moved
  * (main.c). now: a recent now_ns() (ring windows are judged by it), or 0.

@@ -212,3 +212,26 @@ bool ipc_rings_awake(const struct ipc *ipc)
 	}
 	return false;
 }
+
+/*
+ * The loop is about to sleep through copies on I/O threads: every ring
+ * asks its client for a doorbell instead of being polled. Returns false
+ * when a ring stays awake because entries arrived meanwhile (take them
+ * first).
+ */
+bool ipc_rings_sleep(struct ipc *ipc)
+{
+	struct list_node *pos;
+	bool asleep = true;
+
+	if (!ipc) {
+		return true;
+	}
+	for (pos = ipc->rings.next; pos != &ipc->rings; pos = pos->next) {
+		struct session *s = container_of(pos, struct session, ring_link);
+		if (!s->ring.sleeping && !s->ring_bad && !ring_sleep(&s->ring)) {
+			asleep = false;
+		}
+	}
+	return asleep;
+}

@@ -112,21 +112,61 @@ static void write_then_read(struct rdmax_client *ca, struct rdmax_client *cb, ui
 	dereg(cb, dst);
 }
 
-START_TEST(write_read_sizes)
+/*
+ * Writes and reads of every size class, checked byte for byte, beside an
+ * open latency-class connection: with io_threads > 0 (the default, 2) the
+ * bulk payloads from 256 KiB on are copied by the TCP transport's I/O
+ * threads, with 0 all on the loop; the daemons' counters show which did.
+ */
+static void write_read_sizes_with(unsigned io_threads)
 {
 	const uint64_t sizes[] = {
 		1, 7, 4 * KiB, 64 * KiB + 3, MiB, 8 * MiB + 5, itest_scaled(64 * MiB, 16 * MiB),
 	};
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	bool tcp = strcmp(itest_transport(), "tcp") == 0;
 
+	itest_daemon_set(a, "transport.tcp_io_threads=%u", io_threads);
+	itest_daemon_set(a, "qos.enabled=true");
+	itest_daemon_set(b, "transport.tcp_io_threads=%u", io_threads);
 	itest_daemon_start(a);
 	itest_daemon_start(b);
 	struct rdmax_client *ca = itest_client(a, "writer");
 	struct rdmax_client *cb = itest_client(b, "target");
 
+	if (tcp) {
+		/*
+		 * A latency-class write opens the latency connection a -> b; only
+		 * while one is open do bulk copies leave the loops.
+		 */
+		struct rdmax_region *ls = itest_alloc(ca, 4 * KiB, RDMAX_ACCESS_LOCAL);
+		struct rdmax_region *ld = itest_alloc(cb, 4 * KiB, ACCESS_RW);
+		struct rdmax_desc ldesc = itest_desc(ld);
+		struct rdmax_job lj = itest_job(99, RDMAX_OP_WRITE, ls, 0, &ldesc, 0, 4 * KiB);
+		lj.traffic_class = RDMAX_CLASS_LATENCY;
+		struct rdmax_event ev = itest_run_job(ca, &lj, 10000);
+		ck_assert_msg(ev.status == 0, "latency-class write failed: %s ('%s')",
+			      rdmax_err_name(ev.status), ev.reason);
+		dereg(ca, ls);
+		dereg(cb, ld);
+	}
+
 	for (unsigned k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
 		write_then_read(ca, cb, sizes[k], k);
+	}
+	if (tcp) {
+		/* WRITE payloads a -> b, READ payloads b -> a: each side, each direction. */
+		const char *fields[] = {"tcp_io_thread_bytes_sent", "tcp_io_thread_bytes_received"};
+		struct itest_daemon *ds[] = {a, b};
+		for (int i = 0; i < 2; i++) {
+			for (int f = 0; f < 2; f++) {
+				uint64_t n = itest_stats_field(ds[i], fields[f]);
+				ck_assert_msg(io_threads ? n >= 8 * MiB : n == 0,
+					      "daemon %s, tcp_io_threads = %u: %s = %" PRIu64,
+					      i ? "b" : "a", io_threads, fields[f], n);
+			}
+		}
 	}
 	itest_assert_quiet(ca, 50);
 	itest_assert_quiet(cb, 50);
@@ -136,6 +176,17 @@ START_TEST(write_read_sizes)
 	itest_daemon_stop(b);
 	itest_daemon_free(a);
 	itest_daemon_free(b);
+}
+
+START_TEST(write_read_sizes)
+{
+	write_read_sizes_with(2);
+}
+END_TEST
+
+START_TEST(write_read_sizes_on_loop)
+{
+	write_read_sizes_with(0);
 }
 END_TEST
 
@@ -189,6 +240,11 @@ START_TEST(write_read_batched)
 		itest_assert_mem_eq(itest_bytes(sink) + i * len, itest_bytes(origin) + i * len,
 				    len - i, "batched READ");
 	}
+	/* No latency-class connection was open: every copy stayed on the loops. */
+	if (strcmp(itest_transport(), "tcp") == 0 && !getenv("RDMAXD_TEST_TCP_OFFLOAD")) {
+		ck_assert_uint_eq(itest_stats_field(a, "tcp_io_thread_bytes_sent"), 0);
+		ck_assert_uint_eq(itest_stats_field(b, "tcp_io_thread_bytes_received"), 0);
+	}
 	rdmax_client_close(ca);
 	rdmax_client_close(cb);
 	itest_daemon_stop(a);
@@ -204,6 +260,7 @@ TCase *itest_tcase_transfer(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, write_read_sizes);
+	tcase_add_test(tc, write_read_sizes_on_loop);
 	tcase_add_test(tc, write_read_batched);
 	return tc;
 }

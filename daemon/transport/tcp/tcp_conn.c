@@ -139,6 +139,9 @@ struct tcp_conn *tcp_conn_new(struct tcp_transport *tt, bool outgoing)
 	list_init(&conn->outq);
 	list_init(&conn->pendq);
 	list_init(&conn->inflight);
+	conn->tx_op.conn = conn;
+	conn->tx_op.tx = true;
+	conn->rx_op.conn = conn;
 	uv_timer_init(tt->daemon->loop, &conn->timer);
 	conn->timer.data = conn;
 	conn->handles = 1;
@@ -254,6 +257,9 @@ void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message)
 	if (conn->state == TCP_CONN_CLOSED) {
 		return;
 	}
+	/* No thread may touch the socket, the frames or the memory from here on. */
+	tcp_offload_reap(&conn->tx_op);
+	tcp_offload_reap(&conn->rx_op);
 	if (conn->ever_ready) {
 		counters_conn_event(&tt->daemon->counters, "tcp", COUNTERS_CONN_CLOSED);
 	}
@@ -274,6 +280,10 @@ void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message)
 	if (conn->in_handshake) {
 		conn->in_handshake = false;
 		tt->n_in_handshake--;
+	}
+	if (conn->lane_counted) {
+		conn->lane_counted = false;
+		tt->n_latency_lanes--;
 	}
 	close_socket(conn);
 	uv_timer_stop(&conn->timer);
@@ -300,6 +310,8 @@ void tcp_attempt_failed(struct tcp_conn *conn, const char *reason)
 	char message[MSG_BYTES];
 
 	counters_conn_event(&conn->tt->daemon->counters, "tcp", COUNTERS_CONN_FAILED);
+	tcp_offload_reap(&conn->tx_op);
+	tcp_offload_reap(&conn->rx_op);
 	close_socket(conn);
 	drain_queue(conn, &conn->outq, NULL); /* handshake frames only: data waits in pendq */
 	conn->n_out = 0;
@@ -515,7 +527,7 @@ static bool frame_iov(const struct frame *frame, struct iovec *iov, int *n, int 
 	return true;
 }
 
-static void advance_out(struct tcp_conn *conn, uint64_t n)
+void tcp_advance_out(struct tcp_conn *conn, uint64_t n)
 {
 	conn->bytes_sent += n;
 	while (!list_empty(&conn->outq)) {
@@ -548,10 +560,61 @@ static void advance_out(struct tcp_conn *conn, uint64_t n)
 	}
 }
 
+/*
+ * From OFFLOAD_MIN bytes queued on a bulk connection: the iovecs of the
+ * head of the queue (at most OFFLOAD_MAX bytes) go to an I/O thread.
+ * \return whether they did.
+ */
+static bool offload_tx(struct tcp_conn *conn)
+{
+	struct tcp_offload_op *op = &conn->tx_op;
+	uint64_t skip = conn->out_sent;
+	uint64_t want = 0;
+	int n = 0;
+
+	if (!tcp_offload_usable(conn)) {
+		return false;
+	}
+	for (struct list_node *pos = conn->outq.next; pos != &conn->outq && want < OFFLOAD_MAX;
+	     pos = pos->next) {
+		const struct frame *frame = container_of(pos, struct frame, link);
+		int from = n;
+		bool whole = frame_iov(frame, op->iov, &n, IOV_BATCH, &skip);
+		for (int i = from; i < n; i++) {
+			want += op->iov[i].iov_len;
+			op->frame_end[i] = whole && frame->xfer && i == n - 1;
+		}
+		if (!whole) {
+			break;
+		}
+	}
+	if (want < OFFLOAD_MIN) {
+		return false;
+	}
+	/* Cut the last iovecs to OFFLOAD_MAX: the rest goes with the next op. */
+	uint64_t over = want > OFFLOAD_MAX ? want - OFFLOAD_MAX : 0;
+	while (over > 0) {
+		struct iovec *last = &op->iov[n - 1];
+		uint64_t cut = MIN(over, (uint64_t)last->iov_len);
+		last->iov_len -= cut;
+		over -= cut;
+		want -= cut;
+		n -= last->iov_len == 0;
+	}
+	op->n_iov = n;
+	op->want = want;
+	tcp_offload_submit(op);
+	return true;
+}
+
 /* Send what the socket takes; false when the connection failed. */
 bool tcp_flush(struct tcp_conn *conn)
 {
 	uint64_t start = conn->bytes_sent;
+
+	if (conn->tx_op.busy || (!list_empty(&conn->outq) && offload_tx(conn))) {
+		return true; /* the thread's result brings the connection back */
+	}
 
 	for (int round = 0; round < TX_BUDGET && !list_empty(&conn->outq) &&
 			    conn->bytes_sent - start < IO_BYTES_BUDGET;
@@ -577,7 +640,7 @@ bool tcp_flush(struct tcp_conn *conn)
 			return false;
 		}
 		conn->last_io_ms = now_ms();
-		advance_out(conn, (uint64_t)sent);
+		tcp_advance_out(conn, (uint64_t)sent);
 	}
 	return true;
 }

@@ -60,7 +60,8 @@ bool tcp_queue_hello(struct tcp_conn *conn)
 		.flags = (conn->tls       ? WIRE_HELLO_F_TLS
 			  : auth_on(conn) ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND
 					  : 0) |
-			 (conn->tt->no_segs ? 0 : WIRE_HELLO_F_SEGS),
+			 (conn->tt->no_segs ? 0 : WIRE_HELLO_F_SEGS) |
+			 (conn->outgoing && conn->urgent_lane ? WIRE_HELLO_F_LATENCY : 0),
 		.instance_id = d->instance_id,
 	};
 	uint8_t body[WIRE_HELLO_BYTES];
@@ -115,6 +116,10 @@ static void conn_ready(struct tcp_conn *conn)
 
 	conn->state = TCP_CONN_READY;
 	conn->ever_ready = true;
+	if (conn->urgent_lane) {
+		conn->lane_counted = true;
+		conn->tt->n_latency_lanes++;
+	}
 	if (conn->in_handshake) {
 		conn->in_handshake = false;
 		conn->tt->n_in_handshake--;
@@ -189,6 +194,9 @@ void tcp_on_hello(struct tcp_conn *conn)
 	}
 	copy_string(conn->node_name, sizeof(conn->node_name), hello.node_name);
 	conn->peer_segs = hello.flags & WIRE_HELLO_F_SEGS;
+	if (!conn->outgoing) {
+		conn->urgent_lane = hello.flags & WIRE_HELLO_F_LATENCY;
+	}
 	bool mine = auth_on(conn), theirs = hello.flags & WIRE_HELLO_F_AUTH;
 	bool tls_on = d->cfg.tcp_encryption;
 	if (hello.version != WIRE_VERSION) {

@@ -7,6 +7,8 @@
 #ifndef RDMAXD_TCP_INTERNAL_H
 #define RDMAXD_TCP_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -42,6 +44,14 @@
  * latency-class connection) every couple of chunks.
  */
 #define IO_BYTES_BUDGET (2u << 20)
+/*
+ * Copies handed to the I/O threads (tcp_offload.c): from this many bytes
+ * queued on a connection (or left of a payload being received), at most
+ * OFFLOAD_MAX per operation and OFFLOAD_CALL_MAX per system call.
+ */
+#define OFFLOAD_MIN      (256u << 10)
+#define OFFLOAD_MAX      (8u << 20)
+#define OFFLOAD_CALL_MAX (1u << 20)
 
 /* Life of a connection. */
 enum tcp_conn_state {
@@ -92,6 +102,44 @@ struct frame {
 };
 
 struct tcp_transport;
+struct tcp_conn;
+
+/* One copy on an I/O thread: a connection has one per direction, idle or busy. */
+struct tcp_offload_op {
+	struct tcp_conn *conn;
+	struct list_node link; /* pool queue or done list, under the pool's lock */
+	int state;             /* tcp_offload.c's enum op_state, under the pool's lock */
+	bool tx;
+	bool busy; /* the loop's view: handed out, result not applied yet */
+	atomic_bool cancel;
+	int fd;
+	struct iovec iov[IOV_BATCH];
+	bool frame_end[IOV_BATCH]; /* sending: iov[i] ends a request frame; a call stops there */
+	int n_iov;
+	uint64_t want;
+	uint64_t applied;      /* the loop: bytes credited to the connection so far */
+	_Atomic uint64_t done; /* the thread: bytes moved, published after every call */
+	_Atomic int running;   /* the thread holds it (OP_RUNNING), for the loop's waits */
+	/* written by the thread, read by the loop once the op is back */
+	int err;    /* errno of the call that failed; 0 */
+	bool eof;   /* receiving: the peer closed */
+	bool again; /* the socket would block: the loop waits for readiness */
+};
+
+/* The I/O threads of one transport and the ops between them and the loop. */
+struct tcp_offload {
+	pthread_t *threads;
+	uint32_t n_threads; /* 0: every copy on the loop */
+	pthread_mutex_t lock;
+	pthread_cond_t work;     /* an op was queued, or stop */
+	pthread_cond_t finished; /* an op is done */
+	struct list_node queue;  /* ops waiting for a thread */
+	struct list_node done;   /* ops done, for the loop's async callback */
+	bool stop;
+	uv_async_t async;
+	bool async_open;
+	uint32_t in_flight; /* the loop's count of busy ops */
+};
 
 struct tcp_conn {
 	struct tcp_transport *tt;
@@ -177,6 +225,11 @@ struct tcp_conn {
 	uint32_t rx_start; /* first byte of rx_stage not yet consumed */
 	uint32_t rx_end;   /* end of the bytes in rx_stage */
 	bool rx_bulk;      /* the last frame's payload was large: expect another */
+	/* copies on the I/O threads (tcp_offload.c), one per direction */
+	struct tcp_offload_op tx_op;
+	struct tcp_offload_op rx_op;
+	bool offload_kick; /* an op came back: serve the connection from the async callback */
+	bool lane_counted; /* a ready latency-class connection, counted in tt->n_latency_lanes */
 };
 
 struct tcp_transport {
@@ -209,6 +262,14 @@ struct tcp_transport {
 	uint16_t last_peer_port;
 	socklen_t last_peer_len; /* 0: nothing cached */
 	struct sockaddr_storage last_peer_ss;
+	struct tcp_offload offload;
+	uint32_t n_latency_lanes; /* ready latency-class connections, either direction */
+	/*
+	 * RDMAXD_TEST_TCP_OFFLOAD=1: bulk copies go to the I/O threads even
+	 * without a latency-class connection, so the test suites run every
+	 * path through them; never set in production.
+	 */
+	bool offload_always;
 	uint8_t scratch[SCRATCH_BYTES];
 };
 
@@ -269,6 +330,8 @@ struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *
 bool tcp_queue_small(struct tcp_conn *conn, uint8_t type, int err, const void *body,
 		     size_t body_len);
 bool tcp_flush(struct tcp_conn *conn);
+/* Credit n bytes sent to the frames at the head of the send queue. */
+void tcp_advance_out(struct tcp_conn *conn, uint64_t n);
 
 /*
  * Queue a request frame on a ready connection; a WRITE_SEGS for a peer that
@@ -320,6 +383,31 @@ void tcp_on_connected(struct tcp_conn *conn);
 void tcp_on_poll(uv_poll_t *handle, int status, int events);
 void tcp_update_poll(struct tcp_conn *conn);
 int tcp_poll(struct transport *transport);
+/* Credit n bytes received straight into the current part. */
+void tcp_rx_landed(struct tcp_conn *conn, uint64_t n);
+/* Send and receive what `events` (UV_READABLE, UV_WRITABLE) allow, then watch for more. */
+void tcp_serve_conn(struct tcp_conn *conn, int events);
+
+/* tcp_offload.c: large copies on I/O threads */
+int tcp_offload_start(struct tcp_transport *tt, uint32_t n_threads);
+void tcp_offload_stop(struct tcp_transport *tt, uv_close_cb cb);
+/*
+ * Whether this connection's copies may leave the loop: threads exist, a
+ * latency-class connection is open (only then is a sleeping loop worth the
+ * hand-overs), and this is a plain bulk connection.
+ */
+bool tcp_offload_usable(const struct tcp_conn *conn);
+/* Hand op (conn, tx, iov, n_iov, want set) to a thread. */
+void tcp_offload_submit(struct tcp_offload_op *op);
+/* Take a busy op back now, its bytes credited; a no-op on an idle one. */
+void tcp_offload_reap(struct tcp_offload_op *op);
+/*
+ * An answer for request_id arrived while the send queue's head may still
+ * be on a thread: credit what the thread sent, waiting for the call that
+ * carries the request's last bytes. The caller then finds it in flight, or
+ * the peer answered what was never sent.
+ */
+void tcp_offload_answered(struct tcp_conn *conn, uint64_t request_id);
 
 /* tcp_connect.c: connecting and accepting */
 void tcp_on_conn_timer(uv_timer_t *timer);

@@ -146,6 +146,33 @@ static void rx_progress(struct tcp_conn *conn, uint64_t n)
 	}
 }
 
+void tcp_rx_landed(struct tcp_conn *conn, uint64_t n)
+{
+	conn->bytes_received += n;
+	rx_progress(conn, n);
+}
+
+/*
+ * The rest of a large payload (at most OFFLOAD_MAX) is read by an I/O
+ * thread straight into its destination. \return whether it was handed out.
+ */
+static bool offload_rx(struct tcp_conn *conn)
+{
+	struct tcp_offload_op *op = &conn->rx_op;
+	uint64_t want = conn->rx_len - conn->rx_got;
+
+	if (conn->rx_state != RX_DATA || want < OFFLOAD_MIN || !tcp_offload_usable(conn)) {
+		return false;
+	}
+	want = MIN(want, (uint64_t)OFFLOAD_MAX);
+	op->iov[0].iov_base = conn->rx_dst + conn->rx_got;
+	op->iov[0].iov_len = want;
+	op->n_iov = 1;
+	op->want = want;
+	tcp_offload_submit(op);
+	return true;
+}
+
 /*
  * Bytes received ahead and not parsed yet, a finished part not handled yet,
  * or bytes OpenSSL decrypted that no readiness event will announce.
@@ -196,6 +223,9 @@ void tcp_receive(struct tcp_conn *conn)
 {
 	uint64_t start = conn->bytes_received;
 
+	if (conn->rx_op.busy) {
+		return; /* the thread's result brings the connection back */
+	}
 	for (int calls = 0;; calls++) {
 		consume_staged(conn);
 		/* Past the budget only what OpenSSL holds: no event would bring it back. */
@@ -205,6 +235,9 @@ void tcp_receive(struct tcp_conn *conn)
 			return;
 		}
 		tcp_check_rx_region(conn);
+		if (calls < RX_BUDGET && offload_rx(conn)) {
+			return;
+		}
 		struct iovec iov[2 + RX_SEG_IOV];
 		size_t n_iov = 0;
 		uint64_t direct = 0;
@@ -333,6 +366,8 @@ static int socket_error(int fd)
 	return err;
 }
 
+static void serve_tail(struct tcp_conn *conn);
+
 void tcp_on_poll(uv_poll_t *handle, int status, int events)
 {
 	struct tcp_conn *conn = handle->data;
@@ -363,13 +398,25 @@ void tcp_on_poll(uv_poll_t *handle, int status, int events)
 		}
 		return;
 	} else {
-		if ((events & UV_WRITABLE) && !tcp_flush(conn)) {
-			return;
-		}
-		if ((events & UV_READABLE) || rx_pending(conn)) {
-			tcp_receive(conn);
-		}
+		tcp_serve_conn(conn, events);
+		return;
 	}
+	serve_tail(conn);
+}
+
+void tcp_serve_conn(struct tcp_conn *conn, int events)
+{
+	if ((events & UV_WRITABLE) && !tcp_flush(conn)) {
+		return;
+	}
+	if ((events & UV_READABLE) || rx_pending(conn)) {
+		tcp_receive(conn);
+	}
+	serve_tail(conn);
+}
+
+static void serve_tail(struct tcp_conn *conn)
+{
 	/*
 	 * Answers just queued go out now. Frames already staged raise no
 	 * readiness event, so a responder that paused at ANSWERS_MAX parses
@@ -438,8 +485,9 @@ void tcp_update_poll(struct tcp_conn *conn)
 	} else if (conn->state == TCP_CONN_TLS) {
 		events = conn->tls_want;
 	} else if (tcp_usable(conn)) {
-		events = tcp_reading_paused(conn) ? 0 : UV_READABLE;
-		events |= list_empty(&conn->outq) ? 0 : UV_WRITABLE;
+		/* A direction whose copy is on an I/O thread waits for its result instead. */
+		events = tcp_reading_paused(conn) || conn->rx_op.busy ? 0 : UV_READABLE;
+		events |= list_empty(&conn->outq) || conn->tx_op.busy ? 0 : UV_WRITABLE;
 	}
 	if (events == conn->poll_events) {
 		return;

@@ -94,6 +94,7 @@ void tcp_on_answer_header(struct tcp_conn *conn)
 	const struct wire_header *h = &conn->rx_h;
 	struct frame *frame = NULL;
 
+	tcp_offload_answered(conn, h->request_id);
 	if (!list_empty(&conn->inflight)) {
 		frame = container_of(conn->inflight.next, struct frame, link);
 	}

@@ -310,6 +310,7 @@ static void tcp_shutdown(struct transport *transport)
 		struct tcp_conn *conn = container_of(tt->conns.next, struct tcp_conn, link);
 		tcp_conn_fail(conn, RDMAX_E_CANCELLED, "daemon shutting down");
 	}
+	tcp_offload_stop(tt, on_transport_handle_closed);
 }
 
 static void tcp_destroy(struct transport *transport)
@@ -463,6 +464,14 @@ static int tcp_withdraw(struct transport *transport, struct xfer *xfer)
 		bool found = false;
 		int ret = 0;
 
+		/* A copy on an I/O thread may be sending or filling this xfer's memory. */
+		if (find_frame(&conn->outq, xfer)) {
+			tcp_offload_reap(&conn->tx_op);
+		}
+		if (conn->rx_req && conn->rx_req->xfer == xfer) {
+			tcp_offload_reap(&conn->rx_op);
+		}
+
 		while ((frame = find_frame(&conn->pendq, xfer))) {
 			list_del(&frame->link);
 			tcp_frame_release(tt, frame);
@@ -589,6 +598,12 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 		log_warn("RDMAXD_TEST_NO_WRITE_SEGS=1: the TCP transport behaves like a release "
 			 "without WRITE_SEGS; never set this in production");
 	}
+	const char *offload = getenv("RDMAXD_TEST_TCP_OFFLOAD");
+	tt->offload_always = offload && strcmp(offload, "1") == 0;
+	if (tt->offload_always) {
+		log_warn("RDMAXD_TEST_TCP_OFFLOAD=1: every TCP bulk copy goes to the I/O threads; "
+			 "never set this in production");
+	}
 	list_init(&tt->conns);
 	list_init(&tt->frame_cache);
 	err = tcp_tls_create(tt);
@@ -611,6 +626,14 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	tt->timer.data = tt;
 	listen_backoff_init(&tt->backoff, daemon->loop, &tt->listen_poll, tcp_on_listen);
 	tt->handles = 3;
+	err = tcp_offload_start(tt, daemon->cfg.tcp_io_threads);
+	tt->handles += tt->offload.async_open;
+	if (err < 0) {
+		/* Start-up fails; the handles close with the loop, the transport is not freed. */
+		log_err("cannot start the TCP I/O threads: %s", strerror(-err));
+		tcp_shutdown(&tt->base);
+		return err;
+	}
 	uint64_t tick = MIN(MAX(daemon->cfg.peer_timeout_ms / 4, 10u), 1000u);
 	uv_timer_start(&tt->timer, tcp_on_tick, tick, tick);
 	log_info("TCP transport listening on %s port %u%s", daemon->cfg.listen_addr, tt->port,

@@ -54,6 +54,8 @@ enum wire_type {
 #define WIRE_HELLO_F_BOUND 0x2u  /* HELLO: its proof binds both ends of the connection */
 #define WIRE_HELLO_F_SEGS  0x4u  /* HELLO: the sender takes WRITE_SEGS (else: WRITEs only) */
 #define WIRE_HELLO_F_TLS   0x8u  /* HELLO: sent inside TLS 1.3 with the shared key's PSK */
+/* HELLO: the sender opened this connection for latency-class requests only (ignored before) */
+#define WIRE_HELLO_F_LATENCY 0x10u
 
 struct wire_header {
 	uint8_t type;        /* enum wire_type */
