@@ -26,7 +26,8 @@
 #
 # Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT, RDMAX_BENCH_SECONDS (2,
 # per run), RDMAX_BENCH_QOS_REPS (3), RDMAX_BENCH_QOS_SET (extra --set
-# options for daemon a, blank-separated, e.g. qos.max_in_flight=16).
+# options for daemon a, blank-separated, e.g. qos.max_in_flight=16),
+# RDMAX_BENCH_QOS_LAT_SPIN_US (0: the latency client's RDMAX_SPIN_US).
 set -u
 
 build=${RDMAX_BUILD:-build}
@@ -77,7 +78,8 @@ serve() { # NAME SIZE
 lat() { # FILE: latency-class 64 KiB writes, one at a time
 	# Two warm-up jobs only: under a FIFO bulk load each takes as long as the queue ahead of
 	# it, and a long warm-up would move the timed part past the end of the bulk run.
-	RDMAX_TRAFFIC_CLASS=latency timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
+	RDMAX_TRAFFIC_CLASS=latency RDMAX_SPIN_US=$latspin \
+		timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
 		--desc "$run/lat.desc" -o write -s 64K --lat --warmup 2 -D "$secs" --json="$1" \
 		>/dev/null 2>>"$run/bench.err"
 }
@@ -87,6 +89,11 @@ bulk() { # FILE SECONDS: bulk-class 8 MiB writes, 16 outstanding
 		--desc "$run/bulk.desc" -o write -s 8M -w 16 -D "$2" --warmup 4 --json="$1" \
 		>/dev/null 2>>"$run/bench.err"
 }
+
+# The latency client sleeps at once when it waits (operations.md, "Traffic classes": a
+# waiter that spins on a node whose CPUs are all busy waits for a time slice, as the
+# raw spinning ping-pong below shows); RDMAX_BENCH_QOS_LAT_SPIN_US sets another spin.
+latspin=${RDMAX_BENCH_QOS_LAT_SPIN_US:-0}
 
 stream=$build/tests/bench/tcp-stream
 
@@ -163,7 +170,7 @@ done
 ((failed)) && echo "qos: a run failed: $(tail -n 3 "$run/bench.err" | tr '\n' ' ')"
 
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
-/usr/bin/python3 - "$out" "$reps" "$load0" "$load1" <<'PY' | tee "$out/host-qos-summary.txt"
+/usr/bin/python3 - "$out" "$reps" "$load0" "$load1" "$latspin" <<'PY' | tee "$out/host-qos-summary.txt"
 import json, statistics, sys, glob
 out, reps = sys.argv[1], int(sys.argv[2])
 def vals(mode, test, key):
@@ -177,7 +184,8 @@ def fmt(v, unit):
         return "n/a"
     return "%.1f %s (%s)" % (statistics.median(v), unit, ", ".join("%.1f" % x for x in v))
 print("traffic classes, TCP on loopback, %d repetitions (median, then each run); "
-      "load average %s before, %s after" % (reps, sys.argv[3], sys.argv[4]))
+      "load average %s before, %s after; latency client RDMAX_SPIN_US=%s"
+      % (reps, sys.argv[3], sys.argv[4], sys.argv[5]))
 for mode in ("off", "on"):
     idle50, idle99 = vals(mode, "idle", "p50"), vals(mode, "idle", "p99")
     mix50, mix99 = vals(mode, "mixedlat", "p50"), vals(mode, "mixedlat", "p99")
