@@ -20,6 +20,7 @@
 
 #include "../../client-lib/internal.h"
 #include "engine.h"
+#include "fixtures.h"
 #include "ipc.h"
 #include "log.h"
 #include "rdmax.h"
@@ -214,21 +215,6 @@ static int next_body(int fd)
 	return body;
 }
 
-/* Take every ring completion and give the slots back; how many. */
-static uint32_t ring_consume(struct client_ring *ring)
-{
-	uint32_t n = 0;
-
-	while (client_ring_cq_peek(ring) != NULL) {
-		client_ring_cq_advance(ring);
-		n++;
-	}
-	if (n) {
-		client_ring_cq_release(ring);
-	}
-	return n;
-}
-
 /*
  * The daemon's pass sends a RingNotify only for ring completions the client
  * has not read when the pass looks: a client that read them first (it spun
@@ -283,13 +269,13 @@ START_TEST(ipc_ring_notify_only_when_unread)
 	ck_assert_int_eq(next_body(fd), 0);
 	ck_assert_uint_eq(k->ring_notifies, 1);
 	ck_assert(client_ring_set_wake(&ring, false)); /* taken: that was its RingNotify */
-	ck_assert_uint_eq(ring_consume(&ring), 1);
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
 
 	/* Read before the pass looks, with the request set again: no datagram. */
 	for (uint64_t id = 2; id < 20; id++) {
 		client_ring_set_wake(&ring, true);
 		ipc_job_completed((void *)owner, id, 0, NULL, 64);
-		ck_assert_uint_eq(ring_consume(&ring), 1);
+		ck_assert_uint_eq(unit_ring_consume(&ring), 1);
 		ipc_poll_pass(g_d.ipc, 0);
 		ck_assert_int_eq(next_body(fd), 0);
 		/* The request stands: withdrawing it finds it untaken. */
@@ -301,12 +287,12 @@ START_TEST(ipc_ring_notify_only_when_unread)
 	/* Two posted, one read: the other is waited for. */
 	client_ring_set_wake(&ring, true);
 	ipc_job_completed((void *)owner, 20, 0, NULL, 64);
-	ck_assert_uint_eq(ring_consume(&ring), 1);
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
 	ipc_job_completed((void *)owner, 21, 0, NULL, 64);
 	ipc_poll_pass(g_d.ipc, 0);
 	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
 	ck_assert_uint_eq(k->ring_notifies, 2);
-	ck_assert_uint_eq(ring_consume(&ring), 1);
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
 
 	close(fd);
 	ck_assert(clients_become(0));

@@ -306,21 +306,6 @@ START_TEST(ring_wake_flags)
 }
 END_TEST
 
-/* Take every completion there is and give the slots back; how many. */
-static uint32_t consume_all(struct pair *p)
-{
-	uint32_t n = 0;
-
-	while (client_ring_cq_peek(&p->c) != NULL) {
-		client_ring_cq_advance(&p->c);
-		n++;
-	}
-	if (n) {
-		client_ring_cq_release(&p->c);
-	}
-	return n;
-}
-
 /* A RingNotify only for completions the client has not read; its request stays until then. */
 START_TEST(ring_wake_only_when_unread)
 {
@@ -330,7 +315,7 @@ START_TEST(ring_wake_only_when_unread)
 	for (uint64_t round = 0; round < 3 * CQ; round++) {
 		/* The client read the completion before the daemon looked: no datagram. */
 		ck_assert_int_eq(ring_cq_post(&p.d, 10 + round, 0, 64, NULL, 0), 0);
-		ck_assert_uint_eq(consume_all(&p), 1);
+		ck_assert_uint_eq(unit_ring_consume(&p.c), 1);
 		ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_SPARED);
 		uint32_t flags = atomic_load(&p.c.v.ctl->client_flags);
 		ck_assert_uint_eq(flags, RDMAX_RING_CLIENT_WAKE);
@@ -341,7 +326,7 @@ START_TEST(ring_wake_only_when_unread)
 	uint32_t flags = atomic_load(&p.c.v.ctl->client_flags);
 	ck_assert_uint_eq(flags, 0);
 	ck_assert(client_ring_set_wake(&p.c, false)); /* the library sees a RingNotify coming */
-	ck_assert_uint_eq(consume_all(&p), 1);
+	ck_assert_uint_eq(unit_ring_consume(&p.c), 1);
 
 	/* One of two read: the other is unread, so the client is woken. */
 	client_ring_set_wake(&p.c, true);
@@ -351,7 +336,7 @@ START_TEST(ring_wake_only_when_unread)
 	client_ring_cq_advance(&p.c);
 	client_ring_cq_release(&p.c);
 	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_TAKEN);
-	ck_assert_uint_eq(consume_all(&p), 1);
+	ck_assert_uint_eq(unit_ring_consume(&p.c), 1);
 
 	/* Read but not released: the daemon cannot tell, so it wakes the client. */
 	client_ring_set_wake(&p.c, true);
