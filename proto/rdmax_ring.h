@@ -28,7 +28,11 @@
 /* Submission plus completion area, at most. */
 #define RDMAX_RING_MAX_BYTES (32u << 20)
 
-/* client_flags: post a RingNotify datagram when completions are posted. */
+/*
+ * client_flags: send a RingNotify datagram when completions are posted that
+ * the client has not read (its cq_head behind the daemon's cq_tail); the
+ * daemon clears the flag only when it sends one.
+ */
 #define RDMAX_RING_CLIENT_WAKE 0x1u
 /* daemon_flags: the daemon does not poll the submission ring; send RingDoorbell. */
 #define RDMAX_RING_DAEMON_SLEEPING 0x1u

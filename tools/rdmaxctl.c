@@ -555,6 +555,8 @@ static void show_stats(const json_t *r)
 	kv("imm", "%" PRIu64 " writes, %" PRIu64 " expectations fired, %" PRIu64 " dropped",
 	   ju64(c, "imm_writes_total", 0), ju64(c, "imm_fired_total", 0),
 	   ju64(c, "imm_dropped_total", 0));
+	kv("ring notifies", "%" PRIu64 " sent, %" PRIu64 " spared (completions already read)",
+	   ju64(c, "ring_notifies_total", 0), ju64(c, "ring_notifies_spared_total", 0));
 	for (size_t i = 0; i < jlen(lat); i++) {
 		const json_t *mean = jget(jat(lat, i), "mean_s");
 		char key[32];

@@ -77,6 +77,10 @@ struct counters {
 	uint64_t tcp_io_thread_received;         /* and received by them */
 	uint64_t imm_writes;                     /* jobs carrying an imm that completed OK here */
 	uint64_t imm_fired;                      /* ExpectImm claims that reached their count */
+	/* RingNotify datagrams sent to clients asleep on unread completions. */
+	uint64_t ring_notifies;
+	/* Wake requests of clients that had read every completion already: no datagram. */
+	uint64_t ring_notifies_spared;
 	uint64_t total_jobs;
 	uint64_t total_bytes;
 	/* By traffic class ([qos]): jobs that completed OK and failed, bytes, latency. */

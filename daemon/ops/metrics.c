@@ -588,6 +588,12 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 	family(&t, "rdmaxd_imm_fired_total", "counter",
 	       "ExpectImm claims that reached their count.");
 	text_printf(&t, "rdmaxd_imm_fired_total %" PRIu64 "\n", m->imm_fired);
+	family(&t, "rdmaxd_ring_notifies_total", "counter",
+	       "RingNotify datagrams sent to clients waiting on unread ring completions.");
+	text_printf(&t, "rdmaxd_ring_notifies_total %" PRIu64 "\n", m->ring_notifies);
+	family(&t, "rdmaxd_ring_notifies_spared_total", "counter",
+	       "Wake requests left standing because the client had read every completion.");
+	text_printf(&t, "rdmaxd_ring_notifies_spared_total %" PRIu64 "\n", m->ring_notifies_spared);
 	family(&t, "rdmaxd_imm_dropped_total", "counter",
 	       "Landings not counted because the imm counter table was full.");
 	text_printf(&t, "rdmaxd_imm_dropped_total %" PRIu64 "\n", daemon->imm.dropped);
@@ -731,6 +737,8 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 	json_u64(j, "imm_writes_total", m->imm_writes);
 	json_u64(j, "imm_fired_total", m->imm_fired);
 	json_u64(j, "imm_dropped_total", metrics->daemon->imm.dropped);
+	json_u64(j, "ring_notifies_total", m->ring_notifies);
+	json_u64(j, "ring_notifies_spared_total", m->ring_notifies_spared);
 	json_u64(j, "imm_counters", metrics->daemon->imm.n_counters);
 	json_obj_close(j);
 }

@@ -60,7 +60,29 @@ static void send_ring_notify(struct session *s)
 	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY;
 	msg.ring_notify = &notify;
 	size_t len = rdmax__v1__daemon_msg__pack(&msg, buf);
-	(void)send(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (send(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
+		s->ipc->daemon->counters.ring_notifies++;
+	}
+}
+
+/*
+ * Completions were posted since the last pass: a RingNotify only when the
+ * client asked for one and has not read them all (ring.c explains why that
+ * loses no wake-up). A client that spun on the ring and took them already
+ * pays no datagram; its request stays for the next completion.
+ */
+static void ring_wake_check(struct session *s)
+{
+	switch (ring_take_wake_request(&s->ring)) {
+	case RING_WAKE_TAKEN:
+		send_ring_notify(s);
+		break;
+	case RING_WAKE_SPARED:
+		s->ipc->daemon->counters.ring_notifies_spared++;
+		break;
+	case RING_WAKE_NONE:
+		break;
+	}
 }
 
 static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
@@ -207,9 +229,7 @@ int ipc_poll_pass(struct ipc *ipc, uint64_t now)
 		ipc_flush_completions(s);
 		if (s->ring_posted && s->ring.v.base) {
 			s->ring_posted = false;
-			if (ring_take_wake_request(&s->ring)) {
-				send_ring_notify(s);
-			}
+			ring_wake_check(s);
 		}
 	}
 	return moved;

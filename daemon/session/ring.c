@@ -142,17 +142,42 @@ void ring_report_sent(struct ring *ring, uint64_t msgs_sent)
 	atomic_store_explicit(&ring->v.ctl->msgs_sent, msgs_sent, memory_order_release);
 }
 
-bool ring_take_wake_request(struct ring *ring)
+/*
+ * The wake-up handshake, and why sparing a RingNotify loses none.
+ *
+ * Client, before it sleeps: store WAKE in client_flags; seq_cst fence; load
+ * cq_tail (acquire) and take what it finds; sleep on the socket only if
+ * nothing was there. Daemon, after posting: store cq_tail (release, in
+ * ring_cq_post); seq_cst fence (here); load client_flags. By the two fences
+ * at least one side sees the other's store: either the client sees the new
+ * completion before sleeping, or the daemon sees WAKE.
+ *
+ * Seeing WAKE, the daemon loads cq_head (acquire). The client stores cq_head
+ * only after reading the entries before it, so cq_head equal to our own
+ * cq_tail means every completion posted so far has been read: the client,
+ * whether awake or about to sleep, waits for nothing we posted, and a
+ * RingNotify would only cost both sides a system call. Then the request is
+ * left set, so the next post (which runs this check again) wakes it. Any
+ * other cq_head (older, or garbage from a hostile client) takes the request
+ * and sends: a stale cq_head can only cost a RingNotify the client did not
+ * need, never one it needs. The request is cleared only when a RingNotify
+ * follows, which is what the library's ring_unwake() relies on to know
+ * whether one is on its way.
+ */
+enum ring_wake_request ring_take_wake_request(struct ring *ring)
 {
 	/* Pairs with the client's fence between setting the flag and reading cq_tail. */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!(atomic_load_explicit(&ring->v.ctl->client_flags, memory_order_relaxed) &
 	      RDMAX_RING_CLIENT_WAKE)) {
-		return false;
+		return RING_WAKE_NONE;
+	}
+	if (atomic_load_explicit(&ring->v.ctl->cq_head, memory_order_acquire) == ring->cq_tail) {
+		return RING_WAKE_SPARED;
 	}
 	atomic_fetch_and_explicit(&ring->v.ctl->client_flags, ~RDMAX_RING_CLIENT_WAKE,
 				  memory_order_relaxed);
-	return true;
+	return RING_WAKE_TAKEN;
 }
 
 bool ring_sleep(struct ring *ring)

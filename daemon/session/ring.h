@@ -59,11 +59,20 @@ int ring_cq_post(struct ring *ring, uint64_t job_id, int status, uint64_t bytes,
 /* Report the count of datagrams sent to the client (RingNotify excluded). */
 void ring_report_sent(struct ring *ring, uint64_t msgs_sent);
 
+/* What ring_take_wake_request() found. */
+enum ring_wake_request {
+	RING_WAKE_NONE,   /* the client did not ask to be woken */
+	RING_WAKE_SPARED, /* it asked, but has read every completion: its request stays */
+	RING_WAKE_TAKEN,  /* it asked and completions wait unread: request cleared */
+};
+
 /*
- * The client asked to be woken and completions were posted since: clears its
- * request and returns true (the caller sends one RingNotify).
+ * After completions were posted: RING_WAKE_TAKEN when the client asked to be
+ * woken and has not read them all (its request is cleared; the caller sends
+ * one RingNotify). A client that has already read everything needs no
+ * datagram: its request is left standing for the next completion.
  */
-bool ring_take_wake_request(struct ring *ring);
+enum ring_wake_request ring_take_wake_request(struct ring *ring);
 
 /*
  * Stop polling: tell the client to ring the doorbell. Returns false (and

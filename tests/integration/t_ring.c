@@ -4,7 +4,8 @@
  * and rdmaxd (docs/protocol.md). Jobs through the ring arrive byte for byte
  * with exactly one completion each; tiny rings overflow to the socket both
  * ways without losing or repeating a completion; ring and socket requests
- * keep their order; rdmax_client_fd() still wakes an event loop; a client
+ * keep their order; rdmax_client_fd() still wakes an event loop, and a
+ * client asleep on its socket is woken for every completion; a client
  * that dies with jobs in flight leaves no mapping behind; a client that
  * keeps the daemon spinning on its ring leaves timers, the admin socket and
  * other clients served; and a raw client that lies in the shared memory
@@ -289,6 +290,95 @@ START_TEST(ring_wakes_event_loop)
 		ck_assert_uint_eq(ev[0].job_id, id);
 		ck_assert_int_eq(ev[0].status, 0);
 	}
+	two_stop(&t);
+}
+END_TEST
+
+/*
+ * A client that sleeps on its socket between completions, in the two ways
+ * the library offers: rdmax_poll_events() with a timeout and no spin
+ * (RDMAX_SPIN_US=0: ask for a RingNotify, look at the ring once more,
+ * poll()), and an application's own poll() on rdmax_client_fd() followed by
+ * rdmax_poll_events() with no wait. WAKE_WINDOW jobs stay in flight, so
+ * completions keep landing while the client is between reading the ring and
+ * falling asleep. Every completion must come, each once; a lost wake-up
+ * leaves the client asleep past the bounded wait. The daemon sends at most
+ * one RingNotify per completion.
+ */
+#define WAKE_WINDOW 8
+
+static void wake_stream(struct two *t, uint64_t n, bool own_poll)
+{
+	uint8_t *seen = calloc(n + 1, 1);
+	uint64_t submitted = 0, done = 0;
+	struct rdmax_event ev[WAKE_WINDOW];
+
+	ck_assert_ptr_nonnull(seen);
+	while (done < n) {
+		while (submitted < n && submitted - done < WAKE_WINDOW) {
+			uint64_t slot = submitted % 64;
+			struct rdmax_job j = itest_job(submitted + 1, RDMAX_OP_WRITE, t->src,
+						       slot * SLOT, &t->desc, slot * SLOT, 64);
+			ck_assert_int_eq(rdmax_submit(t->c, &j, 1), 0);
+			submitted++;
+		}
+		int got;
+		if (own_poll) {
+			struct pollfd pfd = {.fd = rdmax_client_fd(t->c), .events = POLLIN};
+			int r = poll(&pfd, 1, ITEST_WAIT_MS);
+			ck_assert_msg(r == 1,
+				      "rdmax_client_fd() stayed unreadable for %d ms with %" PRIu64
+				      " of %" PRIu64 " jobs completed",
+				      ITEST_WAIT_MS, done, submitted);
+			got = rdmax_poll_events(t->c, ev, WAKE_WINDOW, 0);
+		} else {
+			got = rdmax_poll_events(t->c, ev, WAKE_WINDOW, ITEST_WAIT_MS);
+			ck_assert_msg(got > 0,
+				      "no completion within %d ms (%s) with %" PRIu64 " of %" PRIu64
+				      " jobs completed",
+				      ITEST_WAIT_MS, got < 0 ? rdmax_err_name(got) : "timeout",
+				      done, submitted);
+		}
+		ck_assert_int_ge(got, 0);
+		for (int i = 0; i < got; i++) {
+			ck_assert_int_eq(ev[i].type, RDMAX_EVENT_COMPLETION);
+			ck_assert_msg(ev[i].job_id >= 1 && ev[i].job_id <= submitted,
+				      "completion of unknown job %" PRIu64, ev[i].job_id);
+			ck_assert_msg(!seen[ev[i].job_id], "job %" PRIu64 " completed twice",
+				      ev[i].job_id);
+			seen[ev[i].job_id] = 1;
+			ck_assert_msg(ev[i].status == 0, "job %" PRIu64 ": %s ('%s')", ev[i].job_id,
+				      rdmax_err_name(ev[i].status), ev[i].reason);
+			ck_assert_uint_eq(ev[i].bytes, 64);
+			done++;
+		}
+	}
+	itest_assert_quiet(t->c, ITEST_QUIET_MS);
+	free(seen);
+}
+
+START_TEST(ring_sleeping_client_woken)
+{
+	struct two t;
+	uint64_t n = itest_scaled(400, 64);
+
+	setenv("RDMAX_SPIN_US", "0", 1);
+	two_start(&t, 64);
+	unsetenv("RDMAX_SPIN_US");
+	ck_assert_int_eq(rdmax_client_uses_ring(t.c), 1);
+	wake_stream(&t, n, false);
+	wake_stream(&t, n, true);
+	for (size_t slot = 0; slot < 64; slot++) {
+		itest_assert_mem_eq(itest_bytes(t.dst) + slot * SLOT,
+				    itest_bytes(t.src) + slot * SLOT, 64,
+				    "a WRITE of a sleeping client");
+	}
+	/* It slept, so RingNotifies woke it; never more than one per completion. */
+	uint64_t sent = itest_stats_field(t.a, "ring_notifies_total");
+	uint64_t spared = itest_stats_field(t.a, "ring_notifies_spared_total");
+	ck_assert_msg(sent != UINT64_MAX && spared != UINT64_MAX, "stats lack the ring counters");
+	ck_assert_uint_gt(sent, 0);
+	ck_assert_uint_le(sent, 2 * n);
 	two_stop(&t);
 }
 END_TEST
@@ -638,6 +728,7 @@ TCase *itest_tcase_ring(void)
 	tcase_add_test(tc, ring_full_falls_back);
 	tcase_add_test(tc, ring_and_socket_in_order);
 	tcase_add_test(tc, ring_wakes_event_loop);
+	tcase_add_test(tc, ring_sleeping_client_woken);
 	tcase_add_test(tc, ring_client_dies_in_flight);
 	ITEST_ADD_STALLING_TEST(tc, ring_spin_serves_loop);
 	tcase_add_test(tc, ring_hostile_client);

@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../../client-lib/internal.h"
+
 int unit_sealed_memfd(size_t len, unsigned seals)
 {
 	int fd = memfd_create("unit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -17,4 +19,18 @@ int unit_sealed_memfd(size_t len, unsigned seals)
 		ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, (int)seals), 0);
 	}
 	return fd;
+}
+
+uint32_t unit_ring_consume(struct client_ring *ring)
+{
+	uint32_t n = 0;
+
+	while (client_ring_cq_peek(ring) != NULL) {
+		client_ring_cq_advance(ring);
+		n++;
+	}
+	if (n) {
+		client_ring_cq_release(ring);
+	}
+	return n;
 }

@@ -2,7 +2,9 @@
 /*
  * Unit tests of the client socket (ipc.c) against a daemon built in the test
  * process: region and imm tables, engine and client socket on a private
- * loop, no transport. Each test speaks raw datagrams to it.
+ * loop, no transport. Each test speaks raw datagrams to it; the ring test
+ * drives the daemon's pass itself, so that what the client has read when
+ * the pass looks is certain.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -16,9 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../client-lib/internal.h"
 #include "engine.h"
+#include "fixtures.h"
 #include "ipc.h"
 #include "log.h"
+#include "rdmax.h"
+#include "rdmax.pb-c.h"
+#include "rdmax_ring.h"
 #include "rdmaxd.h"
 
 Suite *ipc_suite(void);
@@ -138,12 +145,169 @@ START_TEST(ipc_empty_datagram_closes_its_fds)
 }
 END_TEST
 
+/* Send one client message, with at most one fd. */
+static void send_msg(int fd, const Rdmax__V1__ClientMsg *msg, int pass_fd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control;
+	uint8_t buf[256];
+	size_t len = rdmax__v1__client_msg__get_packed_size(msg);
+
+	ck_assert_uint_le(len, sizeof(buf));
+	rdmax__v1__client_msg__pack(msg, buf);
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (pass_fd >= 0) {
+		mh.msg_control = control.buf;
+		mh.msg_controllen = sizeof(control.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	ck_assert_int_eq(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* Run the daemon's loop until a datagram is there for the client; it, decoded (5 s at most). */
+static Rdmax__V1__DaemonMsg *recv_msg(int fd)
+{
+	uint8_t buf[4096];
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	time_t deadline = ts.tv_sec + 5;
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0) {
+			Rdmax__V1__DaemonMsg *m =
+				rdmax__v1__daemon_msg__unpack(NULL, (size_t)n, buf);
+			ck_assert_ptr_nonnull(m);
+			return m;
+		}
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ck_assert_msg(ts.tv_sec <= deadline, "the daemon did not answer within 5 s");
+		usleep(1000);
+	}
+}
+
+static void take_owner(void *arg, const struct ipc_client_info *info)
+{
+	*(const void **)arg = info->owner;
+}
+
+/* The body of the next datagram for the client, or 0 when there is none now. */
+static int next_body(int fd)
+{
+	uint8_t buf[4096];
+	ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+	if (n <= 0) {
+		return 0;
+	}
+	Rdmax__V1__DaemonMsg *m = rdmax__v1__daemon_msg__unpack(NULL, (size_t)n, buf);
+	ck_assert_ptr_nonnull(m);
+	int body = (int)m->body_case;
+	rdmax__v1__daemon_msg__free_unpacked(m, NULL);
+	return body;
+}
+
+/*
+ * The daemon's pass sends a RingNotify only for ring completions the client
+ * has not read when the pass looks: a client that read them first (it spun
+ * on the ring) gets no datagram, and its request stays for the next one.
+ */
+START_TEST(ipc_ring_notify_only_when_unread)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	Rdmax__V1__Hello hello = RDMAX__V1__HELLO__INIT;
+	Rdmax__V1__RingSetup rs = RDMAX__V1__RING_SETUP__INIT;
+	struct client_ring ring;
+	const void *owner = NULL;
+	int memfd;
+
+	daemon_up();
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", g_d.cfg.socket_path);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	hello.protocol_version = RDMAX_PROTOCOL_VERSION;
+	msg.has_seq = 1;
+	msg.seq = 1;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	send_msg(fd, &msg, -1);
+	Rdmax__V1__DaemonMsg *m = recv_msg(fd);
+	ck_assert_int_eq(m->body_case, RDMAX__V1__DAEMON_MSG__BODY_WELCOME);
+	rdmax__v1__daemon_msg__free_unpacked(m, NULL);
+
+	ck_assert_int_eq(client_ring_create(8, 256, 8, &ring, &memfd), 0);
+	rs.sq_entries = 8;
+	rs.sq_entry_bytes = 256;
+	rs.cq_entries = 8;
+	msg.seq = 2;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP;
+	msg.ring_setup = &rs;
+	send_msg(fd, &msg, memfd);
+	close(memfd);
+	m = recv_msg(fd);
+	ck_assert_int_eq(m->body_case, RDMAX__V1__DAEMON_MSG__BODY_ERROR);
+	ck_assert_int_eq(m->error->status, RDMAX__V1__STATUS__OK);
+	rdmax__v1__daemon_msg__free_unpacked(m, NULL);
+	ipc_for_each_client(g_d.ipc, take_owner, &owner);
+	ck_assert_ptr_nonnull(owner);
+	const struct counters *k = &g_d.counters;
+	ck_assert_uint_eq(k->ring_notifies, 0);
+
+	/* Asleep (the request a new ring starts with), completion unread: one RingNotify. */
+	ipc_job_completed((void *)owner, 1, 0, NULL, 64);
+	ipc_poll_pass(g_d.ipc, 0);
+	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
+	ck_assert_int_eq(next_body(fd), 0);
+	ck_assert_uint_eq(k->ring_notifies, 1);
+	ck_assert(client_ring_set_wake(&ring, false)); /* taken: that was its RingNotify */
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
+
+	/* Read before the pass looks, with the request set again: no datagram. */
+	for (uint64_t id = 2; id < 20; id++) {
+		client_ring_set_wake(&ring, true);
+		ipc_job_completed((void *)owner, id, 0, NULL, 64);
+		ck_assert_uint_eq(unit_ring_consume(&ring), 1);
+		ipc_poll_pass(g_d.ipc, 0);
+		ck_assert_int_eq(next_body(fd), 0);
+		/* The request stands: withdrawing it finds it untaken. */
+		ck_assert(!client_ring_set_wake(&ring, false));
+	}
+	ck_assert_uint_eq(k->ring_notifies, 1);
+	ck_assert_uint_eq(k->ring_notifies_spared, 18);
+
+	/* Two posted, one read: the other is waited for. */
+	client_ring_set_wake(&ring, true);
+	ipc_job_completed((void *)owner, 20, 0, NULL, 64);
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
+	ipc_job_completed((void *)owner, 21, 0, NULL, 64);
+	ipc_poll_pass(g_d.ipc, 0);
+	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
+	ck_assert_uint_eq(k->ring_notifies, 2);
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
+
+	close(fd);
+	ck_assert(clients_become(0));
+	client_ring_destroy(&ring);
+	daemon_down();
+}
+END_TEST
+
 Suite *ipc_suite(void)
 {
 	Suite *s = suite_create("ipc");
 	TCase *tc = tcase_create("ipc");
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, ipc_empty_datagram_closes_its_fds);
+	tcase_add_test(tc, ipc_ring_notify_only_when_unread);
 	suite_add_tcase(s, tc);
 	return s;
 }

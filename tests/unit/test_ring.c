@@ -10,11 +10,15 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fixtures.h"
@@ -273,14 +277,19 @@ START_TEST(ring_wake_flags)
 	struct pair p;
 
 	pair_open(&p, SQ, SQE, CQ);
-	/* A new ring asks for a RingNotify (the library is outside any call). */
-	ck_assert(ring_take_wake_request(&p.d));
-	ck_assert(!ring_take_wake_request(&p.d)); /* once per request */
+	/* A new ring asks for a RingNotify (the library is outside any call)... */
+	uint32_t flags = atomic_load(&p.c.v.ctl->client_flags);
+	ck_assert_uint_eq(flags, RDMAX_RING_CLIENT_WAKE);
+	/* ...but nothing was posted: nothing to wake it for, and the request stays. */
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_SPARED);
+	ck_assert_int_eq(ring_cq_post(&p.d, 1, 0, 0, NULL, 0), 0);
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_TAKEN);
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_NONE); /* once per request */
 	/* Withdrawing after the daemon took it: a RingNotify is on its way. */
 	ck_assert(client_ring_set_wake(&p.c, false));
 	client_ring_set_wake(&p.c, true);
 	ck_assert(!client_ring_set_wake(&p.c, false)); /* not taken: nothing to read */
-	ck_assert(!ring_take_wake_request(&p.d));
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_NONE);
 
 	/* An idle daemon sleeps; the next publish says to ring the doorbell. */
 	ck_assert(ring_sleep(&p.d));
@@ -297,6 +306,176 @@ START_TEST(ring_wake_flags)
 }
 END_TEST
 
+/* A RingNotify only for completions the client has not read; its request stays until then. */
+START_TEST(ring_wake_only_when_unread)
+{
+	struct pair p;
+
+	pair_open(&p, SQ, SQE, CQ);
+	for (uint64_t round = 0; round < 3 * CQ; round++) {
+		/* The client read the completion before the daemon looked: no datagram. */
+		ck_assert_int_eq(ring_cq_post(&p.d, 10 + round, 0, 64, NULL, 0), 0);
+		ck_assert_uint_eq(unit_ring_consume(&p.c), 1);
+		ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_SPARED);
+		uint32_t flags = atomic_load(&p.c.v.ctl->client_flags);
+		ck_assert_uint_eq(flags, RDMAX_RING_CLIENT_WAKE);
+	}
+	/* The request left standing wakes the client for the next one it has not read. */
+	ck_assert_int_eq(ring_cq_post(&p.d, 100, 0, 64, NULL, 0), 0);
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_TAKEN);
+	uint32_t flags = atomic_load(&p.c.v.ctl->client_flags);
+	ck_assert_uint_eq(flags, 0);
+	ck_assert(client_ring_set_wake(&p.c, false)); /* the library sees a RingNotify coming */
+	ck_assert_uint_eq(unit_ring_consume(&p.c), 1);
+
+	/* One of two read: the other is unread, so the client is woken. */
+	client_ring_set_wake(&p.c, true);
+	ck_assert_int_eq(ring_cq_post(&p.d, 101, 0, 64, NULL, 0), 0);
+	ck_assert_int_eq(ring_cq_post(&p.d, 102, 0, 64, NULL, 0), 0);
+	ck_assert_ptr_nonnull(client_ring_cq_peek(&p.c));
+	client_ring_cq_advance(&p.c);
+	client_ring_cq_release(&p.c);
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_TAKEN);
+	ck_assert_uint_eq(unit_ring_consume(&p.c), 1);
+
+	/* Read but not released: the daemon cannot tell, so it wakes the client. */
+	client_ring_set_wake(&p.c, true);
+	ck_assert_int_eq(ring_cq_post(&p.d, 103, 0, 64, NULL, 0), 0);
+	ck_assert_ptr_nonnull(client_ring_cq_peek(&p.c));
+	client_ring_cq_advance(&p.c);
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_TAKEN);
+	client_ring_cq_release(&p.c);
+
+	/* A head the client made up (ahead of the tail) costs it a datagram, nothing else. */
+	client_ring_set_wake(&p.c, true);
+	ck_assert_int_eq(ring_cq_post(&p.d, 104, 0, 64, NULL, 0), 0);
+	atomic_store(&p.c.v.ctl->cq_head, p.d.cq_tail + 7);
+	ck_assert_int_eq(ring_take_wake_request(&p.d), RING_WAKE_TAKEN);
+	pair_close(&p);
+}
+END_TEST
+
+/*
+ * Two threads on one ring, a socketpair for the RingNotify: the daemon posts
+ * WAKE_JOBS completions at uneven pace and runs the wake check after each,
+ * a little later (as its pass does); the client follows the library's
+ * sequence for rdmax_client_fd() users: withdraw the request, read the ring,
+ * ask again, read the ring once more, then sleep in poll() on the socket.
+ * Every completion must arrive; a wake-up lost on any path (the client
+ * between its last read and poll(), the daemon between post and check)
+ * leaves the client asleep until the bounded wait fails the test.
+ */
+#define WAKE_JOBS    4000u
+#define WAKE_WAIT_MS 3000
+
+struct wake_race {
+	struct pair p;
+	int sv[2]; /* [0] the daemon's end, [1] the client's */
+	_Atomic uint32_t taken;
+	_Atomic bool stop;
+	uint64_t sent;
+};
+
+/* A short busy wait of 0 to `spins` iterations, uneven from one call to the next. */
+static void jitter(uint32_t *seed, uint32_t spins)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	uint32_t n = (*seed >> 16) % (spins + 1);
+	for (volatile uint32_t i = 0; i < n; i++) {
+	}
+}
+
+static void *wake_race_daemon(void *arg)
+{
+	struct wake_race *w = arg;
+	uint32_t seed = 7;
+
+	for (uint32_t i = 0; i < WAKE_JOBS && !atomic_load(&w->stop); i++) {
+		int ret;
+		while ((ret = ring_cq_post(&w->p.d, i, 0, 64, NULL, 0)) == -ENOSPC) {
+			if (atomic_load(&w->stop)) {
+				return NULL;
+			}
+			sched_yield();
+		}
+		ck_assert_int_eq(ret, 0);
+		/* The check runs later than the post, in the daemon's next pass. */
+		jitter(&seed, 20000);
+		if (ring_take_wake_request(&w->p.d) == RING_WAKE_TAKEN) {
+			ck_assert_int_eq(send(w->sv[0], "n", 1, MSG_DONTWAIT), 1);
+			w->sent++;
+		}
+		/* Now and then the client has time to fall asleep. */
+		if (seed % 5 == 0) {
+			sched_yield();
+		}
+	}
+	return NULL;
+}
+
+/* Read the ring, checking that ids come in order; how many. */
+static uint32_t wake_race_take(struct wake_race *w)
+{
+	const struct rdmax_ring_cqe *e;
+	uint32_t n = 0;
+
+	while ((e = client_ring_cq_peek(&w->p.c)) != NULL) {
+		ck_assert_uint_eq(e->job_id, atomic_load(&w->taken) + n);
+		client_ring_cq_advance(&w->p.c);
+		n++;
+	}
+	if (n) {
+		client_ring_cq_release(&w->p.c);
+		atomic_fetch_add(&w->taken, n);
+	}
+	return n;
+}
+
+START_TEST(ring_wake_race_loses_none)
+{
+	struct wake_race w = {0};
+	pthread_t daemon;
+	uint32_t seed = 3;
+	char buf[64];
+
+	pair_open(&w.p, SQ, SQE, CQ);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, w.sv), 0);
+	ck_assert_int_eq(pthread_create(&daemon, NULL, wake_race_daemon, &w), 0);
+	while (atomic_load(&w.taken) < WAKE_JOBS) {
+		/* rdmax_poll_events(): withdraw, read, ask again, read once more. */
+		client_ring_set_wake(&w.p.c, false);
+		wake_race_take(&w);
+		client_ring_set_wake(&w.p.c, true);
+		wake_race_take(&w);
+		if (atomic_load(&w.taken) == WAKE_JOBS) {
+			break;
+		}
+		/* Sometimes straight to sleep, sometimes after some work of its own. */
+		jitter(&seed, 1000);
+		struct pollfd pfd = {.fd = w.sv[1], .events = POLLIN};
+		int r = poll(&pfd, 1, WAKE_WAIT_MS);
+		if (r != 1) {
+			atomic_store(&w.stop, true);
+			pthread_join(daemon, NULL);
+		}
+		ck_assert_msg(
+			r == 1,
+			"asleep with completions unread: %u of %u taken, %u posted; a wake-up "
+			"was lost",
+			atomic_load(&w.taken), WAKE_JOBS, w.p.d.cq_tail);
+		while (recv(w.sv[1], buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+		}
+	}
+	ck_assert_int_eq(pthread_join(daemon, NULL), 0);
+	ck_assert_uint_eq(atomic_load(&w.taken), WAKE_JOBS);
+	ck_assert_ptr_null(client_ring_cq_peek(&w.p.c));
+	ck_assert_uint_le(w.sent, WAKE_JOBS); /* one RingNotify per completion at most */
+	close(w.sv[0]);
+	close(w.sv[1]);
+	pair_close(&w.p);
+}
+END_TEST
+
 Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
@@ -310,6 +489,8 @@ Suite *ring_suite(void)
 	tcase_add_test(tc, ring_hostile_indices);
 	tcase_add_test(tc, ring_completions_full_and_wrap);
 	tcase_add_test(tc, ring_wake_flags);
+	tcase_add_test(tc, ring_wake_only_when_unread);
+	tcase_add_test(tc, ring_wake_race_loses_none);
 	suite_add_tcase(s, tc);
 	ring_codec_tcases(s);
 	return s;
