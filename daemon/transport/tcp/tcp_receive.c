@@ -363,8 +363,11 @@ void tcp_on_poll(uv_poll_t *handle, int status, int events)
 		}
 		return;
 	} else {
-		if ((events & UV_WRITABLE) && !tcp_flush(conn)) {
-			return;
+		if (events & UV_WRITABLE) {
+			conn->tx_full = false;
+			if (!tcp_flush(conn)) {
+				return;
+			}
 		}
 		if ((events & UV_READABLE) || rx_pending(conn)) {
 			tcp_receive(conn);
@@ -411,7 +414,7 @@ int tcp_poll(struct transport *transport)
 			continue;
 		}
 		uint64_t before = conn->bytes_sent + conn->bytes_received;
-		if (!list_empty(&conn->outq) && !tcp_flush(conn)) {
+		if (!list_empty(&conn->outq) && !conn->tx_full && !tcp_flush(conn)) {
 			moved++;
 			continue;
 		}
