@@ -725,6 +725,33 @@ static size_t check_answer(const struct raw_peer *p, size_t off, uint8_t type, u
 	       (h.type == WIRE_ACK ? h.length : 0);
 }
 
+/*
+ * n READ_RESP answers from id first_id on, at off: answer i holds read_len
+ * bytes of r from (i * 4096) % (region_len - read_len). Returns the offset after.
+ */
+static size_t check_read_answers(const struct raw_peer *p, size_t off, uint64_t first_id,
+				 uint64_t n, const struct region *r, uint64_t region_len,
+				 uint64_t read_len)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		off = check_answer(p, off, WIRE_READ_RESP, first_id + i, 0);
+		ck_assert_int_eq(memcmp(p->in + off - read_len,
+					r->addr + (i * 4096) % (region_len - read_len), read_len),
+				 0);
+	}
+	return off;
+}
+
+/* The end of a raw-peer case: the peer and its frames gone, the node stopped and freed. */
+static void raw_done(struct raw_peer *p, uint8_t *buf, struct node *n)
+{
+	raw_close(p);
+	free(buf);
+	node_stop(n);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(n);
+}
+
 struct conn_seen {
 	uint32_t max_queued;
 };
@@ -797,18 +824,9 @@ START_TEST(tcp_pipelined_frames_resume_after_pause)
 	for (uint64_t i = 0; i < N_WRITE; i++) {
 		off = check_answer(&p, off, WIRE_ACK, i + 1, 0);
 	}
-	for (uint64_t i = 0; i < N_READ; i++) {
-		off = check_answer(&p, off, WIRE_READ_RESP, N_WRITE + i + 1, 0);
-		ck_assert_int_eq(memcmp(p.in + off - READ_LEN,
-					r->addr + (i * 4096) % (region_len - READ_LEN), READ_LEN),
-				 0);
-	}
+	off = check_read_answers(&p, off, N_WRITE + 1, N_READ, r, region_len, READ_LEN);
 	ck_assert_uint_eq(off, want);
-	raw_close(&p);
-	free(buf);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&b);
+	raw_done(&p, buf, &b);
 }
 END_TEST
 
@@ -891,18 +909,9 @@ START_TEST(tcp_full_socket_waits_for_writable)
 		      (size_t)N_READ * (WIRE_HEADER_BYTES + READ_LEN);
 	raw_expect(&p, want);
 	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
-	for (uint64_t i = 0; i < N_READ; i++) {
-		off = check_answer(&p, off, WIRE_READ_RESP, i + 1, 0);
-		ck_assert_int_eq(memcmp(p.in + off - READ_LEN,
-					r->addr + (i * 4096) % (region_len - READ_LEN), READ_LEN),
-				 0);
-	}
+	off = check_read_answers(&p, off, 1, N_READ, r, region_len, READ_LEN);
 	ck_assert_uint_eq(off, want);
-	raw_close(&p);
-	free(buf);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&b);
+	raw_done(&p, buf, &b);
 }
 END_TEST
 
