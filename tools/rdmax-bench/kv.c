@@ -43,8 +43,9 @@ struct kv_opts {
 	double duration_s;
 	int daemon_pid;
 	int peer_pid;
-	bool verify;  /* the decode client checks every byte of every block */
-	bool one_job; /* one PAGED_WRITE per request instead of one per layer */
+	bool verify;       /* the decode client checks every byte of every block */
+	bool one_job;      /* one PAGED_WRITE per request instead of one per layer */
+	bool decode_sleep; /* the decode client sleeps between imms instead of spinning */
 };
 
 /* What a prefill client tells the parent at the end. */
@@ -242,12 +243,14 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 	int ret;
 
 	/*
-	 * The decode sleeps in poll() between imms instead of the library's
-	 * 1 ms spin (unless RDMAX_SPIN_US says otherwise): on two CPUs the
-	 * spin's sched_yield() calls took CPU time the daemons' copies need
+	 * --decode-sleep: poll() between imms instead of the library's 1 ms
+	 * spin (unless RDMAX_SPIN_US says otherwise); on two CPUs the spin's
+	 * sched_yield() calls took CPU time the daemons' TCP copies need
 	 * (docs/benchmarks.md, KV over TCP).
 	 */
-	setenv("RDMAX_SPIN_US", "0", 0);
+	if (k->decode_sleep) {
+		setenv("RDMAX_SPIN_US", "0", 0);
+	}
 	ret = rdmax_client_open(k->decode_socket, "rdmax-bench-kv-decode", &c);
 	if (ret < 0) {
 		return bench_fail("kv decode: rdmax_client_open", ret);
@@ -508,14 +511,15 @@ static int kv_usage(FILE *out, int ret)
 		"BYTES]\n"
 		"                      [--window N] [-D SECS] [--label TEXT] [--json=FILE]\n"
 		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--one-job]\n"
-		"                      [--no-verify]\n"
+		"                      [--no-verify] [--decode-sleep]\n"
 		"N prefill clients (processes) on the first daemon push requests of LAYERS\n"
 		"paged writes of BLOCKS blocks each, with one imm per request, into one decode\n"
 		"client on the second daemon, which checks every byte. Defaults: 2 clients, 8\n"
 		"layers, 16 blocks of 16 KiB, 4 requests in flight per client, 2 s.\n"
 		"--one-job: one paged write of every layer's blocks per request (the layers\n"
 		"are one region) instead of one per layer.\n"
-		"The decode client sleeps between imms (RDMAX_SPIN_US=0 unless set).\n"
+		"--decode-sleep: the decode client sleeps between imms instead of the\n"
+		"library's spin (RDMAX_SPIN_US=0 unless the environment sets it).\n"
 		"--no-verify: the decode client hands slots back without checking (transport\n"
 		"only; the check costs the decode client one read of every byte). BYTES: a\n"
 		"multiple of 8.\n");
@@ -539,6 +543,7 @@ int bench_kv_main(int argc, char **argv)
 		{"peer-daemon-pid", required_argument, NULL, 'P'},
 		{"no-verify", no_argument, NULL, 'V'},
 		{"one-job", no_argument, NULL, 'O'},
+		{"decode-sleep", no_argument, NULL, 'Z'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -603,6 +608,9 @@ int bench_kv_main(int argc, char **argv)
 			break;
 		case 'O':
 			k.one_job = true;
+			break;
+		case 'Z':
+			k.decode_sleep = true;
 			break;
 		case 'h':
 			return kv_usage(stdout, 0);
