@@ -171,8 +171,9 @@ typedef uint64_t kv_vec __attribute__((vector_size(32), aligned(8)));
  * The pattern words 1 .. n-2 of a block against what landed, 64 bytes per
  * pass from word 8 on (a cache line where the block is so aligned): two
  * XORs and an OR per 32 bytes, no branch and no per-byte work, so the
- * check costs about one read of the bytes (measured 2 x the scalar loop's
- * rate on 16 MiB of blocks, docs/benchmarks.md). Any differing bit of any
+ * check costs about one read of the bytes (measured 1.75 x the scalar
+ * loop's rate on 16 MiB of blocks, 2.3-3 x where they are cached,
+ * docs/benchmarks.md). Any differing bit of any
  * word leaves the result non-zero.
  */
 KV_CLONES static uint64_t kv_diff_block(const uint8_t *p, uint64_t n, uint64_t key, uint64_t mask)
