@@ -219,8 +219,9 @@ rdmax() { # TEST SIZE REP
 		-w 64 -b 16 -D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
 	same_node) args=(local --socket "$run/a.sock" -o write -w 64 -b 16 -D "$secs" "${args[@]}") ;;
 	tcp_kv) # requests of 2 MiB (16 KiB blocks) or 4 MiB (128 KiB blocks), one paged
-		# write of every layer's blocks each (the layers are one region), every byte checked
-		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --clients 2 --one-job
+		# write of every layer's blocks each (the layers are one region), every byte checked;
+		# the decode sleeps between imms: its spin's yields took the daemons' CPU time
+		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --clients 2 --one-job --decode-sleep
 			--block-len "$size" -D "$secs" --daemon-pid "${pids[0]}"
 			--peer-daemon-pid "${pids[1]}" --label "host $test" --json="$file.tmp")
 		# 16 MiB in flight either way (2 clients x window x request), within the 32 MiB

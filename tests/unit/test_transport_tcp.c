@@ -10,6 +10,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -724,6 +725,33 @@ static size_t check_answer(const struct raw_peer *p, size_t off, uint8_t type, u
 	       (h.type == WIRE_ACK ? h.length : 0);
 }
 
+/*
+ * n READ_RESP answers from id first_id on, at off: answer i holds read_len
+ * bytes of r from (i * 4096) % (region_len - read_len). Returns the offset after.
+ */
+static size_t check_read_answers(const struct raw_peer *p, size_t off, uint64_t first_id,
+				 uint64_t n, const struct region *r, uint64_t region_len,
+				 uint64_t read_len)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		off = check_answer(p, off, WIRE_READ_RESP, first_id + i, 0);
+		ck_assert_int_eq(memcmp(p->in + off - read_len,
+					r->addr + (i * 4096) % (region_len - read_len), read_len),
+				 0);
+	}
+	return off;
+}
+
+/* The end of a raw-peer case: the peer and its frames gone, the node stopped and freed. */
+static void raw_done(struct raw_peer *p, uint8_t *buf, struct node *n)
+{
+	raw_close(p);
+	free(buf);
+	node_stop(n);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(n);
+}
+
 struct conn_seen {
 	uint32_t max_queued;
 };
@@ -796,18 +824,94 @@ START_TEST(tcp_pipelined_frames_resume_after_pause)
 	for (uint64_t i = 0; i < N_WRITE; i++) {
 		off = check_answer(&p, off, WIRE_ACK, i + 1, 0);
 	}
-	for (uint64_t i = 0; i < N_READ; i++) {
-		off = check_answer(&p, off, WIRE_READ_RESP, N_WRITE + i + 1, 0);
-		ck_assert_int_eq(memcmp(p.in + off - READ_LEN,
-					r->addr + (i * 4096) % (region_len - READ_LEN), READ_LEN),
-				 0);
-	}
+	off = check_read_answers(&p, off, N_WRITE + 1, N_READ, r, region_len, READ_LEN);
 	ck_assert_uint_eq(off, want);
-	raw_close(&p);
-	free(buf);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&b);
+	raw_done(&p, buf, &b);
+}
+END_TEST
+
+/* The unit binary links with --wrap=sendmsg (Makefile): every sendmsg() it makes, counted. */
+ssize_t __real_sendmsg(int fd, const struct msghdr *msg, int flags);
+ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags);
+static uint64_t g_sendmsg_calls;
+
+ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	__atomic_fetch_add(&g_sendmsg_calls, 1, __ATOMIC_RELAXED);
+	return __real_sendmsg(fd, msg, flags);
+}
+
+struct conn_sent {
+	uint32_t queued;
+	uint64_t bytes_sent;
+};
+
+static void note_sent(void *arg, const struct transport_conn_info *info)
+{
+	struct conn_sent *seen = arg;
+
+	if (!info->outgoing) {
+		seen->queued = info->queued;
+		seen->bytes_sent = info->bytes_sent;
+	}
+}
+
+/*
+ * A responder whose socket is full (the requester reads none of 16 MiB of
+ * READ answers): the spin's poll leaves the queued answers to the writable
+ * event instead of calling sendmsg() on every pass, only to be refused; and
+ * every answer goes out, byte for byte, once the requester reads.
+ */
+START_TEST(tcp_full_socket_waits_for_writable)
+{
+	enum { N_READ = 1024, READ_LEN = 16384, POLLS = 1000 };
+	const uint64_t region_len = 65536;
+	struct node b;
+	struct raw_peer p;
+	size_t cap = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES + (size_t)N_READ * WIRE_HEADER_BYTES;
+	uint8_t *buf = malloc(cap);
+
+	node_start(&b, "b", NULL, 0);
+	struct region *r = node_region(&b, region_len, RDMAX_ACCESS_REMOTE_READ);
+	for (uint64_t i = 0; i < region_len; i++) {
+		r->addr[i] = (uint8_t)(i * 13 + 5);
+	}
+	size_t len = raw_hello(buf);
+	for (uint64_t i = 0; i < N_READ; i++) {
+		len += put_frame(buf + len, WIRE_READ_REQ, i + 1, &b, r,
+				 (i * 4096) % (region_len - READ_LEN), READ_LEN);
+	}
+	raw_open(&p, node_port(&b), 4096);
+	size_t sent = 0;
+	raw_send_split(&p, buf, len, &sent, (size_t[]){len}, 1, false);
+	/* Until answers are queued and nothing more leaves: the socket is full. */
+	struct conn_sent seen = {0}, last = {0};
+	int still = 0;
+	for (uint64_t start = now_ms(); still < 5 && now_ms() - start < 3000;) {
+		run_for(10);
+		b.t->ops->list_conns(b.t, note_sent, &seen);
+		still = seen.queued > 0 && seen.bytes_sent == last.bytes_sent ? still + 1 : 0;
+		last = seen;
+	}
+	ck_assert_int_eq(still, 5);
+	ck_assert_uint_lt(seen.bytes_sent, (uint64_t)N_READ * READ_LEN);
+
+	uint64_t calls = __atomic_load_n(&g_sendmsg_calls, __ATOMIC_RELAXED);
+	for (int i = 0; i < POLLS; i++) {
+		b.t->ops->poll(b.t);
+	}
+	calls = __atomic_load_n(&g_sendmsg_calls, __ATOMIC_RELAXED) - calls;
+	ck_assert_msg(calls <= 1, "%" PRIu64 " sendmsg() calls in %d polls of a full socket", calls,
+		      POLLS);
+
+	raw_send_split(&p, buf, len, &sent, (size_t[]){len}, 1, true);
+	size_t want = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES +
+		      (size_t)N_READ * (WIRE_HEADER_BYTES + READ_LEN);
+	raw_expect(&p, want);
+	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+	off = check_read_answers(&p, off, 1, N_READ, r, region_len, READ_LEN);
+	ck_assert_uint_eq(off, want);
+	raw_done(&p, buf, &b);
 }
 END_TEST
 
@@ -1150,6 +1254,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_silent_peer_times_out);
 	tcase_add_test(tc, tcp_peer_restart);
 	tcase_add_test(tc, tcp_pipelined_frames_resume_after_pause);
+	tcase_add_test(tc, tcp_full_socket_waits_for_writable);
 	tcase_add_test(tc, tcp_frames_split_anywhere);
 	tcase_add_test(tc, tcp_write_segs);
 	tcase_add_test(tc, tcp_hostile_segs);

@@ -43,8 +43,9 @@ struct kv_opts {
 	double duration_s;
 	int daemon_pid;
 	int peer_pid;
-	bool verify;  /* the decode client checks every byte of every block */
-	bool one_job; /* one PAGED_WRITE per request instead of one per layer */
+	bool verify;       /* the decode client checks every byte of every block */
+	bool one_job;      /* one PAGED_WRITE per request instead of one per layer */
+	bool decode_sleep; /* the decode client sleeps between imms instead of spinning */
 };
 
 /* What a prefill client tells the parent at the end. */
@@ -69,6 +70,20 @@ static uint32_t kv_gcd(uint32_t a, uint32_t b)
 		b = t;
 	}
 	return a;
+}
+
+/* What the decode client tells the parent at the end. */
+struct kv_decode_result {
+	uint64_t verified;
+	uint64_t check_ns; /* CPU time the checks took (CLOCK_THREAD_CPUTIME_ID) */
+};
+
+static uint64_t kv_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Pool block of the decode side for block i of (client, slot, layer): a permutation. */
@@ -119,22 +134,96 @@ static void kv_fill_block(uint8_t *p, const struct kv_opts *k, uint32_t client, 
 	}
 }
 
-/* Whether a landed block holds request seq's variant of its pattern, every byte. */
-static bool kv_block_ok(const uint8_t *p, const struct kv_opts *k, uint64_t key, uint32_t variant,
-			uint64_t seq)
+/* Word j of a block: its pattern, or seq at both ends, as a request of `variant` lands it. */
+static uint64_t kv_word(uint64_t n, uint64_t j, uint64_t key, uint64_t mask, uint64_t seq)
 {
-	uint64_t n = k->block_len / 8, head, tail, diff = 0;
-	uint64_t mask = variant ? ~0ull : 0, want = key + KV_STEP;
+	return j == 0 || j == n - 1 ? seq : (key + j * KV_STEP) ^ mask;
+}
 
-	memcpy(&head, p, sizeof(head));
-	memcpy(&tail, p + (n - 1) * 8, sizeof(tail));
-	for (uint64_t j = 1; j < n - 1; j++) {
+/* OR of (landed ^ expected) over the pattern words [from, to) of a block: 0 when they match. */
+static uint64_t kv_diff_words(const uint8_t *p, uint64_t from, uint64_t to, uint64_t key,
+			      uint64_t mask)
+{
+	uint64_t diff = 0, want = key + from * KV_STEP;
+
+	for (uint64_t j = from; j < to; j++) {
 		uint64_t v;
 		memcpy(&v, p + j * 8, sizeof(v));
 		diff |= v ^ want ^ mask;
 		want += KV_STEP;
 	}
-	return head == seq && tail == seq && diff == 0;
+	return diff;
+}
+
+/* Four words of a pattern at a time (two SSE2 registers, or one AVX2 register). */
+typedef uint64_t kv_vec __attribute__((vector_size(32), aligned(8)));
+
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define KV_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef KV_CLONES
+#define KV_CLONES
+#endif
+
+/*
+ * The pattern words 1 .. n-2 of a block against what landed, 64 bytes per
+ * pass from word 8 on (a cache line where the block is so aligned): two
+ * XORs and an OR per 32 bytes, no branch and no per-byte work, so the
+ * check costs about one read of the bytes (measured 1.75 x the scalar
+ * loop's rate on 16 MiB of blocks, 2.3-3 x where they are cached,
+ * docs/benchmarks.md). Any differing bit of any
+ * word leaves the result non-zero.
+ */
+KV_CLONES static uint64_t kv_diff_block(const uint8_t *p, uint64_t n, uint64_t key, uint64_t mask)
+{
+	if (n < 17) {
+		return kv_diff_words(p, 1, n - 1, key, mask);
+	}
+	uint64_t end = 8 + (n - 9) / 8 * 8; /* at most n - 1 */
+	uint64_t diff = kv_diff_words(p, 1, 8, key, mask) | kv_diff_words(p, end, n - 1, key, mask);
+	kv_vec a = {key + 8 * KV_STEP, key + 9 * KV_STEP, key + 10 * KV_STEP, key + 11 * KV_STEP};
+	kv_vec b = a + 4 * KV_STEP, d = {0, 0, 0, 0}, e = d;
+
+	for (uint64_t j = 8; j < end; j += 8) {
+		kv_vec x, y;
+		memcpy(&x, p + j * 8, sizeof(x));
+		memcpy(&y, p + j * 8 + sizeof(x), sizeof(y));
+		d |= x ^ a ^ mask;
+		e |= y ^ b ^ mask;
+		a += 8 * KV_STEP;
+		b += 8 * KV_STEP;
+	}
+	d |= e;
+	return diff | d[0] | d[1] | d[2] | d[3];
+}
+
+/* Whether a landed block holds request seq's variant of its pattern, every byte. */
+static bool kv_block_ok(const uint8_t *p, const struct kv_opts *k, uint64_t key, uint32_t variant,
+			uint64_t seq)
+{
+	uint64_t n = k->block_len / 8, head, tail;
+
+	memcpy(&head, p, sizeof(head));
+	memcpy(&tail, p + (n - 1) * 8, sizeof(tail));
+	return head == seq && tail == seq && kv_diff_block(p, n, key, variant ? ~0ull : 0) == 0;
+}
+
+/* The first word of a block that kv_block_ok() refused, and what it expected there. */
+static uint64_t kv_first_bad_word(const uint8_t *p, const struct kv_opts *k, uint64_t key,
+				  uint32_t variant, uint64_t seq, uint64_t *got, uint64_t *want)
+{
+	uint64_t n = k->block_len / 8, j = 0;
+
+	for (; j < n; j++) {
+		*want = kv_word(n, j, key, variant ? ~0ull : 0, seq);
+		memcpy(got, p + j * 8, sizeof(*got));
+		if (*got != *want) {
+			break;
+		}
+	}
+	return j;
 }
 
 /* Request seq of a slot is its (seq / window)-th use: uses alternate the variant. */
@@ -146,7 +235,7 @@ static uint32_t kv_variant(const struct kv_opts *k, uint64_t seq)
 static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int result_fd)
 {
 	uint64_t pool_blocks = (uint64_t)k->clients * k->window * k->layers * 2 * k->blocks;
-	uint64_t verified = 0;
+	struct kv_decode_result res = {0};
 	uint64_t next_seq[KV_CLIENTS_MAX][KV_WINDOW_MAX];
 	struct rdmax_event ev[EVENTS_MAX];
 	struct rdmax_client *c;
@@ -154,6 +243,15 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 	struct rdmax_desc desc;
 	int ret;
 
+	/*
+	 * --decode-sleep: poll() between imms instead of the library's 1 ms
+	 * spin (unless RDMAX_SPIN_US says otherwise); on two CPUs the spin's
+	 * sched_yield() calls took CPU time the daemons' TCP copies need
+	 * (docs/benchmarks.md, KV over TCP).
+	 */
+	if (k->decode_sleep) {
+		setenv("RDMAX_SPIN_US", "0", 0);
+	}
 	ret = rdmax_client_open(k->decode_socket, "rdmax-bench-kv-decode", &c);
 	if (ret < 0) {
 		return bench_fail("kv decode: rdmax_client_open", ret);
@@ -208,22 +306,29 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 			 * fill) left the other variant there, which differs in every
 			 * byte, so nothing needs clearing.
 			 */
+			uint64_t t0 = k->verify ? kv_cpu_ns() : 0;
 			for (uint32_t l = 0; k->verify && l < k->layers; l++) {
 				for (uint32_t i = 0; i < k->blocks; i++) {
 					uint8_t *got =
 						base + (uint64_t)kv_dst_block(k, cl, w, l, i) *
 							       k->block_len;
-					if (!kv_block_ok(got, k, kv_block_key(cl, l, i), variant,
-							 seq)) {
+					uint64_t key = kv_block_key(cl, l, i), g = 0, x = 0;
+					if (!kv_block_ok(got, k, key, variant, seq)) {
+						uint64_t j = kv_first_bad_word(got, k, key, variant,
+									       seq, &g, &x);
 						fprintf(stderr,
 							"rdmax-bench kv: client %u request %" PRIu64
-							" layer %u block %u: bytes differ\n",
-							cl, seq, l, i);
+							" layer %u block %u: bytes differ from "
+							"byte "
+							"%" PRIu64 " (word 0x%016" PRIx64
+							", expected 0x%016" PRIx64 ")\n",
+							cl, seq, l, i, j * 8, g, x);
 						return 1;
 					}
 				}
 			}
-			verified++;
+			res.check_ns += k->verify ? kv_cpu_ns() - t0 : 0;
+			res.verified++;
 			next_seq[cl][w] = seq + k->window;
 			/*
 			 * The slot goes back first: landings before the claim are
@@ -239,7 +344,7 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 			}
 		}
 	}
-	if (write(result_fd, &verified, sizeof(verified)) != (ssize_t)sizeof(verified)) {
+	if (write(result_fd, &res, sizeof(res)) != (ssize_t)sizeof(res)) {
 		return 1;
 	}
 	rdmax_client_close(c);
@@ -407,13 +512,15 @@ static int kv_usage(FILE *out, int ret)
 		"BYTES]\n"
 		"                      [--window N] [-D SECS] [--label TEXT] [--json=FILE]\n"
 		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--one-job]\n"
-		"                      [--no-verify]\n"
+		"                      [--no-verify] [--decode-sleep]\n"
 		"N prefill clients (processes) on the first daemon push requests of LAYERS\n"
 		"paged writes of BLOCKS blocks each, with one imm per request, into one decode\n"
 		"client on the second daemon, which checks every byte. Defaults: 2 clients, 8\n"
 		"layers, 16 blocks of 16 KiB, 4 requests in flight per client, 2 s.\n"
 		"--one-job: one paged write of every layer's blocks per request (the layers\n"
 		"are one region) instead of one per layer.\n"
+		"--decode-sleep: the decode client sleeps between imms instead of the\n"
+		"library's spin (RDMAX_SPIN_US=0 unless the environment sets it).\n"
 		"--no-verify: the decode client hands slots back without checking (transport\n"
 		"only; the check costs the decode client one read of every byte). BYTES: a\n"
 		"multiple of 8.\n");
@@ -437,6 +544,7 @@ int bench_kv_main(int argc, char **argv)
 		{"peer-daemon-pid", required_argument, NULL, 'P'},
 		{"no-verify", no_argument, NULL, 'V'},
 		{"one-job", no_argument, NULL, 'O'},
+		{"decode-sleep", no_argument, NULL, 'Z'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -501,6 +609,9 @@ int bench_kv_main(int argc, char **argv)
 			break;
 		case 'O':
 			k.one_job = true;
+			break;
+		case 'Z':
+			k.decode_sleep = true;
 			break;
 		case 'h':
 			return kv_usage(stdout, 0);
@@ -575,16 +686,16 @@ int bench_kv_main(int argc, char **argv)
 	double cpu = bench_proc_cpu_s(k.daemon_pid) - cpu0,
 	       peer_cpu = bench_proc_cpu_s(k.peer_pid) - peer0;
 	kill(decode, SIGTERM);
-	uint64_t verified = 0;
+	struct kv_decode_result dec = {0};
 	if (waitpid(decode, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-	    read(result_pipe[0], &verified, sizeof(verified)) != (ssize_t)sizeof(verified)) {
+	    read(result_pipe[0], &dec, sizeof(dec)) != (ssize_t)sizeof(dec)) {
 		failed = 1;
 	}
-	if (!failed && verified != sum.requests) {
+	if (!failed && dec.verified != sum.requests) {
 		fprintf(stderr,
 			"rdmax-bench kv: %" PRIu64 " requests completed but %" PRIu64
 			" were verified\n",
-			sum.requests, verified);
+			sum.requests, dec.verified);
 		failed = 1;
 	}
 	uint64_t req = kv_request_bytes(&k);
@@ -617,6 +728,8 @@ int bench_kv_main(int argc, char **argv)
 		fprintf(f, ", \"peer_cpu_s_per_GB\": ");
 		bench_print_num(f, k.peer_pid > 0 && peer_cpu >= 0 && gb > 0 ? peer_cpu / gb : -1,
 				4);
+		fprintf(f, ", \"check_cpu_s_per_GB\": ");
+		bench_print_num(f, k.verify && gb > 0 ? (double)dec.check_ns / 1e9 / gb : -1, 4);
 		fprintf(f, ", \"verify\": \"%s\"}\n]}\n",
 			failed     ? "FAILED"
 			: k.verify ? "ok"

@@ -634,11 +634,13 @@ bool tcp_flush(struct tcp_conn *conn)
 				continue;
 			}
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				conn->tx_full = true;
 				break;
 			}
 			tcp_conn_lost(conn, LOG_INFO, tcp_io_strerror(conn, errno));
 			return false;
 		}
+		conn->tx_full = false;
 		conn->last_io_ms = now_ms();
 		tcp_advance_out(conn, (uint64_t)sent);
 	}

@@ -199,6 +199,11 @@ struct tcp_conn {
 	struct list_node inflight; /* requester: frames sent, answer pending, in order */
 	uint64_t out_sent;         /* bytes of the head of outq already sent */
 	uint32_t n_out;
+	/*
+	 * The last send found the socket full: the spin (tcp_poll) leaves outq
+	 * to the writable event instead of retrying sendmsg() on every pass.
+	 */
+	bool tx_full;
 
 	enum rx_state rx_state;
 	struct wire_header rx_h;

@@ -406,8 +406,11 @@ void tcp_on_poll(uv_poll_t *handle, int status, int events)
 
 void tcp_serve_conn(struct tcp_conn *conn, int events)
 {
-	if ((events & UV_WRITABLE) && !tcp_flush(conn)) {
-		return;
+	if (events & UV_WRITABLE) {
+		conn->tx_full = false;
+		if (!tcp_flush(conn)) {
+			return;
+		}
 	}
 	if ((events & UV_READABLE) || rx_pending(conn)) {
 		tcp_receive(conn);
@@ -458,7 +461,7 @@ int tcp_poll(struct transport *transport)
 			continue;
 		}
 		uint64_t before = conn->bytes_sent + conn->bytes_received;
-		if (!list_empty(&conn->outq) && !tcp_flush(conn)) {
+		if (!list_empty(&conn->outq) && !conn->tx_full && !tcp_flush(conn)) {
 			moved++;
 			continue;
 		}
