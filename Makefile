@@ -258,6 +258,8 @@ check: all
 	RDMAX_BUILD=$(BUILD) tests/abi/run
 	@echo "== integration tests (TCP transport, host)"
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest
+	@echo "== integration tests again, every TCP bulk copy on the I/O threads"
+	RDMAX_BUILD=$(BUILD) RDMAXD_TEST_TCP_OFFLOAD=1 $(BUILD)/tests/itest
 	@echo "== Python package (pytest against daemons on this machine)"
 	RDMAX_BUILD=$(BUILD) RDMAX_SAN=$(SAN) PYTHON=$(PYTHON) client-lib/python/run-tests
 	@echo "== discovery tests (a real etcd on loopback)"
