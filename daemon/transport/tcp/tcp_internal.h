@@ -138,7 +138,6 @@ struct tcp_offload {
 	bool stop;
 	uv_async_t async;
 	bool async_open;
-	uint32_t in_flight; /* the loop's count of busy ops */
 };
 
 struct tcp_conn {

@@ -32,8 +32,14 @@
 #include "counters.h"
 #include "tcp_internal.h"
 
-#define OFFLOAD_POLL_MS 1  /* a reap waits at most this for a thread in poll() */
-#define OFFLOAD_WAIT_MS 50 /* a thread waits this long for readiness, then the loop does */
+#define OFFLOAD_POLL_MS 1 /* a reap waits at most this for a thread in poll() */
+/*
+ * An op ends this long after it started, with what it moved: the loop then
+ * sees the connection again (its no-progress clock, a region being
+ * deregistered under a payload, a peer that trickles) and hands the rest
+ * out anew, so a slow peer holds nothing longer than this on the thread.
+ */
+#define OFFLOAD_OP_MS 50
 
 enum op_state {
 	OP_IDLE,    /* the loop's */
@@ -74,15 +80,15 @@ static size_t op_window(const struct tcp_offload_op *op, uint64_t from, struct i
 
 /*
  * On a thread: wait for the socket to take or give bytes, in slices of
- * OFFLOAD_POLL_MS so that a cancel is seen within one, for at most
- * OFFLOAD_WAIT_MS; then the loop's readiness events and timers take over
- * (a peer that stopped reading or sending is the loop's to judge).
+ * OFFLOAD_POLL_MS so that a cancel is seen within one, until the op's
+ * end; then the loop's readiness events and timers take over (a peer that
+ * stopped reading or sending is the loop's to judge).
  */
-static bool wait_ready(struct tcp_offload_op *op)
+static bool wait_ready(struct tcp_offload_op *op, uint64_t end_ns)
 {
 	struct pollfd pfd = {.fd = op->fd, .events = op->tx ? POLLOUT : POLLIN};
 
-	for (int waited = 0; waited < OFFLOAD_WAIT_MS; waited += OFFLOAD_POLL_MS) {
+	while (now_ns() < end_ns) {
 		if (atomic_load_explicit(&op->cancel, memory_order_relaxed)) {
 			return false;
 		}
@@ -97,13 +103,18 @@ static bool wait_ready(struct tcp_offload_op *op)
 	return false;
 }
 
-/* On a thread: move the op's bytes until done, cancelled, or the socket stays blocked. */
+/*
+ * On a thread: move the op's bytes until done, cancelled, OFFLOAD_OP_MS
+ * passed, or the socket stays blocked.
+ */
 static void op_run(struct tcp_offload_op *op)
 {
 	struct iovec iov[IOV_BATCH];
 	uint64_t done = 0;
+	uint64_t end_ns = now_ns() + (uint64_t)OFFLOAD_OP_MS * 1000000;
 
-	while (done < op->want && !atomic_load_explicit(&op->cancel, memory_order_relaxed)) {
+	while (done < op->want && !atomic_load_explicit(&op->cancel, memory_order_relaxed) &&
+	       now_ns() < end_ns) {
 		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = op_window(op, done, iov)};
 		ssize_t n = op->tx ? sendmsg(op->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
 				   : recvmsg(op->fd, &msg, MSG_DONTWAIT);
@@ -115,7 +126,7 @@ static void op_run(struct tcp_offload_op *op)
 				op->err = errno;
 				return;
 			}
-			if (!wait_ready(op)) {
+			if (!wait_ready(op, end_ns)) {
 				op->again = true;
 				return;
 			}
@@ -188,7 +199,6 @@ static void op_apply(struct tcp_offload_op *op)
 
 	op_progress(op);
 	op->busy = false;
-	conn->tt->offload.in_flight--;
 	conn->tt->daemon->io_offloaded--;
 	conn->tt->daemon->io_offload_ns = now_ns();
 	conn->offload_kick = true;
@@ -355,7 +365,6 @@ void tcp_offload_submit(struct tcp_offload_op *op)
 	op->again = false;
 	atomic_store_explicit(&op->cancel, false, memory_order_relaxed);
 	op->busy = true;
-	pool->in_flight++;
 	conn->tt->daemon->io_offloaded++;
 	conn->tt->daemon->io_offload_ns = now_ns();
 	pthread_mutex_lock(&pool->lock);
