@@ -173,11 +173,11 @@ $(BUILD)/python/rdmax/%: client-lib/python/rdmax/%
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-# Unit tests link the daemon's modules and the client library's objects; sendmsg() goes
-# through a counting wrapper (test_transport_tcp.c).
+# Unit tests link the daemon's modules and the client library's objects; sendmsg()
+# and recvmsg() go through counting wrappers (test_transport_tcp.c).
 $(BUILD)/tests/unit-tests: $(UNIT_SRCS) $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -Wl,--wrap=sendmsg -o $@ $(UNIT_SRCS) $(DAEMON_LIB_OBJS) \
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -Wl,--wrap=sendmsg,--wrap=recvmsg -o $@ $(UNIT_SRCS) $(DAEMON_LIB_OBJS) \
 		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) $(LDFLAGS_ALL) $(LIBS_DAEMON) $(LIBS_CHECK)
 
 # The raw-protocol abuse cases speak protobuf directly: link the generated code.

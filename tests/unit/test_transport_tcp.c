@@ -13,6 +13,8 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -43,6 +45,7 @@ struct tx {
 };
 
 static uv_loop_t g_loop;
+static pthread_t g_loop_thread; /* the thread that runs g_loop */
 static int g_pending;
 static int g_order;
 
@@ -183,6 +186,7 @@ static void tx_check(const struct tx *t, int err, const char *message)
 static void tcp_setup(void)
 {
 	ck_assert_int_eq(uv_loop_init(&g_loop), 0);
+	g_loop_thread = pthread_self();
 	log_set_level(LOG_ERR);
 	g_pending = 0;
 	g_order = 0;
@@ -830,15 +834,48 @@ START_TEST(tcp_pipelined_frames_resume_after_pause)
 }
 END_TEST
 
-/* The unit binary links with --wrap=sendmsg (Makefile): every sendmsg() it makes, counted. */
+/*
+ * The unit binary links with --wrap=sendmsg,--wrap=recvmsg (Makefile):
+ * every sendmsg() it makes, counted; and every recvmsg() the test's own
+ * thread (the loop) makes on a socket while another thread (an I/O thread)
+ * is inside sendmsg() on it.
+ */
 ssize_t __real_sendmsg(int fd, const struct msghdr *msg, int flags);
 ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags);
+ssize_t __real_recvmsg(int fd, struct msghdr *msg, int flags);
+ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags);
+enum { WRAP_FDS = 1024 };
 static uint64_t g_sendmsg_calls;
+static uint32_t g_thread_sending[WRAP_FDS];
+static uint64_t g_loop_reads_under_send;
+
+static bool on_loop_thread(void)
+{
+	return pthread_equal(pthread_self(), g_loop_thread);
+}
 
 ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
+	bool mark = fd >= 0 && fd < WRAP_FDS && !on_loop_thread();
+
 	__atomic_fetch_add(&g_sendmsg_calls, 1, __ATOMIC_RELAXED);
-	return __real_sendmsg(fd, msg, flags);
+	if (mark) {
+		__atomic_fetch_add(&g_thread_sending[fd], 1, __ATOMIC_SEQ_CST);
+	}
+	ssize_t n = __real_sendmsg(fd, msg, flags);
+	if (mark) {
+		__atomic_fetch_sub(&g_thread_sending[fd], 1, __ATOMIC_SEQ_CST);
+	}
+	return n;
+}
+
+ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	if (fd >= 0 && fd < WRAP_FDS && on_loop_thread() &&
+	    __atomic_load_n(&g_thread_sending[fd], __ATOMIC_SEQ_CST) > 0) {
+		__atomic_fetch_add(&g_loop_reads_under_send, 1, __ATOMIC_RELAXED);
+	}
+	return __real_recvmsg(fd, msg, flags);
 }
 
 struct conn_sent {
@@ -912,6 +949,56 @@ START_TEST(tcp_full_socket_waits_for_writable)
 	off = check_read_answers(&p, off, 1, N_READ, r, region_len, READ_LEN);
 	ck_assert_uint_eq(off, want);
 	raw_done(&p, buf, &b);
+}
+END_TEST
+
+/*
+ * Bulk writes whose sends run on I/O threads: the loop reads none of the
+ * answers while a thread sends on the same socket (each call holds the
+ * socket's lock, so the loop would wait in recvmsg() and serve nobody);
+ * the answers are read once the thread's op is back, every write completes
+ * once, and every byte lands.
+ */
+START_TEST(tcp_answers_wait_for_the_sending_thread)
+{
+	enum { N = 24 };
+	const uint64_t mib = 1 << 20, len = 2 * mib + 4096;
+	struct node a, b;
+	struct tx t[N];
+
+	setenv("RDMAXD_TEST_TCP_OFFLOAD", "1", 1);
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	unsetenv("RDMAXD_TEST_TCP_OFFLOAD");
+	struct region *local = node_region(&a, 8 * mib, RDMAX_ACCESS_LOCAL);
+	struct region *remote = node_region(&b, (uint64_t)N * len, RDMAX_ACCESS_REMOTE_WRITE);
+	for (uint64_t i = 0; i < 8 * mib; i++) {
+		local->addr[i] = (uint8_t)(i * 29 + 3);
+	}
+	__atomic_store_n(&g_loop_reads_under_send, 0, __ATOMIC_RELAXED);
+	for (int i = 0; i < N; i++) {
+		tx_prep(&t[i], XFER_WRITE, &b, remote, local, (uint64_t)i * len,
+			(uint64_t)(i % 3) * mib, len);
+		tx_submit(&a, &t[i]);
+	}
+	run_until_done();
+	for (int i = 0; i < N; i++) {
+		tx_check(&t[i], 0, NULL);
+		ck_assert_uint_eq(t[i].x.bytes_done, len);
+		ck_assert_int_eq(memcmp(remote->addr + (uint64_t)i * len,
+					local->addr + (uint64_t)(i % 3) * mib, len),
+				 0);
+	}
+	ck_assert_uint_ge(a.d.counters.tcp_io_thread_sent, (uint64_t)N * len / 2);
+	uint64_t under = __atomic_load_n(&g_loop_reads_under_send, __ATOMIC_RELAXED);
+	ck_assert_msg(under == 0, "the loop read %" PRIu64 " times while a thread was sending",
+		      under);
+
+	node_stop(&a);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&a);
+	node_free(&b);
 }
 END_TEST
 
@@ -1255,6 +1342,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_peer_restart);
 	tcase_add_test(tc, tcp_pipelined_frames_resume_after_pause);
 	tcase_add_test(tc, tcp_full_socket_waits_for_writable);
+	tcase_add_test(tc, tcp_answers_wait_for_the_sending_thread);
 	tcase_add_test(tc, tcp_frames_split_anywhere);
 	tcase_add_test(tc, tcp_write_segs);
 	tcase_add_test(tc, tcp_hostile_segs);

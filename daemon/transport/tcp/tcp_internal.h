@@ -401,6 +401,19 @@ void tcp_offload_stop(struct tcp_transport *tt, uv_close_cb cb);
  * hand-overs), and this is a plain bulk connection.
  */
 bool tcp_offload_usable(const struct tcp_conn *conn);
+/*
+ * Whether the loop leaves the socket unread while a thread sends on it:
+ * each of the thread's calls holds the socket's lock for up to
+ * OFFLOAD_CALL_MAX bytes, and a recvmsg() for a 64-byte answer waited that
+ * long, milliseconds in which the loop served nobody (docs/benchmarks.md,
+ * "The loop waited on the socket lock"). Answers wait for the op's result
+ * instead (at most OFFLOAD_MAX bytes or OFFLOAD_OP_MS). A connection whose
+ * last frame in carried a large payload keeps reading: that is bulk too.
+ */
+static inline bool tcp_reads_wait_for_tx(const struct tcp_conn *conn)
+{
+	return conn->tx_op.busy && !conn->rx_bulk;
+}
 /* Hand op (conn, tx, iov, n_iov, want set) to a thread. */
 void tcp_offload_submit(struct tcp_offload_op *op);
 /* Take a busy op back now, its bytes credited; a no-op on an idle one. */

@@ -223,7 +223,7 @@ void tcp_receive(struct tcp_conn *conn)
 {
 	uint64_t start = conn->bytes_received;
 
-	if (conn->rx_op.busy) {
+	if (conn->rx_op.busy || tcp_reads_wait_for_tx(conn)) {
 		return; /* the thread's result brings the connection back */
 	}
 	for (int calls = 0;; calls++) {
@@ -391,6 +391,7 @@ void tcp_on_poll(uv_poll_t *handle, int status, int events)
 	} else if (status < 0) {
 		/* libuv reports EPOLLERR as EBADF: read what arrived, then the real error. */
 		conn->poll_events = 0;
+		tcp_offload_reap(&conn->tx_op); /* reads wait for a sending thread */
 		tcp_receive(conn);
 		if (tcp_usable(conn)) {
 			int err = socket_error(conn->fd);
@@ -406,14 +407,21 @@ void tcp_on_poll(uv_poll_t *handle, int status, int events)
 
 void tcp_serve_conn(struct tcp_conn *conn, int events)
 {
+	/*
+	 * Read before sending: a flush may hand the send queue to a thread
+	 * again, and the answers behind it would wait for that op too.
+	 */
+	if ((events & UV_READABLE) || rx_pending(conn)) {
+		tcp_receive(conn);
+		if (!tcp_usable(conn)) {
+			return;
+		}
+	}
 	if (events & UV_WRITABLE) {
 		conn->tx_full = false;
 		if (!tcp_flush(conn)) {
 			return;
 		}
-	}
-	if ((events & UV_READABLE) || rx_pending(conn)) {
-		tcp_receive(conn);
 	}
 	serve_tail(conn);
 }
@@ -489,7 +497,9 @@ void tcp_update_poll(struct tcp_conn *conn)
 		events = conn->tls_want;
 	} else if (tcp_usable(conn)) {
 		/* A direction whose copy is on an I/O thread waits for its result instead. */
-		events = tcp_reading_paused(conn) || conn->rx_op.busy ? 0 : UV_READABLE;
+		events = tcp_reading_paused(conn) || conn->rx_op.busy || tcp_reads_wait_for_tx(conn)
+				 ? 0
+				 : UV_READABLE;
 		events |= list_empty(&conn->outq) || conn->tx_op.busy ? 0 : UV_WRITABLE;
 	}
 	if (events == conn->poll_events) {
