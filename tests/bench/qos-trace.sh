@@ -130,6 +130,7 @@ if [ $lat_rc -ne 0 ] || [ $bulk_rc -ne 0 ]; then
 	cat "$run/lat.err" "$run/bulk.err" >&2
 	exit 1
 fi
+echo "threads: client $lat, daemon a $io_a (loop $loop_a), daemon b $io_b (loop $loop_b)"
 /usr/bin/python3 "$here/sched_trace.py" "$trace_out" --client "$lat" \
 	--loop "a=$loop_a" --loop "b=$loop_b" --threads "a=${io_a// /,}" --threads "b=${io_b// /,}" \
 	--bench "$run/lat.json" --bench "$run/bulk.json"

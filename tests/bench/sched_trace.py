@@ -87,9 +87,12 @@ def main():
     waits, runs = collections.defaultdict(list), collections.defaultdict(list)
     segments = collections.defaultdict(list)  # cpu -> (start, end, pid)
     seg_start = {}
-    for t, cpu, name, _, f in sched:
+    woken_by = {}  # pid -> (waker, whether onto the waker's own CPU)
+    wakeups = collections.defaultdict(list)
+    for t, cpu, name, waker, f in sched:
         if name == "sched_wakeup":
             runnable[int(f["pid"])] = (t, int(f["target_cpu"]))
+            woken_by[int(f["pid"])] = (waker, cpu == int(f["target_cpu"]))
             continue
         prev, nxt = int(f["prev_pid"]), int(f["next_pid"])
         for pid, comm in ((prev, f["prev_comm"]), (nxt, f["next_comm"])):
@@ -105,6 +108,9 @@ def main():
         if nxt in runnable:
             since, target = runnable.pop(nxt)
             waits[nxt].append((t - since, since, t, target))
+            if nxt in woken_by:
+                wakeups[(nxt,) + woken_by.pop(nxt)].append(t - since)
+        woken_by.pop(nxt, None)
     segments = {c: [(s[0], e, s[1]) for s, e, _ in v] for c, v in segments.items()}
 
     print("\nrun-queue waits and runs per thread (us)")
@@ -118,6 +124,17 @@ def main():
         print("  %-10s %7d %7.0f %7.0f %8.0f | %7d %7.0f %8.0f %8.1f" % (
             label[pid], len(w), us(pct(w, .5)), us(pct(w, .99)), us(max(w or [0])), len(r),
             us(pct(r, .99)), us(max(r or [0])), 1e3 * sum(r)))
+
+    # Wake-up to running, by who woke the thread and onto which CPU (an idle
+    # vCPU of a VM may have to be scheduled by the host first).
+    print("\nwake-up to running, for the round trip's threads (us)")
+    path = [args.client] + list(loops)
+    for (pid, waker, same), d in sorted(wakeups.items(), key=lambda x: -sum(x[1])):
+        if pid not in path or len(d) < 20:
+            continue
+        print("  %-8s woken by %-18s onto %-9s %6d  mean %5.0f p99 %6.0f" % (
+            label[pid], label.get(waker, str(waker)) if waker else "irq/idle",
+            "its CPU" if same else "another", len(d), us(sum(d) / len(d)), us(pct(d, .99))))
 
     # The loops' socket calls: duration per call, per socket.
     print("\nloop threads' socket calls (us per call)")
