@@ -55,41 +55,19 @@ cleanup() {
 trap 'cleanup; rm -rf "$run"' EXIT
 mkdir -p "$(dirname "$trace_out")" || exit 1
 
+. "$here/lib.sh"
 daemon() { # NAME [--set ...]
-	local name=$1 i
-	shift
 	# shellcheck disable=SC2086
-	"$build/rdmaxd" --node-name "$name" --socket "$run/$name.sock" --transport tcp \
-		--listen 127.0.0.1 --port 0 --log-level notice \
-		--set "daemon.admin_socket=$run/$name-admin.sock" ${RDMAX_BENCH_QOS_SET:-} "$@" \
-		2>"$run/$name.log" &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -S "$run/$name.sock" ] && return 0
-		sleep 0.05
-	done
-	echo "qos-trace: rdmaxd '$name' did not start: $(tail -n 2 "$run/$name.log" | tr '\n' ' ')" >&2
-	return 1
-}
-
-serve() { # NAME SIZE
-	"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/$1.desc" --size "$2" \
-		2>"$run/serve-$1.log" &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$run/$1.desc" ] && return 0
-		sleep 0.05
-	done
-	echo "qos-trace: serve $1 did not publish its descriptor" >&2
-	return 1
+	start_daemon "$1" qos-trace --set "daemon.admin_socket=$run/$1-admin.sock" \
+		${RDMAX_BENCH_QOS_SET:-} "${@:2}" >&2
 }
 
 daemon a --set qos.enabled=true || exit 1
 daemon b || exit 1
 loop_a=${pids[0]}
 loop_b=${pids[1]}
-serve lat 1M || exit 1
-serve bulk 128M || exit 1
+start_serve b lat 1M qos-trace >&2 || exit 1
+start_serve b bulk 128M qos-trace >&2 || exit 1
 
 RDMAX_TRAFFIC_CLASS=bulk timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
 	--desc "$run/bulk.desc" -o write -s 8M -w 16 -D $((secs + 4)) --warmup 4 \

@@ -46,33 +46,14 @@ cleanup() {
 trap 'cleanup; rm -rf "$run"' EXIT
 mkdir -p "$out" || exit 1
 rm -f "$out"/host-qos-*
+. "$(dirname "$0")/lib.sh"
 
 daemon() { # NAME [--set ...]: an rdmaxd over TCP on loopback
-	local name=$1 i
-	shift
-	"$build/rdmaxd" --node-name "$name" --socket "$run/$name.sock" --transport tcp \
-		--listen 127.0.0.1 --port 0 --log-level notice \
-		--set "daemon.admin_socket=$run/$name-admin.sock" "$@" 2>"$run/$name.log" &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -S "$run/$name.sock" ] && return 0
-		sleep 0.05
-	done
-	echo "qos: rdmaxd '$name' did not start: $(tail -n 2 "$run/$name.log" | tr '\n' ' ')"
-	return 1
+	start_daemon "$1" qos --set "daemon.admin_socket=$run/$1-admin.sock" "${@:2}"
 }
 
-serve() { # NAME SIZE
-	rm -f "$run/$1.desc"
-	"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/$1.desc" --size "$2" \
-		2>"$run/serve-$1.log" &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$run/$1.desc" ] && return 0
-		sleep 0.05
-	done
-	echo "qos: serve $1 did not publish its descriptor"
-	return 1
+serve() { # NAME SIZE: a region on daemon b
+	start_serve b "$1" "$2" qos
 }
 
 lat() { # FILE: latency-class 64 KiB writes, one at a time

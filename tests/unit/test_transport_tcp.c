@@ -92,6 +92,16 @@ static void node_free(struct node *n)
 	imm_table_fini(&n->d.imm);
 }
 
+/* Stop two nodes, let their handles close, free them. */
+static void nodes_end(struct node *a, struct node *b)
+{
+	node_stop(a);
+	node_stop(b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(a);
+	node_free(b);
+}
+
 static uint16_t node_port(struct node *n)
 {
 	struct endpoint ep;
@@ -253,11 +263,7 @@ START_TEST(tcp_write_read_imm_in_order)
 	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 43), 1);
 	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 44), 1);
 
-	node_stop(&a);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&a);
-	node_free(&b);
+	nodes_end(&a, &b);
 }
 END_TEST
 
@@ -323,11 +329,7 @@ START_TEST(tcp_refusals)
 	ck_assert_int_eq(a.t->ops->submit(a.t, &t[7].x), RDMAX_E_INVALID_ARGUMENT);
 	ck_assert_int_eq(t[7].calls, 0);
 
-	node_stop(&a);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&a);
-	node_free(&b);
+	nodes_end(&a, &b);
 }
 END_TEST
 
@@ -505,11 +507,7 @@ START_TEST(tcp_garbage_closes_connection)
 	run_until_done();
 	tx_check(&t, 0, NULL);
 
-	node_stop(&a);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&a);
-	node_free(&b);
+	nodes_end(&a, &b);
 }
 END_TEST
 
@@ -602,11 +600,7 @@ START_TEST(tcp_peer_restart)
 	run_until_done();
 	tx_check(&t[0], 0, NULL);
 
-	node_stop(&a);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&a);
-	node_free(&b);
+	nodes_end(&a, &b);
 }
 END_TEST
 
@@ -994,11 +988,7 @@ START_TEST(tcp_answers_wait_for_the_sending_thread)
 	ck_assert_msg(under == 0, "the loop read %" PRIu64 " times while a thread was sending",
 		      under);
 
-	node_stop(&a);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&a);
-	node_free(&b);
+	nodes_end(&a, &b);
 }
 END_TEST
 
@@ -1217,11 +1207,7 @@ START_TEST(tcp_write_segs)
 	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_INVALID_ARGUMENT);
 	ck_assert_int_eq(t[6].calls, 0);
 
-	node_stop(&a);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&a);
-	node_free(&b);
+	nodes_end(&a, &b);
 }
 END_TEST
 
