@@ -24,6 +24,7 @@
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "sd.h"
+#include "spin_yield.h"
 #include "transport.h"
 
 #define AUTH_KEY_MIN 16
@@ -312,24 +313,8 @@ static void on_signal(uv_signal_t *handle, int signum)
 #define SPIN_BUDGET_US 200
 /* Passes between two clock reads: in a guest without a TSC a read is a syscall. */
 #define SPIN_CLOCK_EVERY 16
-/*
- * Empty passes between two sched_yield() calls: as many as take about
- * SPIN_YIELD_IDLE_NS, learnt from the clock reads. On a host a pass costs
- * tens of nanoseconds and the yield comes every few dozen passes; under an
- * emulator a pass costs microseconds and it comes on nearly every one.
- */
-#define SPIN_YIELD_IDLE_NS 4000
-#define SPIN_YIELD_MAX     64
-static uint32_t g_spin_yield_every = SPIN_YIELD_MAX;
-
-/* elapsed: the time the last SPIN_CLOCK_EVERY passes took, yields included. */
-static void spin_yield_learn(uint64_t elapsed)
-{
-	uint64_t per_pass = elapsed / SPIN_CLOCK_EVERY;
-	uint64_t every = per_pass ? SPIN_YIELD_IDLE_NS / per_pass : SPIN_YIELD_MAX;
-
-	g_spin_yield_every = (uint32_t)MAX(1, MIN(every, (uint64_t)SPIN_YIELD_MAX));
-}
+/* When the spin gives the CPU away (spin_yield.h); what it learnt lasts across spins. */
+static struct spin_yield g_spin_yield = {.every = SPIN_YIELD_MAX};
 
 /*
  * Bulk copies are on the transports' I/O threads, or were within
@@ -377,11 +362,13 @@ static void busy_idle_cb(uv_idle_t *idle)
 		return;
 	}
 	uint64_t clock_at = start;
-	for (uint32_t pass = 1, idle_passes = 0;; pass++) {
-		if (poll_pass(daemon, now) > 0) {
+	g_spin_yield.idle_passes = 0;
+	for (uint32_t pass = 1;; pass++) {
+		bool moved = poll_pass(daemon, now) > 0;
+		if (moved) {
 			g_signals.last_busy_ns = now;
-			idle_passes = 0;
-		} else if (++idle_passes >= g_spin_yield_every) {
+		}
+		if (spin_yield_due(&g_spin_yield, moved)) {
 			/*
 			 * Nothing moved for about SPIN_YIELD_IDLE_NS: give the CPU to a
 			 * runnable process (a client, the peer daemon, the kernel's
@@ -391,13 +378,12 @@ static void busy_idle_cb(uv_idle_t *idle)
 			 * the system call waits for it.
 			 */
 			sched_yield();
-			idle_passes = 0;
 		}
 		if (pass % SPIN_CLOCK_EVERY) {
 			continue;
 		}
 		now = now_ns();
-		spin_yield_learn(now - clock_at);
+		spin_yield_learn(&g_spin_yield, now - clock_at, SPIN_CLOCK_EVERY);
 		clock_at = now;
 		if (now - start >= (uint64_t)budget_us * 1000) {
 			break;

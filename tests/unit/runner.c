@@ -30,7 +30,8 @@
 	X(ring)                                                                                    \
 	X(names)                                                                                   \
 	X(ipc)                                                                                     \
-	X(qos)
+	X(qos)                                                                                     \
+	X(spin_yield)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)
