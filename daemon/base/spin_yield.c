@@ -16,16 +16,3 @@ void spin_yield_learn(struct spin_yield *y, uint64_t elapsed_ns, uint32_t passes
 
 	y->every = (uint32_t)MAX(1, MIN(every, (uint64_t)SPIN_YIELD_MAX));
 }
-
-bool spin_yield_due(struct spin_yield *y, bool moved)
-{
-	if (moved) {
-		y->idle_passes = 0;
-		return false;
-	}
-	if (++y->idle_passes < y->every) {
-		return false;
-	}
-	y->idle_passes = 0;
-	return true;
-}

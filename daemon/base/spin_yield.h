@@ -26,7 +26,18 @@ struct spin_yield {
 void spin_yield_init(struct spin_yield *y);
 /* The last `passes` passes took elapsed_ns, yields included. */
 void spin_yield_learn(struct spin_yield *y, uint64_t elapsed_ns, uint32_t passes);
-/* After a pass that moved something or not: whether to yield now. */
-bool spin_yield_due(struct spin_yield *y, bool moved);
+/* After a pass that moved something or not: whether to yield now (inline: every pass). */
+static inline bool spin_yield_due(struct spin_yield *y, bool moved)
+{
+	if (moved) {
+		y->idle_passes = 0;
+		return false;
+	}
+	if (++y->idle_passes < y->every) {
+		return false;
+	}
+	y->idle_passes = 0;
+	return true;
+}
 
 #endif
