@@ -187,21 +187,22 @@ $(BUILD)/tests/itest: $(ITEST_SRCS) $(wildcard tests/integration/*.h) $(BUILD)/$
 		$(LDFLAGS_ALL) $(LIBS_CHECK) $(LIBS_CLIENT) -lm
 
 # The GPU node check's helper: libcuda through dlopen, so it builds without a GPU or CUDA.
-$(GPU_CHECK): tests/gpu/check-gpu.c proto/common/cuda_table.c proto/common/cuda_table.h
+$(GPU_CHECK): tests/gpu/check-gpu.c proto/common/cuda_table.c proto/common/cuda_table.h \
+		tests/unit/pass_fds.h
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/check-gpu.c proto/common/cuda_table.c \
 		$(LDFLAGS_ALL) $(shell pkg-config --libs libibverbs) -ldl
 
 # The device check's helper: the client library and the daemon's GPU module in one program.
 $(DEVICE_CHECK): tests/gpu/device-check.c tests/gpu/gpu_server.c tests/gpu/gpu_server.h \
-		tests/unit/recv_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
+		tests/unit/pass_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -o $@ tests/gpu/device-check.c tests/gpu/gpu_server.c \
 		$(DAEMON_LIB_OBJS) $(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) \
 		$(LDFLAGS_ALL) $(LIBS_DAEMON) -ldl -lpthread
 
 $(FAKE_GPU_DAEMON): tests/gpu/fake-gpu-daemon.c tests/gpu/gpu_server.c tests/gpu/gpu_server.h \
-		tests/unit/recv_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
+		tests/unit/pass_fds.h $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ tests/gpu/fake-gpu-daemon.c tests/gpu/gpu_server.c \
 		$(DAEMON_LIB_OBJS) $(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) \
@@ -346,7 +347,8 @@ FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(filter-out tests/fuzz/fuzz_daemon.c,$(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_daemon.c tests/fuzz/fuzz.h $(DAEMON_LIB_OBJS)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_daemon.c tests/fuzz/fuzz.h tests/unit/pass_fds.h \
+		$(DAEMON_LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< tests/fuzz/fuzz_daemon.c \
 		$(DAEMON_LIB_OBJS) $(LDFLAGS_ALL) $(LIBS_DAEMON)

@@ -30,6 +30,7 @@
 
 #include "desc.h"
 #include "fuzz.h"
+#include "../unit/pass_fds.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 
@@ -222,23 +223,14 @@ static int memfd(bool sealed)
 /* Send one datagram, running the daemon's loop while the socket is full. */
 static bool send_datagram(int fd, const uint8_t *buf, size_t len, int attach)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
+	union test_fd_control control;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	int mfd = -1;
 
 	if (attach) {
 		mfd = memfd(attach == 1);
-		mh.msg_control = control.buf;
-		mh.msg_controllen = sizeof(control.buf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &mfd, sizeof(int));
+		test_attach_fd(&mh, &control, mfd);
 	}
 	bool ok = false;
 	for (int tries = 0; tries < 1000; tries++) {

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../unit/pass_fds.h"
 #include "cuda_table.h"
 
 #define DMA_BUF_FS_MAGIC 0x444d4142
@@ -61,22 +62,12 @@ static void step(const char *name, const char *verdict, const char *fmt, ...)
 
 static int send_msg(int sock, const char *text, int fd)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
+	union test_fd_control ctl;
 	struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text) + 1};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 
 	if (fd >= 0) {
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+		test_attach_fd(&mh, &ctl, fd);
 	}
 	return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
 }

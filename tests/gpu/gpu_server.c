@@ -11,7 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../unit/recv_fds.h"
+#include "../unit/pass_fds.h"
 #include "gpu_server.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"

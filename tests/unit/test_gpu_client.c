@@ -19,7 +19,7 @@
 #include "../../client-lib/gpu.h"
 #include "../../client-lib/internal.h"
 #include "fake_cuda.h"
-#include "recv_fds.h"
+#include "pass_fds.h"
 #include "status.h"
 #include "test_gpu.h"
 

@@ -23,6 +23,7 @@
 #include "fixtures.h"
 #include "ipc.h"
 #include "log.h"
+#include "pass_fds.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "rdmax_ring.h"
@@ -148,10 +149,7 @@ END_TEST
 /* Send one client message, with at most one fd. */
 static void send_msg(int fd, const Rdmax__V1__ClientMsg *msg, int pass_fd)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
+	union test_fd_control control;
 	uint8_t buf[256];
 	size_t len = rdmax__v1__client_msg__get_packed_size(msg);
 
@@ -160,13 +158,7 @@ static void send_msg(int fd, const Rdmax__V1__ClientMsg *msg, int pass_fd)
 	struct iovec iov = {.iov_base = buf, .iov_len = len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	if (pass_fd >= 0) {
-		mh.msg_control = control.buf;
-		mh.msg_controllen = sizeof(control.buf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+		test_attach_fd(&mh, &control, pass_fd);
 	}
 	ck_assert_int_eq(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)len);
 }

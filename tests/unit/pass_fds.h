@@ -1,17 +1,38 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Receive one datagram of a SOCK_SEQPACKET socket with the fds it carries
- * (SCM_RIGHTS), as the daemon's stand-ins in the GPU unit tests and the
- * device check do. Header only: both link it without a common library.
+ * File descriptors over a Unix socket (SCM_RIGHTS) for the test programs:
+ * a message that carries one fd, as test clients send to the daemon, and
+ * one datagram received with the fds it carries, as the daemon's stand-ins
+ * in the GPU unit tests and the device check do. Header only: the unit
+ * tests, the fuzzers and the device check link no common test library.
  */
-#ifndef RDMAX_TEST_RECV_FDS_H
-#define RDMAX_TEST_RECV_FDS_H
+#ifndef RDMAX_TEST_PASS_FDS_H
+#define RDMAX_TEST_PASS_FDS_H
 
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
 #define TEST_RECV_FDS_MAX 8
+
+/* Control data with room for one fd. */
+union test_fd_control {
+	char buf[CMSG_SPACE(sizeof(int))];
+	struct cmsghdr align;
+};
+
+/* Make mh carry fd (SCM_RIGHTS), with ctl as its control data. */
+static inline void test_attach_fd(struct msghdr *mh, union test_fd_control *ctl, int fd)
+{
+	memset(ctl, 0, sizeof(*ctl));
+	mh->msg_control = ctl->buf;
+	mh->msg_controllen = sizeof(ctl->buf);
+	struct cmsghdr *c = CMSG_FIRSTHDR(mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+}
 
 /*
  * \return the datagram's length (0 or less: the peer left or an error), with
