@@ -42,6 +42,14 @@ _Static_assert(sizeof(struct rdmax_event) >= RDMAX_EVENT_SIZE_MIN, "RDMAX_2.0 ev
 
 /* Busy-poll window before blocking: a blocking wake-up costs ~20 µs per hop. */
 #define SPIN_NS 1000000
+/*
+ * The start of a ring wait that pauses instead of yielding: a host's ring
+ * hop takes about 1 µs, and a sched_yield() between two looks made it 1.4
+ * (docs/benchmarks.md, "The ring hop"). As long as the daemon's own spin
+ * waits before it yields (SPIN_YIELD_IDLE_NS), so a client sharing its
+ * daemon's CPU holds it off at most this long per wait.
+ */
+#define SPIN_PAUSE_NS 4000
 /* The Hello is the only request that can meet something that is not rdmaxd. */
 #define HELLO_TIMEOUT_MS 10000
 /* Receive buffer before the Welcome says better, and its floor afterwards. */
@@ -510,7 +518,9 @@ static int sleep_on_socket(struct rdmax_client *c, int64_t deadline, int64_t now
 /* recv_one() with a ring: spin on the ring, then sleep on the socket for a RingNotify. */
 static int ring_wait(struct rdmax_client *c, int64_t deadline)
 {
-	int64_t spin_end = now_ns() + c->spin_ns;
+	int64_t start = now_ns();
+	int64_t spin_end = start + c->spin_ns;
+	int64_t pause_end = start + c->spin_pause_ns;
 
 	ring_unwake(c);
 	for (;;) {
@@ -524,11 +534,11 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 		}
 		if (t < spin_end) {
 			/*
-			 * Give the CPU to a runnable daemon: shared memory wakes no
-			 * one, so on a busy machine a spinning client would hold off
-			 * the very process it waits for.
+			 * After the first few microseconds, give the CPU to a runnable
+			 * daemon: shared memory wakes no one, so on a busy machine a
+			 * spinning client would hold off the very process it waits for.
 			 */
-			if (c->spin_yield) {
+			if (c->spin_yield && t >= pause_end) {
 				sched_yield();
 			} else {
 				cpu_relax();
@@ -943,6 +953,7 @@ RDMAX_EXPORT int rdmax_client_open(const char *socket_path, const char *client_n
 	}
 	c->spin_ns = (int64_t)env_u32("RDMAX_SPIN_US", SPIN_NS / 1000) * 1000;
 	c->spin_yield = env_u32("RDMAX_SPIN_YIELD", 1) != 0;
+	c->spin_pause_ns = env_u32("RDMAX_SPIN_PAUSE_NS", SPIN_PAUSE_NS);
 	r = hello(c, client_name);
 	if (r < 0) {
 		goto out_close;

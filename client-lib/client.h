@@ -71,7 +71,8 @@ struct rdmax_client {
 	struct client_ring ring; /* ring.v.base == NULL: the socket carries jobs */
 	bool ring_wake;          /* a RingNotify is asked for */
 	bool notify_pending;     /* the daemon took the request: a RingNotify may be queued */
-	bool spin_yield;         /* spin with sched_yield() rather than a pause */
+	bool spin_yield;         /* spin with sched_yield() rather than a pause ... */
+	int64_t spin_pause_ns;   /* ... once a ring wait has lasted this long */
 };
 
 /* ---- client.c: requests and the receive path ---- */

@@ -82,8 +82,9 @@ static int read_one(struct session *s)
 	if (s->ring.v.base) {
 		/* Entries written before this datagram was sent go first. */
 		ring_wake(&s->ring);
-		ipc_ring_take(s, UINT32_MAX);
-		s->ring_active_ns = now_ns();
+		uint64_t now = now_ns();
+		ipc_ring_take(s, UINT32_MAX, now);
+		ipc_ring_active(s, now);
 	}
 	s->msgs_received++;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {

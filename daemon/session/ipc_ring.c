@@ -78,11 +78,21 @@ static Rdmax__V1__Job *unpack_entry(struct ipc *ipc, size_t len, struct job_code
 	return rdmax__v1__job__unpack(arena_pb_allocator(&ipc->ring_arena), len, ipc->ring_buf);
 }
 
+/* The ring moved at about \p now (a recent now_ns() reading, 0: read it). */
+void ipc_ring_active(struct session *s, uint64_t now)
+{
+	now = now ? now : now_ns();
+	if (now > s->ring_active_ns) {
+		s->ring_active_ns = now;
+	}
+}
+
 /*
  * Start the client's ring entries that are due (their `after` reached), at
  * most max. Returns how many were taken; a broken ring is marked for closing.
+ * now: as for ipc_ring_active().
  */
-uint32_t ipc_ring_take(struct session *s, uint32_t max)
+uint32_t ipc_ring_take(struct session *s, uint32_t max, uint64_t now)
 {
 	struct ipc *ipc = s->ipc;
 	struct job_codec_msg fast;
@@ -117,7 +127,7 @@ uint32_t ipc_ring_take(struct session *s, uint32_t max)
 		}
 	}
 	if (n) {
-		s->ring_active_ns = now_ns();
+		ipc_ring_active(s, now);
 	}
 	return n;
 }
@@ -169,9 +179,10 @@ uint32_t ipc_poll_rings(struct ipc *ipc, uint64_t now)
 			 * (main.c's window follows the same rule). A completion posted
 			 * to the ring restarts the window.
 			 */
-			uint32_t n = ipc_ring_take(s, RING_POLL_MAX);
+			uint32_t n = ipc_ring_take(s, RING_POLL_MAX, now);
 			taken += n;
-			if (n == 0 && !s->ring_bad) {
+			/* Completions posted since the last pass count when it ends. */
+			if (n == 0 && !s->ring_bad && !s->ring_posted) {
 				now = now ? now : now_ns();
 				/* A caller's reading may predate this ring's last activity. */
 				if (now >= s->ring_active_ns && now - s->ring_active_ns >= window &&

@@ -229,6 +229,8 @@ int ipc_poll_pass(struct ipc *ipc, uint64_t now)
 		ipc_flush_completions(s);
 		if (s->ring_posted && s->ring.v.base) {
 			s->ring_posted = false;
+			now = now ? now : now_ns();
+			ipc_ring_active(s, now);
 			ring_wake_check(s);
 		}
 	}
@@ -262,9 +264,11 @@ void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *messag
 		int ret = ring_cq_post(&s->ring, job_id, status_from_err(err), bytes,
 				       err ? message : NULL, s->msgs_sent);
 		if (ret == 0) {
+			/*
+			 * A completion is what a waiting client answers with its next
+			 * jobs: the ring stays awake (ipc_poll_pass dates it).
+			 */
 			s->ring_posted = true;
-			/* A completion is what a waiting client answers with its next jobs. */
-			s->ring_active_ns = now_ns();
 			mark_dirty(s);
 			return;
 		}

@@ -197,7 +197,8 @@ void ipc_handle_nodes(struct session *s, uint64_t seq);
 /* ipc_ring.c: the shared-memory ring. */
 void ipc_handle_ring_setup(struct session *s, uint64_t seq, const Rdmax__V1__RingSetup *rs,
 			   const int *fds, size_t n_fds);
-uint32_t ipc_ring_take(struct session *s, uint32_t max);
+void ipc_ring_active(struct session *s, uint64_t now);
+uint32_t ipc_ring_take(struct session *s, uint32_t max, uint64_t now);
 void ipc_ring_cancel_pending(struct session *s);
 uint32_t ipc_poll_rings(struct ipc *ipc, uint64_t now);
 
