@@ -39,6 +39,19 @@ static void close_cmsg_fds(struct msghdr *mh)
 	}
 }
 
+/*
+ * Whether a datagram wakes its sender's sleeping ring: a doorbell or jobs,
+ * from a client that submits now. Other requests (an imm expected, a region
+ * registered) only take the entries published before them: a client that
+ * sleeps between events and claims each one must not keep the daemon
+ * spinning on its ring.
+ */
+static bool ring_wakes_for(const Rdmax__V1__ClientMsg *m)
+{
+	return m->body_case == RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL ||
+	       m->body_case == RDMAX__V1__CLIENT_MSG__BODY_SUBMIT;
+}
+
 /* Read one datagram; returns 1 when one was handled, 0 on EAGAIN, <0 to close. */
 static int read_one(struct session *s)
 {
@@ -81,10 +94,7 @@ static int read_one(struct session *s)
 	}
 	if (s->ring.v.base) {
 		/* Entries written before this datagram was sent go first. */
-		ring_wake(&s->ring);
-		uint64_t now = now_ns();
-		ipc_ring_take(s, UINT32_MAX, now);
-		ipc_ring_active(s, now);
+		ipc_ring_take(s, UINT32_MAX, 0);
 	}
 	s->msgs_received++;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
@@ -121,6 +131,10 @@ static int read_one(struct session *s)
 				 s->hello_done ? "" : " (before Hello); closing the connection");
 		s->close_after_flush = !s->hello_done;
 		return 1;
+	}
+	if (s->ring.v.base && ring_wakes_for(m)) {
+		ring_wake(&s->ring);
+		ipc_ring_active(s, 0);
 	}
 	ipc_dispatch(s, m, fds, n_fds);
 	/* The daemon keeps no client fd: regions hold their own mapping. */

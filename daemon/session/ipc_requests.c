@@ -698,7 +698,7 @@ void ipc_dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *f
 		ipc_handle_nodes(s, seq);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL:
-		/* Reading the datagram already woke the ring and took its entries. */
+		/* Reading the datagram already took the ring's entries and woke it. */
 		break;
 	default:
 		ipc_reply_status(s, seq, RDMAX_E_PROTOCOL_ERROR, "message has no body");

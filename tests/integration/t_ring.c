@@ -719,6 +719,72 @@ START_TEST(ring_hostile_client)
 }
 END_TEST
 
+/* A request that is not a job: an unpublish of a name never published (any reply will do). */
+static void send_unpublish(int fd, uint64_t seq)
+{
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	Rdmax__V1__RegionUnpublish up = RDMAX__V1__REGION_UNPUBLISH__INIT;
+
+	up.name = "never-published";
+	msg.has_seq = 1;
+	msg.seq = seq;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_REGION_UNPUBLISH;
+	msg.region_unpublish = &up;
+	raw_send_msg(fd, &msg, NULL, 0);
+}
+
+static uint32_t daemon_flags(struct rdmax_ring_ctl *ctl)
+{
+	return atomic_load(&ctl->daemon_flags);
+}
+
+/*
+ * A sleeping ring is woken by a doorbell (or jobs), not by the client's
+ * other requests: a client that sleeps between events and claims each one
+ * (ExpectImm) must not keep its daemon spinning on its ring. The window is
+ * a second, so the ring cannot fall asleep again before it is looked at.
+ */
+START_TEST(ring_woken_by_jobs_only)
+{
+	struct itest_daemon *d = itest_daemon_new("wake", itest_addr_a());
+	const uint32_t sq = 4, sqe = 256, cq = 4;
+	size_t need = rdmax_ring_bytes(sq, sqe, cq);
+
+	itest_daemon_set(d, "engine.busy_poll_us=1000000");
+	itest_daemon_start(d);
+	int fd = raw_connect(d->socket_path);
+	raw_hello(fd);
+	int m = ring_memfd(need, F_SEAL_SHRINK | F_SEAL_GROW);
+	send_ring_setup(fd, 2, sq, sqe, cq, m);
+	raw_expect_status(fd, 2, 0);
+	uint8_t *base = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+	ck_assert(base != MAP_FAILED);
+	close(m);
+	struct rdmax_ring_ctl *ctl = (struct rdmax_ring_ctl *)base;
+
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
+	while (!(daemon_flags(ctl) & RDMAX_RING_DAEMON_SLEEPING)) {
+		ck_assert_msg(itest_now_ms() < deadline, "the idle ring never went to sleep");
+		usleep(10000);
+	}
+	for (uint64_t seq = 3; seq < 6; seq++) {
+		send_unpublish(fd, seq);
+		(void)raw_recv_status(fd, seq);
+		ck_assert_msg(daemon_flags(ctl) & RDMAX_RING_DAEMON_SLEEPING,
+			      "request %" PRIu64 " (not a job) woke the sleeping ring", seq);
+	}
+	send_doorbell(fd);
+	send_unpublish(fd, 6);
+	(void)raw_recv_status(fd, 6);
+	ck_assert_msg(!(daemon_flags(ctl) & RDMAX_RING_DAEMON_SLEEPING),
+		      "a doorbell did not wake the ring");
+	munmap(base, need);
+	close(fd);
+	itest_daemon_stop(d);
+	itest_daemon_free(d);
+}
+END_TEST
+
 TCase *itest_tcase_ring(void)
 {
 	TCase *tc = tcase_create("ring");
@@ -732,5 +798,6 @@ TCase *itest_tcase_ring(void)
 	tcase_add_test(tc, ring_client_dies_in_flight);
 	ITEST_ADD_STALLING_TEST(tc, ring_spin_serves_loop);
 	tcase_add_test(tc, ring_hostile_client);
+	tcase_add_test(tc, ring_woken_by_jobs_only);
 	return tc;
 }
