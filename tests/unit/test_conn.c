@@ -554,6 +554,72 @@ START_TEST(conn_wc_error_fails_cause_and_flushes_rest)
 END_TEST
 
 /*
+ * What the collateral xfers of a failed connection say: the cause when a
+ * completion named one (on any link), and where it is to be found when the
+ * first failure was a flush (the QP went to error before any event or
+ * completion said why).
+ */
+START_TEST(conn_collateral_message_names_the_cause)
+{
+	for (int flush_first = 0; flush_first < 2; flush_first++) {
+		struct conn_table t;
+		struct conn_policy p = test_policy();
+		struct txfer x[4];
+		struct wr_desc w0[8], w1[8];
+
+		p.signal_interval = 1;
+		table_setup(&t, &p, NULL);
+		for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+			unit_txfer_init(&x[i], XFER_WRITE, 512, PEER_INSTANCE);
+			ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
+		}
+		struct conn *conn = the_conn(&t);
+		connect_all(conn, NULL, PEER_INSTANCE, 1);
+		conn_table_work(&t, 2);
+		size_t n0 = posted_on(0, w0, 8), n1 = posted_on(1, w1, 8);
+		ck_assert_uint_eq(n0 + n1, 4);
+		ck_assert_uint_ge(n0, 1);
+		ck_assert_uint_ge(n1, 1);
+		/* Link 1's first WR: flushed, or refused by retries (the cause). */
+		wc(conn, 1, w1[0].seq, flush_first ? IBV_WC_WR_FLUSH_ERR : IBV_WC_RETRY_EXC_ERR);
+		ck_assert_int_eq(conn->state, CONN_DRAINING);
+		for (size_t k = 1; k < n1; k++) {
+			wc(conn, 1, w1[k].seq, IBV_WC_WR_FLUSH_ERR);
+		}
+		for (size_t k = 0; k < n0; k++) {
+			wc(conn, 0, w0[k].seq, IBV_WC_WR_FLUSH_ERR);
+		}
+		size_t n_all = g_fake.n_posted;
+		for (size_t k = 0; k < n_all; k++) {
+			if (g_fake.posted[k].wr.kind == WR_MARKER) {
+				wc(conn, g_fake.posted[k].link, g_fake.posted[k].wr.seq,
+				   IBV_WC_WR_FLUSH_ERR);
+			}
+		}
+		ck_assert_int_eq(conn->state, CONN_CLOSED);
+		conn_table_work(&t, 3);
+		for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+			ck_assert_int_eq(x[i].calls, 1);
+			ck_assert_int_ne(x[i].err, 0);
+			ck_assert_msg(strstr(x[i].msg, "192.0.2.2:7471"), "message: %s", x[i].msg);
+			ck_assert_msg(!strstr(x[i].msg, "Work Request Flushed Error"),
+				      "message: %s", x[i].msg);
+			if (flush_first) {
+				ck_assert_int_eq(x[i].err, RDMAX_E_TRANSPORT_ERROR);
+				ck_assert_msg(strstr(x[i].msg, "flushed before any completion "
+							       "named a cause"),
+					      "message: %s", x[i].msg);
+			} else {
+				ck_assert_msg(strstr(x[i].msg, "no acknowledgement from the peer"),
+					      "message: %s", x[i].msg);
+			}
+		}
+		table_teardown(&t);
+	}
+}
+END_TEST
+
+/*
  * The peer's device refuses one access (its region was deregistered): that
  * xfer, and another to the same region, fail by name; xfers to other regions
  * on the broken connection, posted and flushed or never posted, go again on
@@ -1738,6 +1804,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_unreachable_retries);
 	tcase_add_test(tc, conn_disconnect_mid_flight);
 	tcase_add_test(tc, conn_wc_error_fails_cause_and_flushes_rest);
+	tcase_add_test(tc, conn_collateral_message_names_the_cause);
 	tcase_add_test(tc, conn_probe_verdicts);
 	tcase_add_test(tc, conn_refused_access_requeues_others);
 	tcase_add_test(tc, conn_refused_access_other_link_finishes);

@@ -996,7 +996,7 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 		const char *what = slot->xfer && slot->xfer->wire_id ? "SEND to" : conn_op_name(op);
 		link->cause_err = conn_wc_error_named(wc_status, vendor_err, what, conn->name,
 						      link->cause_msg, sizeof(link->cause_msg));
-		log_info("connection to %s QP %u: %s", conn->name, link->index, link->cause_msg);
+		log_notice("connection to %s QP %u: %s", conn->name, link->index, link->cause_msg);
 		if (link->cause_err == RDMAX_E_REMOTE_ACCESS && !conn->requeue && slot->xfer &&
 		    conn->state == CONN_ESTABLISHED) {
 			/* One transfer's fault, not the peer's: the others go again. */
@@ -1009,11 +1009,21 @@ void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t 
 				 conn->name);
 		}
 	}
-	if (!ok) {
-		char message[CONN_MSG_MAX];
-		snprintf(message, sizeof(message), "connection to %s failed: %s", conn->name,
-			 verbs_wc_status_str((enum ibv_wc_status)wc_status));
-		set_down(conn, RDMAX_E_TRANSPORT_ERROR, "%s", message);
+	if (!ok && flush) {
+		/*
+		 * The queue pair went to the error state before any completion
+		 * said why: an event not read yet (the peer disconnected, the
+		 * device failed it) is the cause, and names itself in the log.
+		 */
+		set_down(conn, RDMAX_E_TRANSPORT_ERROR,
+			 "connection to %s failed: its work requests were flushed before any "
+			 "completion named a cause (the peer disconnected or the device failed "
+			 "the queue pair; see the daemon log)",
+			 conn->name);
+	} else if (!ok) {
+		set_down(conn, RDMAX_E_TRANSPORT_ERROR, "connection to %s failed: %s", conn->name,
+			 link->cause_msg[0] ? link->cause_msg
+					    : verbs_wc_status_str((enum ibv_wc_status)wc_status));
 	}
 	conn_retired(conn, sq_plan_complete(sq, seq, ok, flush, conn_on_retire, link));
 	if (!ok && conn->state != CONN_DRAINING && conn->state != CONN_CLOSED) {

@@ -229,7 +229,8 @@ void conn_link_event(struct conn_link *link, enum conn_event event,
 			snprintf(message, sizeof(message), "connection to %s lost: %s", conn->name,
 				 event == CONN_EV_DISCONNECTED ? "the peer disconnected"
 							       : conn_event_name(event));
-			log_info("%s", message);
+			/* At notice: jobs failed by a flush before this event point here. */
+			log_notice("%s", message);
 			conn_down(conn, RDMAX_E_TRANSPORT_ERROR, message);
 		}
 		break;
