@@ -16,8 +16,10 @@
 # RDMAX_HOP_WRITES=1 (also, in the same rotation: tests/bench/verbs-hop, a
 # raw 64 B write from rxe0 to rxe1 with one in flight, posted by the timing
 # process itself (`direct`) or by a second process it asks through shared
-# memory (`hop`, pause or yield), and rdmax-bench's completed 64 B write
-# between two verbs daemons: the NIC work with and without a process hop),
+# memory (`hop`, pause or yield), its post call's mean time beside it, and
+# rdmax-bench's completed 64 B write between two verbs daemons, with the
+# client's mean against the daemon's own (rdmaxd_job_duration_seconds): the
+# NIC work with and without a process hop),
 # RDMAX_BENCH_OUT (build/bench-hop): one line per run in hop.txt there;
 # RDMAX_BENCH_PERF=1 keeps whole-guest profiles of the last round.
 set -uo pipefail
@@ -40,8 +42,8 @@ mkdir -p "$out"
 start_daemon() { # NAME ARGS...
 	local name=$1 i
 	shift
-	"$build/rdmaxd" --node-name "$name" --socket "$run/$name.sock" --log-level notice "$@" \
-		2>"$run/$name.log" &
+	"$build/rdmaxd" --node-name "$name" --socket "$run/$name.sock" --log-level notice \
+		--set "daemon.admin_socket=$run/$name-admin.sock" "$@" 2>"$run/$name.log" &
 	pids+=($!)
 	for ((i = 0; i < 100; i++)); do
 		[ -S "$run/$name.sock" ] && return 0
@@ -118,6 +120,26 @@ if [ "$writes" = 1 ]; then
 	done
 fi
 
+# The verbs daemon's write jobs so far: seconds from taking each to its completion, summed,
+# and how many (rdmaxd_job_duration_seconds).
+write_time() {
+	"$build/rdmaxctl" --socket "$run/verbs-admin.sock" stats --prometheus 2>/dev/null |
+		awk '/^rdmaxd_job_duration_seconds_(sum|count)\{op="write"\}/ { printf "%s ", $2 }'
+}
+
+# write_split SUM0 COUNT0 SUM1 COUNT1: the client's mean against the daemon's own over the run.
+write_split() {
+	/usr/bin/python3 - "$@" "$run/hop.json" "$r" <<'PY' | tee -a "$out/hop.txt"
+import json, sys
+s0, c0, s1, c1 = (float(x or 0) for x in sys.argv[1:5])
+r = json.load(open(sys.argv[5]))["results"][0]["lat_us"]
+own = (s1 - s0) / (c1 - c0) * 1e6 if c1 > c0 else float("nan")
+print("round %s rdmax-write split: client mean %.1f us, the daemon's own mean %.1f us "
+      "(entry taken to completion), outside the daemon %.1f us"
+      % (sys.argv[6], r["mean"], own, r["mean"] - own))
+PY
+}
+
 # verbs-hop MODE...: one raw run against a fresh server on ip1.
 verbs_hop() {
 	local spid
@@ -149,8 +171,11 @@ for r in $(seq "$rounds"); do
 		raw-hop-yield) measure "$j" verbs_hop --hop --yield ;;
 		rdmax-write)
 			rm -f "$run/hop.json"
+			read -r s0 c0 <<<"$(write_time)"
 			measure "$j" "$build/rdmax-bench" run --socket "$run/verbs.sock" \
 				--desc "$run/peer.desc" --lat -o write -s 64 -n "$iters" --json="$run/hop.json"
+			read -r s1 c1 <<<"$(write_time)"
+			write_split "$s0" "$c0" "$s1" "$c1"
 			;;
 		*)
 			d=${j%%/*}
