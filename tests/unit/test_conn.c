@@ -502,6 +502,21 @@ START_TEST(conn_disconnect_mid_flight)
 }
 END_TEST
 
+/* A table with policy p, n 512-byte WRITEs submitted, connected and posted. */
+static struct conn *connected_writes(struct conn_table *t, const struct conn_policy *p,
+				     struct txfer *x, size_t n)
+{
+	table_setup(t, p, NULL);
+	for (size_t i = 0; i < n; i++) {
+		unit_txfer_init(&x[i], XFER_WRITE, 512, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit(t, &x[i].x, 0), 0);
+	}
+	struct conn *conn = the_conn(t);
+	connect_all(conn, NULL, PEER_INSTANCE, 1);
+	conn_table_work(t, 2);
+	return conn;
+}
+
 START_TEST(conn_wc_error_fails_cause_and_flushes_rest)
 {
 	struct conn_table t;
@@ -511,14 +526,7 @@ START_TEST(conn_wc_error_fails_cause_and_flushes_rest)
 
 	p.links = 1;
 	p.signal_interval = 16;
-	table_setup(&t, &p, NULL);
-	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
-		unit_txfer_init(&x[i], XFER_WRITE, 512, PEER_INSTANCE);
-		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
-	}
-	struct conn *conn = the_conn(&t);
-	connect_all(conn, NULL, PEER_INSTANCE, 1);
-	conn_table_work(&t, 2);
+	struct conn *conn = connected_writes(&t, &p, x, ARRAY_SIZE(x));
 	ck_assert_uint_eq(posted_on(0, w, 8), 4);
 	/* One post list; only its last WR is signaled (interval 16). */
 	ck_assert(!w[0].signaled && !w[1].signaled && !w[2].signaled && w[3].signaled);
@@ -568,14 +576,7 @@ START_TEST(conn_collateral_message_names_the_cause)
 		struct wr_desc w0[8], w1[8];
 
 		p.signal_interval = 1;
-		table_setup(&t, &p, NULL);
-		for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
-			unit_txfer_init(&x[i], XFER_WRITE, 512, PEER_INSTANCE);
-			ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
-		}
-		struct conn *conn = the_conn(&t);
-		connect_all(conn, NULL, PEER_INSTANCE, 1);
-		conn_table_work(&t, 2);
+		struct conn *conn = connected_writes(&t, &p, x, ARRAY_SIZE(x));
 		size_t n0 = posted_on(0, w0, 8), n1 = posted_on(1, w1, 8);
 		ck_assert_uint_eq(n0 + n1, 4);
 		ck_assert_uint_ge(n0, 1);
