@@ -44,10 +44,10 @@ _Static_assert(sizeof(struct rdmax_event) >= RDMAX_EVENT_SIZE_MIN, "RDMAX_2.0 ev
 #define SPIN_NS 1000000
 /*
  * The start of a ring wait that pauses instead of yielding: a host's ring
- * hop takes about 1 µs, and a sched_yield() between two looks made it 1.4
- * (docs/benchmarks.md, "The ring hop"). As long as the daemon's own spin
- * waits before it yields (SPIN_YIELD_IDLE_NS), so a client sharing its
- * daemon's CPU holds it off at most this long per wait.
+ * hop takes under 1 µs, and a sched_yield() between two looks made it 1.4
+ * (docs/benchmarks.md, "The client pauses before it yields"). The same
+ * budget as the daemon's spin before it yields (SPIN_YIELD_IDLE_NS): a
+ * client sharing its daemon's CPU holds it off at most this long per wait.
  */
 #define SPIN_PAUSE_NS 4000
 /* The Hello is the only request that can meet something that is not rdmaxd. */
