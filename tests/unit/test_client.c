@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "../../client-lib/internal.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
+#include "ring.h"
 
 #define MAX_SEEN 4096
 
@@ -41,7 +43,9 @@ struct fake {
 	uint32_t max_message_bytes;
 	uint32_t max_jobs_per_submit;
 	uint32_t max_outstanding_jobs;
-	int refuse_hello; /* Status to answer Hello with instead of Welcome */
+	int refuse_hello;      /* Status to answer Hello with instead of Welcome */
+	bool offer_ring;       /* RDMAX_CAP_RING: serve_ring answers RingSetup */
+	bool post_after_yield; /* serve_ring: complete only once the client has yielded */
 
 	/* What the fake saw. */
 	char client_name[64];
@@ -236,7 +240,7 @@ static int fake_handshake(struct fake *f)
 	w.daemon_version = "9.8.7";
 	w.instance_id = 0x1122334455667788ull;
 	w.node_name = "fake-node";
-	w.capabilities = RDMAX_CAP_TCP | RDMAX_CAP_AUTH;
+	w.capabilities = RDMAX_CAP_TCP | RDMAX_CAP_AUTH | (f->offer_ring ? RDMAX_CAP_RING : 0);
 	w.limits = &l;
 	r.has_seq = 1;
 	r.seq = m->seq;
@@ -1032,6 +1036,128 @@ static void serve_default(struct fake *f)
 	}
 }
 
+/* The library's sched_yield() calls (the unit binary links with --wrap=sched_yield). */
+static atomic_uint g_yields;
+int __real_sched_yield(void);
+int __wrap_sched_yield(void);
+
+int __wrap_sched_yield(void)
+{
+	atomic_fetch_add(&g_yields, 1);
+	return __real_sched_yield();
+}
+
+/*
+ * A daemon with a ring: answers RingSetup with the daemon's own ring code and
+ * one RegisterRegion, then completes the first ring entry through the ring,
+ * at once or (post_after_yield) only after the client's first yield, and
+ * answers the DeregisterRegion. Each datagram it sends is reported in the
+ * ring, as the daemon does: a client on its ring reads the socket only then.
+ */
+static void serve_ring(struct fake *f)
+{
+	struct ring ring = {0};
+	uint8_t entry[RDMAX_RING_MAX_SQE_BYTES];
+	int fd = -1;
+
+	if (fake_handshake(f) < 0) {
+		return;
+	}
+	Rdmax__V1__ClientMsg *m = fake_recv(f, &fd);
+	FAKE_CHECK(f, m && m->body_case == RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP && fd >= 0);
+	if (!m || m->body_case != RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP || fd < 0) {
+		return;
+	}
+	int ret = ring_map(fd, m->ring_setup->sq_entries, m->ring_setup->sq_entry_bytes,
+			   m->ring_setup->cq_entries, &ring);
+	FAKE_CHECK(f, ret == 0);
+	close(fd);
+	fake_send_error(f, m->seq, RDMAX__V1__STATUS__OK, NULL);
+	rdmax__v1__client_msg__free_unpacked(m, NULL);
+	if (ret != 0) {
+		return;
+	}
+	uint64_t sent = 2; /* the Welcome and this answer */
+	fd = -1;
+	m = fake_recv(f, &fd);
+	FAKE_CHECK(f, m && m->body_case == RDMAX__V1__CLIENT_MSG__BODY_REGISTER_REGION);
+	if (!m) {
+		ring_unmap(&ring);
+		return;
+	}
+	fake_register(f, m, fd);
+	rdmax__v1__client_msg__free_unpacked(m, NULL);
+	ring_report_sent(&ring, ++sent);
+
+	int64_t deadline = ms_now() + 10000;
+	while (ring_sq_peek(&ring, UINT64_MAX, entry, sizeof(entry)) == -EAGAIN &&
+	       ms_now() < deadline) {
+	}
+	ring_sq_consume(&ring);
+	while (f->post_after_yield && atomic_load(&g_yields) == 0 && ms_now() < deadline) {
+	}
+	FAKE_CHECK(f, ms_now() < deadline);
+	FAKE_CHECK(f, ring_cq_post(&ring, 7, RDMAX__V1__STATUS__OK, 64, NULL, 0) == 0);
+	m = fake_recv(f, NULL);
+	FAKE_CHECK(f, m && m->body_case == RDMAX__V1__CLIENT_MSG__BODY_DEREGISTER_REGION);
+	if (m) {
+		fake_send_error(f, m->seq, RDMAX__V1__STATUS__OK, NULL);
+		ring_report_sent(&ring, ++sent);
+		rdmax__v1__client_msg__free_unpacked(m, NULL);
+		m = fake_recv(f, NULL); /* the hang-up */
+		FAKE_CHECK(f, !m);
+	}
+	ring_unmap(&ring);
+}
+
+/*
+ * A ring wait pauses before it yields (RDMAX_SPIN_PAUSE_NS): a completion
+ * that comes within the pause costs no sched_yield(); with no pause the
+ * wait yields between its looks, and still sees the completion.
+ */
+START_TEST(test_ring_wait_pauses_before_yielding)
+{
+	for (int pausing = 1; pausing >= 0; pausing--) {
+		struct fake f;
+		struct rdmax_region *region;
+		struct rdmax_desc remote;
+		uint8_t buf[RDMAX_DESC_MAX];
+
+		/* Long enough that neither the spin nor the pause can end first. */
+		setenv("RDMAX_SPIN_US", "20000000", 1);
+		setenv("RDMAX_SPIN_PAUSE_NS", pausing ? "4000000000" : "0", 1);
+		fake_init(&f);
+		f.offer_ring = true;
+		f.post_after_yield = !pausing;
+		fake_start(&f, serve_ring);
+		struct rdmax_client *c = open_client(&f);
+		unsetenv("RDMAX_SPIN_US");
+		unsetenv("RDMAX_SPIN_PAUSE_NS");
+		ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, RDMAX_ACCESS_LOCAL, &region), 0);
+		ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 99, 8), &remote), 0);
+		struct rdmax_job job = {.id = 7,
+					.op = RDMAX_OP_WRITE,
+					.local = region,
+					.length = 64,
+					.remote = &remote};
+		atomic_store(&g_yields, 0);
+		ck_assert_int_eq(rdmax_submit(c, &job, 1), 0);
+		ck_assert_int_eq(rdmax_wait_job(c, 7, 10000), 0);
+		unsigned yields = atomic_load(&g_yields);
+		if (pausing) {
+			ck_assert_msg(yields == 0, "%u sched_yield() calls within the pause",
+				      yields);
+		} else {
+			ck_assert_uint_ge(yields, 1);
+		}
+		ck_assert_int_eq(rdmax_region_free(c, region), 0);
+		rdmax_client_close(c);
+		fake_stop(&f);
+		fake_cleanup(&f);
+	}
+}
+END_TEST
+
 START_TEST(test_submit_refused_locally)
 {
 	struct fake f;
@@ -1480,6 +1606,7 @@ Suite *client_suite(void)
 	tcase_add_test(tc, test_alloc_host_queues_events);
 	tcase_add_test(tc, test_register_fd);
 	tcase_add_test(tc, test_submit_encoding_and_wait);
+	tcase_add_test(tc, test_ring_wait_pauses_before_yielding);
 	tcase_add_test(tc, test_submit_refused_locally);
 	tcase_add_test(tc, test_submit_refused_by_daemon);
 	tcase_add_test(tc, test_expect_and_wait_imm);
