@@ -18,6 +18,9 @@
 #              two other processes (blocking, and spinning), and (after the
 #              [qos] on runs) while the rdmax bulk load itself runs: the same
 #              load, with a round trip that does not go through the daemons
+#   raw relay  the blocking ping-pong through a relay process (tcp-stream
+#              --relay: four hand-offs per round trip, as a job through two
+#              daemons), idle and under the rdmax bulk load
 # The class is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
 # $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
 # --json), and a summary with medians and spreads in host-qos-summary.txt.
@@ -78,17 +81,22 @@ latspin=${RDMAX_BENCH_QOS_LAT_SPIN_US:-0}
 
 stream=$build/tests/bench/tcp-stream
 
-rawlat() { # FILE [--spin]: the raw 64 KiB ping-pong
+rawlat() { # FILE [--spin] [--relay]: the raw 64 KiB ping-pong
 	timeout 120 "$stream" --lat -s 64K -D "$secs" --json "${@:2}" >"$1" 2>>"$run/bench.err"
 }
 
-# A load for both raw ping-pongs one after the other, with time to start first.
+# A load for both raw ping-pongs one after the other, with time to start first
+# (relayloadsecs: and the relayed one after them).
 loadsecs=$(awk -v s="$secs" 'BEGIN { print 2 * s + 2 }')
+relayloadsecs=$(awk -v s="$secs" 'BEGIN { print 3 * s + 2 }')
 
-rawpair() { # PID NAME REP: both raw ping-pongs while load PID runs, then wait for it
+rawpair() { # PID NAME REP [relay]: the raw ping-pongs while load PID runs, then wait for it
 	sleep 0.5
 	rawlat "$out/host-qos-raw-$2-r$3.json" || failed=1
 	rawlat "$out/host-qos-raw-${2}spin-r$3.json" --spin || failed=1
+	if [ "${4:-}" = relay ]; then
+		rawlat "$out/host-qos-raw-${2}relay-r$3.json" --relay || failed=1
+	fi
 	wait "$1" || failed=1
 }
 
@@ -96,6 +104,7 @@ rawref() { # REP: raw ping-pongs idle, then under a raw 8 MiB stream (blocking, 
 	local b load
 	rawlat "$out/host-qos-raw-idle-r$1.json" || failed=1
 	rawlat "$out/host-qos-raw-idlespin-r$1.json" --spin || failed=1
+	rawlat "$out/host-qos-raw-idlerelay-r$1.json" --relay || failed=1
 	for load in block spin; do
 		b=()
 		[ $load = spin ] && b=(--spin)
@@ -141,8 +150,8 @@ for ((rep = 1; rep <= reps; rep++)); do
 			# The same rdmax bulk load, and the raw ping-pongs between two other
 			# processes meanwhile: what this load leaves a round trip that does
 			# not go through the daemons.
-			bulk "$p-rawbulk-r$rep.json" "$loadsecs" &
-			rawpair $! mixedrdmax "$rep"
+			bulk "$p-rawbulk-r$rep.json" "$relayloadsecs" &
+			rawpair $! mixedrdmax "$rep" relay
 		fi
 		cleanup
 		echo "qos: rep $rep, [qos] $mode done"
@@ -189,13 +198,15 @@ print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between 
       "processes, or rdmax's 8M bulk writes")
 LOADS = {"block": "blocking", "spin": "spinning", "rdmax": "rdmax"}
 raw = {}
-for lat, tag in (("blocking", ""), ("spinning", "spin")):
+for lat, tag in (("blocking", ""), ("spinning", "spin"), ("relayed", "relay")):
     idle50, idle99 = vals("raw", "idle" + tag, "p50"), vals("raw", "idle" + tag, "p99")
     print("  %-8s ping-pong idle              p50 %s   p99 %s" %
           (lat, fmt(idle50, "us"), fmt(idle99, "us")))
     for load in ("block", "spin", "rdmax"):
         m50 = vals("raw", "mixed" + load + tag, "p50")
         m99 = vals("raw", "mixed" + load + tag, "p99")
+        if tag == "relay" and load != "rdmax":
+            continue  # the relayed ping-pong runs under the rdmax load only
         print("  %-8s ping-pong + %-8s %s p50 %s   p99 %s" %
               (lat, LOADS[load], "bulk  " if load == "rdmax" else "stream", fmt(m50, "us"),
                fmt(m99, "us")))
@@ -214,7 +225,7 @@ if on[1] is not None:
         if r99 is None:
             continue
         print("  raw %-8s ping-pong, %-8s load: p50 %.1fx, p99 %.1fx; rdmax / raw: "
-              "p50 %.2f, p99 %.2f" % ("spinning" if tag else "blocking", LOADS[load], r50,
+              "p50 %.2f, p99 %.2f" % ({"": "blocking", "spin": "spinning", "relay": "relayed"}[tag], LOADS[load], r50,
                                        r99, on[0] / r50, on[1] / r99))
 PY
 exit $failed

@@ -14,6 +14,13 @@
  *     sleeps while the system under test spins measures wake-ups);
  *   --batch N: the sender hands N messages to one sendmsg() (rdmaxd batches
  *     up to 64 frames per call); the receiver still takes each message whole.
+ *   --relay (with --lat): the round trip crosses a relay process the way a
+ *     job crosses the requesting rdmaxd: the timing process hands the relay
+ *     one byte over a Unix socket pair, the relay sends the SIZE bytes over
+ *     TCP, and on the receiver's 1-byte answer answers the timing process
+ *     with one byte. Four hand-offs per round trip instead of two, each a
+ *     wake-up when the ends sleep: the process layout of a job through two
+ *     daemons, with none of their code.
  *
  * It prints a table, or with --json the same JSON shape as rdmax-bench, so
  * tests/bench/report.py reads both. It never touches rdmaxd; it only
@@ -49,6 +56,7 @@ struct opts {
 	bool lat;
 	bool json;
 	bool spin;
+	bool relay;
 	uint32_t batch; /* messages per sendmsg(), >= 1 */
 	const char *addr;
 	const char *label;
@@ -213,6 +221,63 @@ static double pct_us(const uint64_t *s, uint64_t n, double p)
 	return (double)s[idx < n ? idx : n - 1] / 1e3;
 }
 
+/* \return a TCP socket connected to sa (the receiver may still be starting), or a negative errno */
+static int connect_receiver(const struct sockaddr_in *sa)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0) {
+		return -errno;
+	}
+	for (int tries = 0; connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0; tries++) {
+		if (tries > 200) {
+			int err = -errno;
+			close(fd);
+			return err;
+		}
+		usleep(10000);
+	}
+	set_nodelay(fd);
+	return fd;
+}
+
+/*
+ * --relay: the process between the timing one (ufd, a Unix socket) and the
+ * receiver. Per byte from ufd, sends size bytes of buf to the receiver and
+ * passes its 1-byte answer back. At the end of ufd's stream, ends its TCP
+ * stream and passes on the receiver's CPU seconds plus its own.
+ * \return the child's exit status
+ */
+static int relay(int ufd, const struct sockaddr_in *sa, uint64_t size, const uint8_t *buf)
+{
+	double c0 = rusage_s(RUSAGE_SELF), cpu = 0;
+	int tfd = connect_receiver(sa);
+	uint8_t b;
+
+	if (tfd < 0) {
+		return 1;
+	}
+	for (;;) {
+		int64_t n = read_full(ufd, &b, 1);
+		if (n < 0) {
+			return 1;
+		}
+		if (n == 0) {
+			break;
+		}
+		if (write_all(tfd, buf, size) < 0 || read_full(tfd, &b, 1) != 1 ||
+		    write_all(ufd, &b, 1) < 0) {
+			return 1;
+		}
+	}
+	shutdown(tfd, SHUT_WR);
+	if (read_full(tfd, (uint8_t *)&cpu, sizeof(cpu)) != sizeof(cpu)) {
+		return 1;
+	}
+	cpu += rusage_s(RUSAGE_SELF) - c0;
+	return write_all(ufd, (const uint8_t *)&cpu, sizeof(cpu)) < 0;
+}
+
 static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64_t size,
 		      uint8_t *buf, struct result *r)
 {
@@ -220,21 +285,34 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 	uint64_t *lat = NULL, lat_cap = 0;
 	uint64_t until, t0, msgs = 0;
 	double peer_cpu = 0, c0;
+	pid_t relay_pid = -1;
 	uint8_t ack;
 	int fd, ret = -EIO;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		return -errno;
-	}
-	for (int tries = 0; connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0; tries++) {
-		if (tries > 200) {
-			ret = -errno;
-			goto out_close;
+	if (o->relay) {
+		int sp[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
+			return -errno;
 		}
-		usleep(10000);
+		relay_pid = fork();
+		if (relay_pid < 0) {
+			ret = -errno;
+			close(sp[0]);
+			close(sp[1]);
+			return ret;
+		}
+		if (relay_pid == 0) {
+			close(sp[0]);
+			_exit(relay(sp[1], sa, size, buf));
+		}
+		close(sp[1]);
+		fd = sp[0];
+	} else {
+		fd = connect_receiver(sa);
+		if (fd < 0) {
+			return fd;
+		}
 	}
-	set_nodelay(fd);
 	c0 = rusage_s(RUSAGE_SELF);
 	t0 = now_ns();
 	until = t0 + (uint64_t)(o->duration_s * 1e9);
@@ -247,7 +325,7 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 			msgs += o->batch;
 			continue;
 		}
-		if (write_all(fd, buf, size) < 0) {
+		if (write_all(fd, buf, o->relay ? 1 : size) < 0) {
 			goto out_close;
 		}
 		if (o->lat) {
@@ -291,6 +369,13 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 out_close:
 	free(lat);
 	close(fd);
+	if (relay_pid > 0) {
+		int status;
+		if (waitpid(relay_pid, &status, 0) < 0 || !WIFEXITED(status) ||
+		    WEXITSTATUS(status) != 0) {
+			ret = ret ? ret : -EIO;
+		}
+	}
 	return ret;
 }
 
@@ -308,16 +393,18 @@ static void print_results(const struct opts *o, const struct result *rs, uint32_
 			}
 		}
 		printf("\", \"op\": \"write\", \"status\": \"ok\", \"params\": {\"iters\": %" PRIu64
-		       ", \"duration_s\": %g, \"lat\": %s, \"spin\": %s, \"batch\": %u}, "
+		       ", \"duration_s\": %g, \"lat\": %s, \"spin\": %s, \"relay\": %s, \"batch\": "
+		       "%u}, "
 		       "\"results\": [",
 		       o->iters, o->duration_s, o->lat ? "true" : "false",
-		       o->spin ? "true" : "false", o->batch);
+		       o->spin ? "true" : "false", o->relay ? "true" : "false", o->batch);
 	} else {
-		printf("tcp-stream%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s %9s "
+		printf("tcp-stream%s%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s "
+		       "%9s "
 		       "%9s %9s\n",
-		       o->lat ? " --lat" : "", o->spin ? " --spin" : "", o->addr, "bytes", "msgs",
-		       "seconds", "GB/s", "Gb/s", "msgs/s", "p50_us", "p99_us", "p99.9_us",
-		       "cpu_s/GB");
+		       o->lat ? " --lat" : "", o->spin ? " --spin" : "", o->relay ? " --relay" : "",
+		       o->addr, "bytes", "msgs", "seconds", "GB/s", "Gb/s", "msgs/s", "p50_us",
+		       "p99_us", "p99.9_us", "cpu_s/GB");
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct result *r = &rs[i];
@@ -373,25 +460,22 @@ static int parse_size(const char *s, uint64_t *ret)
 
 static void usage(FILE *out)
 {
-	fprintf(out, "Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
-		     "                  [--spin] [--batch N] [--addr IPV4] [--label TEXT]\n"
-		     "One TCP stream between two processes; sizes take K/M suffixes.\n");
+	fprintf(out,
+		"Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
+		"                  [--spin] [--batch N] [--relay] [--addr IPV4] [--label TEXT]\n"
+		"One TCP stream between two processes (--relay: the sender's end in a\n"
+		"third process); sizes take K/M suffixes.\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{"sizes", required_argument, NULL, 's'},
-		{"iters", required_argument, NULL, 'n'},
-		{"duration", required_argument, NULL, 'D'},
-		{"lat", no_argument, NULL, 'L'},
-		{"spin", no_argument, NULL, 'S'},
-		{"batch", required_argument, NULL, 'B'},
-		{"json", no_argument, NULL, 'j'},
-		{"addr", required_argument, NULL, 'A'},
-		{"label", required_argument, NULL, 'l'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+		{"sizes", required_argument, NULL, 's'},    {"iters", required_argument, NULL, 'n'},
+		{"duration", required_argument, NULL, 'D'}, {"lat", no_argument, NULL, 'L'},
+		{"spin", no_argument, NULL, 'S'},           {"batch", required_argument, NULL, 'B'},
+		{"relay", no_argument, NULL, 'R'},          {"json", no_argument, NULL, 'j'},
+		{"addr", required_argument, NULL, 'A'},     {"label", required_argument, NULL, 'l'},
+		{"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
 	};
 	struct opts o = {.iters = DEFAULT_ITERS,
 			 .addr = "127.0.0.1",
@@ -441,6 +525,9 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'R':
+			o.relay = true;
+			break;
 		case 'j':
 			o.json = true;
 			break;
@@ -458,7 +545,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (o.n_sizes == 0 || (o.iters == 0 && o.duration_s <= 0)) {
+	if (o.n_sizes == 0 || (o.iters == 0 && o.duration_s <= 0) || (o.relay && !o.lat)) {
 		usage(stderr);
 		return 2;
 	}
