@@ -501,6 +501,7 @@ static void show_conns(const json_t *r)
 		{"bytes_received", "RECEIVED", F_BYTES},
 		{"idle_ms", "IDLE", F_MS},
 		{"domains", "PD", F_TEXT},
+		{"lane", "LANE", F_TEXT},
 	};
 	if (jstr(r, "note", NULL)) {
 		printf("%s\n", jstr(r, "note", ""));

@@ -342,6 +342,7 @@ static int admit(struct job *job, const Rdmax__V1__Job *pj, char *why, size_t wh
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	job->cls = (uint8_t)cls;
+	job->urgent = cls == QOS_LATENCY && daemon->cfg.qos_enabled;
 	job->qos_flow = &owner->flows[cls];
 	ret = job_prepare(job, pj, why, why_size);
 	if (ret < 0) {

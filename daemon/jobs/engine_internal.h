@@ -189,6 +189,12 @@ struct job {
 	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
 	uint32_t n_slots;
 	uint8_t cls;               /* enum qos_class */
+	/*
+	 * Its xfers take the transports' latency lanes (xfer.urgent): the latency
+	 * class with [qos] on, fixed at admission so that a reload never splits one
+	 * job's chunks over two lanes (an ordered transport's imm must trail its data).
+	 */
+	bool urgent;
 	bool qos_grant;            /* the scheduler granted it its next chunk */
 	struct qos_waiter qos;     /* waiting for a credit (in its client's flow of cls) */
 	struct qos_flow *qos_flow; /* that flow; NULL when the job never waits (no client) */

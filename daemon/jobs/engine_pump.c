@@ -84,7 +84,7 @@ static int issue_piece(struct job *job, struct job_xfer *slot, const struct plan
 	xfer->uid = job->owner ? job->owner->uid : 0;
 	xfer->done = xfer_done;
 	xfer->ctx = job;
-	xfer->urgent = job->cls == QOS_LATENCY && job->engine->daemon->cfg.qos_enabled;
+	xfer->urgent = job->urgent;
 	slot->job = job;
 	slot->node = dest->node;
 	slot->dest = piece->dest;

@@ -602,6 +602,10 @@ static void json_conn(void *arg, const struct transport_conn_info *info)
 		snprintf(pd, sizeof(pd), "%u>%u", info->local_domain, info->remote_domain);
 	}
 	json_str(j, "domains", pd);
+	json_str(j, "lane", info->latency_lane ? "latency" : "");
+	if (info->qps) {
+		json_u64(j, "qps", info->qps);
+	}
 	json_obj_close(j);
 }
 

@@ -132,6 +132,9 @@ struct transport_conn_info {
 	/* verbs, per-uid isolation: protection domains here and at the peer; 0: shared */
 	uint32_t local_domain;
 	uint32_t remote_domain;
+	/* Carries only latency-class requests ([qos] on): a latency lane. */
+	bool latency_lane;
+	uint32_t qps; /* verbs: queue pairs of an outgoing connection; 0 otherwise */
 };
 typedef void (*transport_conn_cb)(void *arg, const struct transport_conn_info *info);
 

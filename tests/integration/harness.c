@@ -691,37 +691,44 @@ bool itest_daemon_maps(const struct itest_daemon *d, const char *needle)
 	return found;
 }
 
-/* One field of the daemon's admin reply to cmd, or UINT64_MAX when it cannot be read. */
-static uint64_t admin_field(const struct itest_daemon *d, const char *cmd, const char *field)
+int itest_admin_reply(const struct itest_daemon *d, const char *cmd, char *reply, size_t size)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	char reply[65536], key[64];
-	uint64_t value = UINT64_MAX;
+	int ret = -1;
 
 	int len = snprintf(NULL, 0, "%s/admin.sock", d->dir);
-	if (len < 0 || (size_t)len >= sizeof(sa.sun_path)) {
-		return value;
+	if (size == 0 || len < 0 || (size_t)len >= sizeof(sa.sun_path)) {
+		return -1;
 	}
 	memcpy(sa.sun_path, d->dir, strlen(d->dir));
 	memcpy(sa.sun_path + strlen(d->dir), "/admin.sock", sizeof("/admin.sock"));
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		return value;
+		return -1;
 	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
 	    send(fd, cmd, strlen(cmd), MSG_NOSIGNAL) == (ssize_t)strlen(cmd)) {
-		ssize_t n = recv(fd, reply, sizeof(reply) - 1, 0);
+		ssize_t n = recv(fd, reply, size - 1, 0);
 		if (n > 0) {
 			reply[n] = '\0';
-			snprintf(key, sizeof(key), "\"%s\":", field);
-			const char *p = strstr(reply, key);
-			if (p) {
-				value = strtoull(p + strlen(key), NULL, 10);
-			}
+			ret = 0;
 		}
 	}
 	close(fd);
-	return value;
+	return ret;
+}
+
+/* One field of the daemon's admin reply to cmd, or UINT64_MAX when it cannot be read. */
+static uint64_t admin_field(const struct itest_daemon *d, const char *cmd, const char *field)
+{
+	char reply[65536], key[64];
+
+	if (itest_admin_reply(d, cmd, reply, sizeof(reply)) < 0) {
+		return UINT64_MAX;
+	}
+	snprintf(key, sizeof(key), "\"%s\":", field);
+	const char *p = strstr(reply, key);
+	return p ? strtoull(p + strlen(key), NULL, 10) : UINT64_MAX;
 }
 
 void itest_wait_status(const struct itest_daemon *d, const char *field, uint64_t want)

@@ -107,9 +107,11 @@ bool itest_daemon_maps(const struct itest_daemon *d, const char *needle);
  * "status" reports `field` (e.g. "jobs_in_flight", "clients") equal to want.
  */
 void itest_wait_status(const struct itest_daemon *d, const char *field, uint64_t want);
-/* Wait (up to ITEST_WAIT_MS) until itest_daemon_maps(d, needle) is want. */
+/* The daemon's admin reply to cmd ("conns", ...) as text in reply; 0 or -1. */
+int itest_admin_reply(const struct itest_daemon *d, const char *cmd, char *reply, size_t size);
 /* A numeric field of the daemon's admin "stats" reply; UINT64_MAX when it cannot be read. */
 uint64_t itest_stats_field(const struct itest_daemon *d, const char *field);
+/* Wait (up to ITEST_WAIT_MS) until itest_daemon_maps(d, needle) is want. */
 void itest_wait_maps(const struct itest_daemon *d, const char *needle, bool want);
 /* A TCP port on addr that nobody listens on right now. */
 uint16_t itest_free_port(const char *addr);

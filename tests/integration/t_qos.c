@@ -4,7 +4,10 @@
  * queues a large bulk backlog to a peer and then one latency write: with
  * [qos] enabled the latency write completes before most of the bulk jobs
  * that were queued ahead of it; with [qos] off the same submissions keep
- * their order and it completes last. Bytes are compared on both paths. A
+ * their order and it completes last. Bytes are compared on both paths. With
+ * [qos] on the latency write took a connection of its own (a latency lane,
+ * of one queue pair on verbs), seen in the admin socket's conns; with it
+ * off there is none. A
  * SIGHUP reload changes the weights (seen in the admin status) and a bad
  * [qos] value leaves them as they were; a bad class is refused by name.
  */
@@ -49,6 +52,31 @@ static void wait_log(const struct itest_daemon *d, const char *needle)
 			      needle);
 		itest_sleep_ms(10);
 	}
+}
+
+/*
+ * The daemon's outgoing connections: how many are latency lanes, and the
+ * queue pairs of the last one (0 when it names none, as TCP's do).
+ */
+static int latency_lanes(const struct itest_daemon *d, uint64_t *ret_qps)
+{
+	static char reply[65536];
+	int n = 0;
+
+	*ret_qps = 0;
+	ck_assert_int_eq(itest_admin_reply(d, "conns", reply, sizeof(reply)), 0);
+	for (char *obj = strchr(reply, '{'); obj; obj = strchr(obj + 1, '{')) {
+		char *end = strchr(obj, '}');
+		ck_assert_ptr_nonnull(end);
+		*end = '\0';
+		if (strstr(obj, "\"direction\":\"out\"") && strstr(obj, "\"lane\":\"latency\"")) {
+			const char *qps = strstr(obj, "\"qps\":");
+			*ret_qps = qps ? strtoull(qps + strlen("\"qps\":"), NULL, 10) : 0;
+			n++;
+		}
+		*end = '}';
+	}
+	return n;
 }
 
 /*
@@ -100,6 +128,11 @@ static int bulk_then_latency(bool qos)
 	}
 	ck_assert_int_ge(lat_at, 0);
 	itest_assert_mem_eq(itest_bytes(ldst), itest_bytes(lsrc), LAT_BYTES, "latency write");
+	uint64_t qps;
+	ck_assert_int_eq(latency_lanes(a, &qps), qos ? 1 : 0);
+	if (qos && strcmp(itest_transport(), "verbs") == 0) {
+		ck_assert_uint_eq(qps, 1);
+	}
 	for (int i = 0; i < BULK_JOBS; i++) {
 		itest_assert_mem_eq(itest_bytes(dst) + (uint64_t)i * BULK_BYTES, itest_bytes(src),
 				    BULK_BYTES, "bulk write");

@@ -32,6 +32,7 @@ Suite *conn_suite(void);
 
 struct posted {
 	uint32_t link;
+	const struct conn *conn;
 	struct wr_desc wr;
 };
 
@@ -99,6 +100,7 @@ static int f_link_post(void *ctx, struct conn_link *link, const struct wr_desc *
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(g_fake.n_posted, MAX_POSTED);
 		g_fake.posted[g_fake.n_posted].link = link->index;
+		g_fake.posted[g_fake.n_posted].conn = link->conn;
 		g_fake.posted[g_fake.n_posted].wr = wrs[i];
 		g_fake.n_posted++;
 	}
@@ -1794,6 +1796,116 @@ START_TEST(conn_message_stale_and_checks)
 }
 END_TEST
 
+/* The connection of t on this lane, or NULL. */
+static struct conn *conn_of_lane(struct conn_table *t, bool latency_lane)
+{
+	for (struct list_node *pos = t->conns.next; pos != &t->conns; pos = pos->next) {
+		struct conn *c = container_of(pos, struct conn, link);
+		if (c->latency_lane == latency_lane) {
+			return c;
+		}
+	}
+	return NULL;
+}
+
+/* The connection the first WR of xfer was posted on, or NULL. */
+static const struct conn *posted_conn(const struct xfer *xfer)
+{
+	for (size_t i = 0; i < g_fake.n_posted; i++) {
+		if (g_fake.posted[i].wr.xfer == xfer) {
+			return g_fake.posted[i].conn;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Latency-class xfers (urgent) take a connection of their own to the peer,
+ * of one QP: with bulk xfers filling both links of the bulk connection and
+ * more waiting, a latency xfer is posted at once on its lane and completes
+ * while the bulk ones still wait. Messages stay on the bulk connection even
+ * when marked urgent, no bulk xfer rides on the lane, and the lane counts as
+ * a connection against the limit.
+ */
+START_TEST(conn_latency_lane)
+{
+	struct conn_table t;
+	struct conn_policy p = test_policy();
+	struct txfer bulk[40], lat, other;
+	struct tmsg *msg = tmsg_new(9, 13, PEER_INSTANCE);
+
+	p.max_connections = 2;
+	table_setup(&t, &p, NULL);
+	for (size_t i = 0; i < ARRAY_SIZE(bulk); i++) {
+		unit_txfer_init(&bulk[i], XFER_WRITE, 1 << 20, PEER_INSTANCE);
+		ck_assert_int_eq(conn_submit(&t, &bulk[i].x, 0), 0);
+	}
+	ck_assert_uint_eq(t.n_conns, 1);
+	unit_txfer_init(&lat, XFER_WRITE, 65536, PEER_INSTANCE);
+	lat.x.urgent = true;
+	ck_assert_int_eq(conn_submit(&t, &lat.x, 0), 0);
+	msg->m.xfer.urgent = true;
+	ck_assert_int_eq(conn_submit_message(&t, &msg->m, 0), 0);
+	ck_assert_uint_eq(t.n_conns, 2);
+	struct conn *bulk_conn = conn_of_lane(&t, false);
+	struct conn *lane = conn_of_lane(&t, true);
+	ck_assert_ptr_nonnull(bulk_conn);
+	ck_assert_ptr_nonnull(lane);
+	ck_assert_uint_eq(bulk_conn->n_links, 2);
+	ck_assert_uint_eq(lane->n_links, 1);
+	ck_assert_uint_eq(bulk_conn->n_msg_pending, 1);
+	ck_assert_uint_eq(lane->n_pending, 1);
+	/* The limit is reached: a third connection (another peer) is refused. */
+	unit_txfer_init(&other, XFER_WRITE, 64, PEER_INSTANCE);
+	snprintf(other.x.peer.addr, sizeof(other.x.peer.addr), "192.0.2.9");
+	ck_assert_int_eq(conn_submit(&t, &other.x, 0), RDMAX_E_RESOURCE_EXHAUSTED);
+
+	connect_all(bulk_conn, NULL, PEER_INSTANCE, 1);
+	connect_all(lane, NULL, PEER_INSTANCE, 1);
+	conn_table_work(&t, 2);
+	ck_assert_ptr_eq(posted_conn(&lat.x), lane);
+	ck_assert_ptr_eq(posted_conn(&msg->m.xfer), bulk_conn);
+	size_t on_lane = 0;
+	uint64_t lat_seq = 0;
+	for (size_t i = 0; i < g_fake.n_posted; i++) {
+		if (g_fake.posted[i].conn == lane) {
+			ck_assert_ptr_eq(g_fake.posted[i].wr.xfer, &lat.x);
+			lat_seq = g_fake.posted[i].wr.seq;
+			on_lane++;
+		}
+	}
+	ck_assert_uint_eq(on_lane, 1);
+	ck_assert_uint_gt(bulk_conn->n_pending, 0); /* bulk still waits for send queue room */
+	conn_link_wc(&lane->links[0], lat_seq, IBV_WC_SUCCESS, 0, 3);
+	conn_table_work(&t, 3);
+	ck_assert_int_eq(lat.calls, 1);
+	ck_assert_int_eq(lat.err, 0);
+	ck_assert_uint_eq(lat.x.bytes_done, 65536);
+	for (size_t i = 0; i < ARRAY_SIZE(bulk); i++) {
+		ck_assert_int_eq(bulk[i].calls, 0);
+	}
+
+	/* Shut down: each link's marker flushes what it still holds; everything ends once. */
+	conn_table_shutdown(&t);
+	for (size_t i = 0; i < g_fake.n_posted; i++) {
+		if (g_fake.posted[i].wr.kind == WR_MARKER) {
+			struct conn *c = (struct conn *)g_fake.posted[i].conn;
+			conn_link_wc(&c->links[g_fake.posted[i].link], g_fake.posted[i].wr.seq,
+				     IBV_WC_WR_FLUSH_ERR, 0, 4);
+		}
+	}
+	conn_table_work(&t, 4);
+	for (size_t i = 0; i < ARRAY_SIZE(bulk); i++) {
+		ck_assert_int_eq(bulk[i].calls, 1);
+	}
+	ck_assert_int_eq(lat.calls, 1);
+	ck_assert_int_eq(msg->calls, 1);
+	ck_assert_int_eq(other.calls, 0);
+	table_teardown(&t);
+	free(msg);
+}
+END_TEST
+
 Suite *conn_suite(void)
 {
 	Suite *s = suite_create("conn");
@@ -1817,6 +1929,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_mutual_auth);
 	tcase_add_test(tc, conn_limit);
 	tcase_add_test(tc, conn_uid_share);
+	tcase_add_test(tc, conn_latency_lane);
 	tcase_add_test(tc, conn_post_failure_and_lists);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("private data and errors");

@@ -479,6 +479,39 @@ START_TEST(qos_engine_reload_applies)
 }
 END_TEST
 
+/*
+ * A job's lane is fixed when it is admitted: a reload that turns [qos] off
+ * mid-job leaves its later chunks on the latency lane (an ordered transport
+ * keeps a job's imm behind its data only within one lane), and a job
+ * admitted after it takes the default lane.
+ */
+START_TEST(qos_engine_lane_fixed_at_admission)
+{
+	submit(1, 1, 12 * 4096, 1);
+	int first = F.ft.n;
+	ck_assert_int_gt(first, 0);
+	ck_assert_int_lt(first, 12);
+	F.d.cfg.qos_enabled = false;
+	engine_qos_reconfigure(F.engine);
+	submit(0, 2, 4096, 1);
+	int later = F.ft.n - 1;
+	ck_assert_int_eq(client_of(later), 0);
+	ck_assert(!F.ft.snap[later].urgent);
+	fake_transport_finish_all(&F.ft, 0);
+	ck_assert_int_eq(g_n_done, 2);
+	int of_job = 0;
+	for (int i = 0; i < F.ft.n; i++) {
+		if (client_of(i) == 1) {
+			ck_assert_msg(F.ft.snap[i].urgent, "chunk %d of the latency job left its lane", i);
+			of_job++;
+		}
+	}
+	ck_assert_int_eq(of_job, 12);
+	ck_assert_int_eq(g_done[0].err, 0);
+	ck_assert_int_eq(g_done[1].err, 0);
+}
+END_TEST
+
 START_TEST(qos_engine_cancel_while_waiting)
 {
 	struct engine_qos_stats st;
@@ -521,6 +554,7 @@ Suite *qos_suite(void)
 	tcase_add_test(tc, qos_engine_fair_share_between_clients);
 	tcase_add_test(tc, qos_engine_bad_class_and_session_default);
 	tcase_add_test(tc, qos_engine_reload_applies);
+	tcase_add_test(tc, qos_engine_lane_fixed_at_admission);
 	tcase_add_test(tc, qos_engine_cancel_while_waiting);
 	suite_add_tcase(s, tc);
 	return s;

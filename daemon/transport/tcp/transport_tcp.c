@@ -379,6 +379,7 @@ static void tcp_list_conns(struct transport *transport, transport_conn_cb cb, vo
 			.bytes_sent = conn->bytes_sent,
 			.bytes_received = conn->bytes_received,
 			.idle_ms = now - conn->last_io_ms,
+			.latency_lane = conn->urgent_lane,
 		};
 		cb(arg, &info);
 	}

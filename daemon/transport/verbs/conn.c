@@ -148,12 +148,16 @@ static void mark_dirty(struct conn *conn)
 	conn->table->ops->kick(conn->table->ctx);
 }
 
-/* Which connection an xfer takes: the peer daemon and the domains on both sides. */
+/*
+ * Which connection an xfer takes: the peer daemon, the domains on both sides,
+ * and the lane (a latency-class xfer takes a connection of its own).
+ */
 struct conn_key {
 	const struct endpoint *peer;
 	uint32_t local_domain;
 	uint32_t remote_domain;
 	uint64_t remote_token;
+	bool latency_lane;
 };
 
 static uint64_t peer_hash(const struct conn_key *k)
@@ -166,6 +170,7 @@ static uint64_t peer_hash(const struct conn_key *k)
 	h = (h ^ k->peer->port) * 1099511628211ull;
 	h = (h ^ k->local_domain) * 1099511628211ull;
 	h = (h ^ k->remote_domain) * 1099511628211ull;
+	h = (h ^ (k->latency_lane ? 1u : 0u)) * 1099511628211ull;
 	return h == 0 || h == UINT64_MAX ? 1 : h;
 }
 
@@ -667,8 +672,9 @@ void conn_established(struct conn *conn, uint64_t now)
 	conn->last_active_ms = now;
 	conn->last_progress_ms = now;
 	conn->table->ops->timer_stop(conn->table->ctx, conn);
-	log_info("connected to %s (%u QP%s, peer instance %016" PRIx64 ")", conn->name,
-		 conn->n_links, conn->n_links == 1 ? "" : "s", conn->peer_instance);
+	log_info("connected to %s (%u QP%s%s, peer instance %016" PRIx64 ")", conn->name,
+		 conn->n_links, conn->n_links == 1 ? "" : "s",
+		 conn->latency_lane ? " for latency-class transfers" : "", conn->peer_instance);
 	/* Xfers queued while connecting may name an older start of this peer. */
 	for (int q = 0; q < 2; q++) {
 		struct list_node *queue = q ? &conn->msg_pending : &conn->pending;
@@ -701,7 +707,8 @@ void conn_established(struct conn *conn, uint64_t now)
 static bool conn_matches(const struct conn *conn, const struct conn_key *k)
 {
 	return endpoint_same_peer(&conn->peer, k->peer) && conn->local_domain == k->local_domain &&
-	       conn->remote_domain == k->remote_domain && conn->remote_token == k->remote_token;
+	       conn->remote_domain == k->remote_domain && conn->remote_token == k->remote_token &&
+	       conn->latency_lane == k->latency_lane;
 }
 
 static struct conn *conn_new(struct conn_table *t, const struct conn_key *k, uint64_t now)
@@ -713,13 +720,16 @@ static struct conn *conn_new(struct conn_table *t, const struct conn_key *k, uin
 	if (!conn) {
 		return NULL;
 	}
-	conn->links = calloc(p->links, sizeof(*conn->links));
+	/* A latency lane holds few WRs at a time: one QP keeps them in order. */
+	uint32_t n_links = k->latency_lane ? 1 : p->links;
+	conn->links = calloc(n_links, sizeof(*conn->links));
 	if (!conn->links) {
 		free(conn);
 		return NULL;
 	}
 	conn->table = t;
-	conn->n_links = p->links;
+	conn->n_links = n_links;
+	conn->latency_lane = k->latency_lane;
 	conn->peer = *peer;
 	conn->local_domain = k->local_domain;
 	conn->remote_domain = k->remote_domain;
@@ -794,12 +804,16 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint32_t local_domain
 	if (wrs + 1 >= p->sq_depth) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
-	/* Messages go between the daemons' shared domains (their receive buffers are there). */
+	/*
+	 * Messages go between the daemons' shared domains (their receive buffers
+	 * are there), on the bulk lane, the one their ordering is kept on.
+	 */
 	struct conn_key key = {.peer = &xfer->peer};
 	if (!xfer->wire_id) {
 		key.local_domain = local_domain;
 		key.remote_domain = xfer->peer.domain;
 		key.remote_token = xfer->peer.domain ? xfer->peer.domain_token : 0;
+		key.latency_lane = xfer->urgent;
 	}
 	struct conn *conn = find_conn(t, &key);
 	if (!conn) {

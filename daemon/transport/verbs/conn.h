@@ -8,7 +8,8 @@
  * fakes, so every transition can be driven by synthetic events.
  *
  * A connection to a peer daemon is a set of links, one RC QP each
- * (cfg qps_per_peer); xfers are spread over the links round-robin and each
+ * (cfg qps_per_peer; one for a latency lane, which latency-class xfers take
+ * when [qos] is on); xfers are spread over the links round-robin and each
  * xfer completes exactly once, through conn_table_deliver(), never from
  * inside conn_submit().
  */
@@ -106,11 +107,17 @@ struct conn {
 	 * Protection domains (per-uid isolation, docs/security.md): this side's
 	 * QPs are in local_domain's PD (0: the device's shared PD), the peer's in
 	 * remote_domain's, proved with remote_token. Part of the connection's key:
-	 * one connection per (peer, local domain, remote domain).
+	 * one connection per (peer, local domain, remote domain, lane).
 	 */
 	uint32_t local_domain;
 	uint32_t remote_domain;
 	uint64_t remote_token;
+	/*
+	 * Carries only latency-class xfers (xfer.urgent, [qos] on), on one QP of
+	 * its own: they never wait behind bulk WRs in a send queue, where a NIC
+	 * (and rxe) works each QP's WRs in order. Part of the key too.
+	 */
+	bool latency_lane;
 	char name[CONN_NAME_MAX]; /* "addr:port" for messages */
 	uint32_t n_links;
 	uint32_t links_up;

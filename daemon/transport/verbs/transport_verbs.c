@@ -657,6 +657,8 @@ static void verbs_list_conns(struct transport *transport, transport_conn_cb cb, 
 			.idle_ms = now - MIN(now, conn->last_active_ms),
 			.local_domain = conn->local_domain,
 			.remote_domain = conn->remote_domain,
+			.latency_lane = conn->latency_lane,
+			.qps = conn->n_links,
 		};
 		cb(arg, &info);
 	}
