@@ -188,7 +188,7 @@ struct job {
 	uint64_t in_flight_bytes; /* bytes of the xfers in flight */
 	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
 	uint32_t n_slots;
-	uint8_t cls;               /* enum qos_class */
+	uint8_t cls; /* enum qos_class */
 	/*
 	 * Its xfers take the transports' latency lanes (xfer.urgent): the latency
 	 * class with [qos] on, fixed at admission so that a reload never splits one

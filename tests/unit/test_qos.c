@@ -502,7 +502,8 @@ START_TEST(qos_engine_lane_fixed_at_admission)
 	int of_job = 0;
 	for (int i = 0; i < F.ft.n; i++) {
 		if (client_of(i) == 1) {
-			ck_assert_msg(F.ft.snap[i].urgent, "chunk %d of the latency job left its lane", i);
+			ck_assert_msg(F.ft.snap[i].urgent,
+				      "chunk %d of the latency job left its lane", i);
 			of_job++;
 		}
 	}
