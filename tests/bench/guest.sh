@@ -200,23 +200,8 @@ cleanup() {
 	rm -rf "$run"
 }
 trap cleanup EXIT
-
-gid_index() { # DEV IPV4: index of the RoCE v2 GID of IPV4
-	local dev=$1 want f idx
-	local -a o
-	IFS=. read -r -a o <<<"$2"
-	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' \
-		"${o[0]}" "${o[1]}" "${o[2]}" "${o[3]}")
-	for f in "/sys/class/infiniband/$dev/ports/1/gids/"*; do
-		[ "$(cat "$f" 2>/dev/null)" = "$want" ] || continue
-		idx=${f##*/}
-		if [ "$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$idx" 2>/dev/null)" = \
-			"RoCE v2" ]; then
-			echo "$idx"
-			return 0
-		fi
-	done
-}
+# wait_listen, gid_index (its start_daemon is replaced by this file's own below).
+. "$(dirname "$0")/lib.sh"
 
 start_daemon() { # NAME DEV IP PORT [QPS]
 	local name=$1 dev=$2 ip=$3 port=$4 i
@@ -228,11 +213,7 @@ start_daemon() { # NAME DEV IP PORT [QPS]
 	done
 	"$build/rdmaxd" "${args[@]}" 2>"$run/$name.log" &
 	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -S "$run/$name.sock" ] && return 0
-		kill -0 "${pids[-1]}" 2>/dev/null || break
-		sleep 0.05
-	done
+	wait_socket "$run/$name.sock" "${pids[-1]}" && return 0
 	skip "rdmaxd --transport $transport --listen $ip did not start:" \
 		"$(grep -v '^$' "$run/$name.log" | tail -n 2 | tr '\n' ' ')"
 }
@@ -255,16 +236,6 @@ perftest() {
 		log "perftest printed no usable figure (clock calibration under emulation); again"
 	done
 	mv "$out/guest-ref-$1-$2-r$4.txt" "$out/guest-ref-$1-$2-r$4.failed"
-	return 1
-}
-
-wait_listen() { # PORT PID: until a server listens on PORT, or PID died (15 s at most)
-	local i
-	for ((i = 0; i < 300; i++)); do
-		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.05
-	done
 	return 1
 }
 

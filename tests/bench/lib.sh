@@ -1,23 +1,19 @@
 # SPDX-License-Identifier: MIT
 #
-# lib.sh - shared by the host parts of `make bench` (run.sh, scaling.sh, qos.sh)
-# and qos-trace.sh;
-# sourced, not run. Expects $build, $run (a directory for sockets and logs)
-# and a pids array in the caller.
+# lib.sh - shared by the parts of `make bench` (run.sh, scaling.sh, qos.sh, and
+# guest.sh in the Soft-RoCE guest, which starts its daemons with a
+# start_daemon of its own) and qos-trace.sh; sourced, not run. Expects $build,
+# $run (a directory for sockets and logs) and a pids array in the caller.
 
 # start_daemon NAME PART [RDMAXD-ARGS...]: an rdmaxd over TCP on loopback, socket
 # $run/NAME.sock, its pid appended to pids; says "SKIP PART: ..." and fails when it
 # does not start.
 start_daemon() {
-	local i
 	# Port 0: the kernel picks free ports, descriptors carry them.
 	"$build/rdmaxd" --node-name "$1" --socket "$run/$1.sock" --transport tcp \
 		--listen 127.0.0.1 --port 0 --log-level notice "${@:3}" 2>"$run/$1.log" &
 	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -S "$run/$1.sock" ] && return 0
-		sleep 0.05
-	done
+	wait_socket "$run/$1.sock" "${pids[-1]}" && return 0
 	echo "SKIP $2: rdmaxd '$1' did not start: $(tail -n 2 "$run/$1.log" | tr '\n' ' ')"
 	return 1
 }
@@ -37,4 +33,44 @@ start_serve() {
 	done
 	echo "SKIP $4: serve $2 did not publish its descriptor"
 	return 1
+}
+
+# wait_socket SOCKET PID: until the Unix socket SOCKET exists (5 s at most), or PID died.
+wait_socket() {
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[ -S "$1" ] && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+# wait_listen PORT PID: until a TCP server listens on PORT, or PID died (15 s at most).
+wait_listen() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+# gid_index DEV IPV4: the index of the RoCE v2 GID of IPV4 on DEV's port 1 (perftest's -x).
+gid_index() {
+	local dev=$1 want f idx
+	local -a o
+	IFS=. read -r -a o <<<"$2"
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' \
+		"${o[0]}" "${o[1]}" "${o[2]}" "${o[3]}")
+	for f in "/sys/class/infiniband/$dev/ports/1/gids/"*; do
+		[ "$(cat "$f" 2>/dev/null)" = "$want" ] || continue
+		idx=${f##*/}
+		if [ "$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$idx" 2>/dev/null)" = \
+			"RoCE v2" ]; then
+			echo "$idx"
+			return 0
+		fi
+	done
 }

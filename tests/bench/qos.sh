@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 #
 # qos.sh - the traffic-class part of `make bench` (docs/benchmarks.md,
-# "Traffic classes"). Two rdmaxd on loopback over the TCP transport; on
+# "Traffic classes"). Two rdmaxd on loopback over the TCP transport (or, in
+# the Soft-RoCE guest with RDMAX_BENCH_QOS_TRANSPORT=verbs, over verbs
+# between two devices: guest.sh runs it so); on
 # daemon b two served regions (one per class, so the read-back checks of
 # the two writers never overlap). Per repetition and per [qos] setting (off:
 # today's FIFO, on: the scheduler and the latency connection):
@@ -21,16 +23,23 @@
 #   raw relay  the blocking ping-pong through a relay process (tcp-stream
 #              --relay: four hand-offs per round trip, as a job through two
 #              daemons), idle and under the rdmax bulk load
-# The class is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
+# Over verbs the raw reference is perftest between the same two devices,
+# `ib_write_lat -s 64K` (a ping-pong of 64 KiB writes; its typical and 99 %
+# figures) alone, while `ib_write_bw -s 8M -q 2` runs between them, and under
+# the rdmax bulk load. The class
+# is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
 # $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
-# --json), and a summary with medians and spreads in host-qos-summary.txt.
+# --json; guest-qos-verbs-... over verbs), and a summary with medians and
+# spreads in host-qos-summary.txt (guest-qos-verbs-summary.txt).
 # Targets: p99 of mixed <= 2x p99 of idle, bulk of mixed >= 0.9x bulk alone;
 # the summary also gives rdmax's degradation against the raw reference's.
 #
 # Environment: RDMAX_BUILD (build), RDMAX_BENCH_OUT, RDMAX_BENCH_SECONDS (2,
 # per run), RDMAX_BENCH_QOS_REPS (3), RDMAX_BENCH_QOS_SET (extra --set
 # options for daemon a, blank-separated, e.g. qos.max_in_flight=16),
-# RDMAX_BENCH_QOS_LAT_SPIN_US (0: the latency client's RDMAX_SPIN_US).
+# RDMAX_BENCH_QOS_LAT_SPIN_US (0: the latency client's RDMAX_SPIN_US),
+# RDMAX_BENCH_QOS_TRANSPORT (tcp, or verbs with RDMAX_BENCH_QOS_DEVS and
+# RDMAX_BENCH_QOS_ADDRS: two devices and their addresses, daemon a's first).
 set -u
 
 build=${RDMAX_BUILD:-build}
@@ -47,12 +56,40 @@ cleanup() {
 	pids=()
 }
 trap 'cleanup; rm -rf "$run"' EXIT
+transport=${RDMAX_BENCH_QOS_TRANSPORT:-tcp}
+case $transport in
+tcp) pre=host-qos ;;
+verbs)
+	pre=guest-qos-verbs
+	read -r dev_a dev_b <<<"${RDMAX_BENCH_QOS_DEVS:-rxe0 rxe1}"
+	read -r ip_a ip_b <<<"${RDMAX_BENCH_QOS_ADDRS:-192.0.2.1 192.0.2.2}"
+	;;
+*)
+	echo "qos: RDMAX_BENCH_QOS_TRANSPORT must be tcp or verbs" >&2
+	exit 2
+	;;
+esac
 mkdir -p "$out" || exit 1
-rm -f "$out"/host-qos-*
+rm -f "$out/$pre"-*
 . "$(dirname "$0")/lib.sh"
 
-daemon() { # NAME [--set ...]: an rdmaxd over TCP on loopback
-	start_daemon "$1" qos --set "daemon.admin_socket=$run/$1-admin.sock" "${@:2}"
+verbs_daemon() { # NAME DEV IP PORT [RDMAXD-ARGS...]: an rdmaxd over verbs on DEV
+	"$build/rdmaxd" --node-name "$1" --socket "$run/$1.sock" --transport verbs \
+		--listen "$3" --port "$4" --log-level notice --set "verbs.devices=$2" \
+		"${@:5}" 2>"$run/$1.log" &
+	pids+=($!)
+	wait_socket "$run/$1.sock" "${pids[-1]}" && return 0
+	echo "SKIP qos: rdmaxd '$1' did not start: $(tail -n 2 "$run/$1.log" | tr '\n' ' ')"
+	return 1
+}
+
+daemon() { # NAME [--set ...]: an rdmaxd over TCP on loopback, or over verbs
+	local admin=(--set "daemon.admin_socket=$run/$1-admin.sock")
+	case $transport:$1 in
+	verbs:a) verbs_daemon a "$dev_a" "$ip_a" 17481 "${admin[@]}" "${@:2}" ;;
+	verbs:b) verbs_daemon b "$dev_b" "$ip_b" 17482 "${admin[@]}" "${@:2}" ;;
+	*) start_daemon "$1" qos "${admin[@]}" "${@:2}" ;;
+	esac
 }
 
 serve() { # NAME SIZE: a region on daemon b
@@ -80,6 +117,15 @@ bulk() { # FILE SECONDS: bulk-class 8 MiB writes, 16 outstanding
 latspin=${RDMAX_BENCH_QOS_LAT_SPIN_US:-0}
 
 stream=$build/tests/bench/tcp-stream
+if [ "$transport" = verbs ]; then
+	stream='' # tcp-stream measures TCP; perftest is the reference here
+	gid_a=$(gid_index "$dev_a" "$ip_a")
+	gid_b=$(gid_index "$dev_b" "$ip_b")
+	if [ -z "$gid_a" ] || [ -z "$gid_b" ] || ! command -v ib_write_lat >/dev/null; then
+		echo "qos: no RoCE v2 GID or no perftest: no raw reference over verbs"
+		gid_a=''
+	fi
+fi
 
 rawlat() { # FILE [--spin] [--relay]: the raw 64 KiB ping-pong
 	timeout 120 "$stream" --lat -s 64K -D "$secs" --json "${@:2}" >"$1" 2>>"$run/bench.err"
@@ -100,6 +146,46 @@ rawpair() { # PID NAME REP [relay]: the raw ping-pongs while load PID runs, then
 	wait "$1" || failed=1
 }
 
+# Over verbs: ib_write_lat between the two devices (server on b's, client on a's).
+vport=18620
+vlatiters=${RDMAX_BENCH_QOS_PERF_ITERS:-300}
+vloadsecs=$(awk -v s="$secs" 'BEGIN { print 4 * s + 4 }')
+verbs_rawlat() { # FILE [LOADPID]: one ib_write_lat run; it must end before LOADPID does
+	local port=$vport spid rc
+	vport=$((vport + 1))
+	timeout 120 ib_write_lat -d "$dev_b" -x "$gid_b" -F -s 65536 -n "$vlatiters" -p "$port" \
+		>"$run/perf-lat-server.log" 2>&1 &
+	spid=$!
+	wait_listen "$port" "$spid" || { wait "$spid"; return 1; }
+	timeout 120 ib_write_lat -d "$dev_a" -x "$gid_a" -F -s 65536 -n "$vlatiters" -p "$port" \
+		"$ip_b" >"$1" 2>>"$run/bench.err"
+	rc=$?
+	wait "$spid" || rc=1
+	if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then
+		echo "qos: ${1##*/} outlived its load (RDMAX_BENCH_QOS_PERF_ITERS fewer)" \
+			>>"$run/bench.err"
+		rc=1
+	fi
+	return $rc
+}
+
+verbs_rawref() { # REP: ib_write_lat alone, then under ib_write_bw 8 MiB on 2 QPs
+	local port=$vport spid lpid
+	vport=$((vport + 1))
+	verbs_rawlat "$out/$pre-raw-idle-r$1.txt" || failed=1
+	timeout 120 ib_write_bw -d "$dev_b" -x "$gid_b" -F -s 8388608 -q 2 -D "$vloadsecs" \
+		-p "$port" >"$run/perf-bw-server.log" 2>&1 &
+	spid=$!
+	wait_listen "$port" "$spid" || failed=1
+	timeout 120 ib_write_bw -d "$dev_a" -x "$gid_a" -F -s 8388608 -q 2 -D "$vloadsecs" \
+		-p "$port" "$ip_b" >"$out/$pre-raw-loadperf-r$1.txt" 2>>"$run/bench.err" &
+	lpid=$!
+	sleep 1
+	verbs_rawlat "$out/$pre-raw-mixedperf-r$1.txt" "$lpid" || failed=1
+	wait "$lpid" || failed=1
+	wait "$spid" || failed=1
+}
+
 rawref() { # REP: raw ping-pongs idle, then under a raw 8 MiB stream (blocking, spinning)
 	local b load
 	rawlat "$out/host-qos-raw-idle-r$1.json" || failed=1
@@ -114,7 +200,7 @@ rawref() { # REP: raw ping-pongs idle, then under a raw 8 MiB stream (blocking, 
 	done
 }
 
-if [ ! -x "$stream" ]; then
+if [ "$transport" = tcp ] && [ ! -x "$stream" ]; then
 	echo "qos: $stream is missing (make all builds it): no raw reference"
 	failed=1
 fi
@@ -122,6 +208,9 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((rep = 1; rep <= reps; rep++)); do
 	if [ -x "$stream" ]; then
 		rawref "$rep"
+		echo "qos: rep $rep, raw reference done"
+	elif [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
+		verbs_rawref "$rep"
 		echo "qos: rep $rep, raw reference done"
 	fi
 	for mode in off on; do
@@ -136,7 +225,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 			cleanup
 			break 2
 		fi
-		p=$out/host-qos-$mode
+		p=$out/$pre-$mode
 		lat "$p-idle-r$rep.json" || failed=1
 		bulk "$p-bulk-r$rep.json" "$secs" || failed=1
 		# Bulk starts first and runs past the latency writes (their warm-up, and a last
@@ -152,6 +241,12 @@ for ((rep = 1; rep <= reps; rep++)); do
 			# not go through the daemons.
 			bulk "$p-rawbulk-r$rep.json" "$relayloadsecs" &
 			rawpair $! mixedrdmax "$rep" relay
+		elif [ $mode = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
+			bulk "$p-rawbulk-r$rep.json" "$vloadsecs" &
+			bpid=$!
+			sleep 1
+			verbs_rawlat "$out/$pre-raw-mixedrdmax-r$rep.txt" "$bpid" || failed=1
+			wait $bpid || failed=1
 		fi
 		cleanup
 		echo "qos: rep $rep, [qos] $mode done"
@@ -160,12 +255,15 @@ done
 ((failed)) && echo "qos: a run failed: $(tail -n 3 "$run/bench.err" | tr '\n' ' ')"
 
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
-/usr/bin/python3 - "$out" "$reps" "$load0" "$load1" "$latspin" <<'PY' | tee "$out/host-qos-summary.txt"
+where="TCP on loopback"
+[ "$transport" = verbs ] && where="verbs between $dev_a and $dev_b"
+/usr/bin/python3 - "$out" "$reps" "$load0" "$load1" "$latspin" "$pre" "$where" <<'PY' |
 import json, statistics, sys, glob
-out, reps = sys.argv[1], int(sys.argv[2])
+out, reps, pre = sys.argv[1], int(sys.argv[2]), sys.argv[6]
 def vals(mode, test, key):
     v = []
-    for f in sorted(glob.glob("%s/host-qos-%s-%s-r*.json" % (out, mode, test))):
+    prefix = "host-qos" if mode == "raw" else pre
+    for f in sorted(glob.glob("%s/%s-%s-%s-r*.json" % (out, prefix, mode, test))):
         r = json.load(open(f))["results"][0]
         v.append(r["lat_us"][key] if key != "GBps" else r["GBps"])
     return v
@@ -173,9 +271,9 @@ def fmt(v, unit):
     if not v:
         return "n/a"
     return "%.1f %s (%s)" % (statistics.median(v), unit, ", ".join("%.1f" % x for x in v))
-print("traffic classes, TCP on loopback, %d repetitions (median, then each run); "
+print("traffic classes, %s, %d repetitions (median, then each run); "
       "load average %s before, %s after; latency client RDMAX_SPIN_US=%s"
-      % (reps, sys.argv[3], sys.argv[4], sys.argv[5]))
+      % (sys.argv[7], reps, sys.argv[3], sys.argv[4], sys.argv[5]))
 for mode in ("off", "on"):
     idle50, idle99 = vals(mode, "idle", "p50"), vals(mode, "idle", "p99")
     mix50, mix99 = vals(mode, "mixedlat", "p50"), vals(mode, "mixedlat", "p99")
@@ -191,9 +289,43 @@ for mode in ("off", "on"):
         rb = statistics.median(mixb) / statistics.median(bulk)
         print("  p99 under load / idle p99 = %.2f (target <= 2)   bulk with / without "
               "latency = %.2f (target >= 0.9)" % (r99, rb))
-# The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream.
+# The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream
+# (over verbs: ib_write_lat under ib_write_bw).
 def ratio(num, den):
     return statistics.median(num) / statistics.median(den) if num and den else None
+def perftest(test):
+    typ, p99 = [], []
+    for f in sorted(glob.glob("%s/%s-raw-%s-r*.txt" % (out, pre, test))):
+        lines = open(f).read().splitlines()
+        for i, l in enumerate(lines):
+            if "#bytes" in l and i + 1 < len(lines) and len(lines[i + 1].split()) >= 8:
+                v = lines[i + 1].split()
+                typ.append(float(v[4]))
+                p99.append(float(v[7]))
+                break
+    return typ, p99
+if pre != "host-qos":
+    print("raw reference (perftest): ib_write_lat -s 64K (half a round trip; typical and "
+          "99 %); load: ib_write_bw -s 8M -q 2, or rdmax's 8M bulk writes")
+    idle = perftest("idle")
+    print("  ib_write_lat idle          typical %s   99%% %s" % (fmt(idle[0], "us"), fmt(idle[1], "us")))
+    for load, name in (("perf", "ib_write_bw"), ("rdmax", "rdmax bulk ")):
+        m = perftest("mixed" + load)
+        print("  ib_write_lat + %s  typical %s   99%% %s" % (name, fmt(m[0], "us"), fmt(m[1], "us")))
+        r = ratio(m[1], idle[1])
+        if r is not None:
+            print("    its 99%% under load / idle = %.2f" % r)
+    bw = []
+    for f in sorted(glob.glob("%s/%s-raw-loadperf-r*.txt" % (out, pre))):
+        lines = open(f).read().splitlines()
+        for i, l in enumerate(lines):
+            if "#bytes" in l and i + 1 < len(lines) and len(lines[i + 1].split()) >= 4:
+                bw.append(float(lines[i + 1].split()[3]))
+                break
+    print("  ib_write_bw 8M -q 2 with the ib_write_lat run  %s" % fmt(bw, "MB/s"))
+    print("  rdmax bulk 8M with the ib_write_lat run        %s" %
+          fmt([x * 1000 for x in vals("on", "rawbulk", "GBps")], "MB/s"))
+    sys.exit(0)
 print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between two other "
       "processes, or rdmax's 8M bulk writes")
 LOADS = {"block": "blocking", "spin": "spinning", "rdmax": "rdmax"}
@@ -228,4 +360,5 @@ if on[1] is not None:
               "p50 %.2f, p99 %.2f" % ({"": "blocking", "spin": "spinning", "relay": "relayed"}[tag], LOADS[load], r50,
                                        r99, on[0] / r50, on[1] / r99))
 PY
+	tee "$out/$pre-summary.txt"
 exit $failed

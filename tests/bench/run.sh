@@ -15,7 +15,10 @@
 #   (d) traffic classes (tests/bench/qos.sh): p99 of latency-class 64 KiB
 #       writes idle and under a saturating bulk load, and the bulk bandwidth,
 #       with [qos] off and on, against a raw TCP 64 KiB ping-pong idle and
-#       under load (summary in host-qos-summary.txt).
+#       under load (summary in host-qos-summary.txt);
+#   (e) the same over verbs, in a second two-node Soft-RoCE boot (qos.sh
+#       with RDMAX_BENCH_QOS_TRANSPORT=verbs), against perftest's
+#       ib_write_lat idle and under ib_write_bw (guest-qos-verbs-summary.txt).
 # Reference and rdmax alternate per size. Then tests/bench/report.py prints
 # one table of ratios and the `ratios:` line; raw results stay in
 # $RDMAX_BUILD/bench (*.json, perftest *.txt, summary.json).
@@ -25,7 +28,9 @@
 # RDMAX_BENCH_SKIP_GUEST=1, RDMAX_BENCH_GUEST_TRANSPORT (verbs),
 # RDMAX_BENCH_GUEST_TIMEOUT (600); RDMAX_BENCH_ONLY, RDMAX_BENCH_DAEMON_SET,
 # RDMAX_BENCH_BW_OPTS, RDMAX_BENCH_CPUSTAT and RDMAX_BENCH_PERF go to the
-# guest part (see tests/bench/guest.sh).
+# guest part (see tests/bench/guest.sh); part (e) runs unless
+# RDMAX_BENCH_SKIP_GUEST=1 or RDMAX_BENCH_ONLY names rows without qos_verbs,
+# with RDMAX_BENCH_QOS_VERBS_REPS (2) and RDMAX_BENCH_QOS_VERBS_SECONDS (2).
 # A part that cannot run says `SKIP <part>: <reason>` and its ratios are n/a;
 # the exit status is 0 unless the host part itself failed.
 set -u
@@ -115,16 +120,6 @@ trap cleanup EXIT
 
 # Ports for the reference tools' own servers (UCX, iperf3), one per run.
 ref_port=18700
-
-wait_listen() { # PORT PID: until something listens on PORT, or PID died
-	local i
-	for ((i = 0; i < 200; i++)); do
-		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.02
-	done
-	return 1
-}
 
 # References, by tool (the part after @ in the file name; tcp-stream has none):
 #   tcp-stream  one TCP stream, blocking write()/recv(MSG_WAITALL) (sleeps in the kernel)
@@ -354,6 +349,32 @@ t0=$(date +%s)
 RDMAX_BUILD=$build RDMAX_BENCH_OUT=$out RDMAX_BENCH_SECONDS=$secs tests/bench/qos.sh ||
 	host_failed=1
 echo "== qos part took $(($(date +%s) - t0)) s"
+
+# ---- (e) traffic classes over verbs, in the Soft-RoCE guest ----
+echo "== qos part over verbs: the same in a Soft-RoCE guest (rxe0 -> rxe1), against perftest"
+t0=$(date +%s)
+if [ "${RDMAX_BENCH_SKIP_GUEST:-0}" = 1 ]; then
+	echo "SKIP qos part over verbs: RDMAX_BENCH_SKIP_GUEST=1"
+elif [ -n "${RDMAX_BENCH_ONLY:-}" ] && [[ " $RDMAX_BENCH_ONLY " != *" qos_verbs "* ]]; then
+	echo "SKIP qos part over verbs: RDMAX_BENCH_ONLY does not name qos_verbs"
+elif [ ! -x tests/vm/run-in-guest ]; then
+	echo "SKIP qos part over verbs: tests/vm/run-in-guest is missing"
+else
+	tests/vm/run-in-guest --two-nodes --timeout "${RDMAX_BENCH_QOS_VERBS_TIMEOUT:-480}" \
+		-e RDMAX_BUILD="$build" -e RDMAX_BENCH_OUT="$out" -e RDMAX_BENCH_QOS_TRANSPORT=verbs \
+		-e RDMAX_BENCH_QOS_REPS="${RDMAX_BENCH_QOS_VERBS_REPS:-2}" \
+		-e RDMAX_BENCH_SECONDS="${RDMAX_BENCH_QOS_VERBS_SECONDS:-2}" \
+		-- tests/bench/qos.sh 2>"$out/guest-qos-verbs.stderr"
+	rc=$?
+	case $rc in
+	0) ;;
+	125) echo "SKIP qos part over verbs: $(grep -m1 -o 'cannot start guest: .*' \
+		"$out/guest-qos-verbs.stderr")" ;;
+	*) echo "qos part over verbs: qos.sh exit $rc; tail of $out/guest-qos-verbs.stderr:"
+		tail -n 5 "$out/guest-qos-verbs.stderr" | sed 's/^/    /' ;;
+	esac
+fi
+echo "== qos part over verbs took $(($(date +%s) - t0)) s"
 machine
 
 echo "== results (medians of $reps runs; ratio: higher is better; raw data in $out)"
