@@ -149,7 +149,7 @@ rawpair() { # PID NAME REP [relay]: the raw ping-pongs while load PID runs, then
 # Over verbs: ib_write_lat between the two devices (server on b's, client on a's).
 vport=18620
 vlatiters=${RDMAX_BENCH_QOS_PERF_ITERS:-300}
-vloadsecs=$(awk -v s="$secs" 'BEGIN { print 4 * s + 4 }')
+vloadsecs=$(awk -v s="$secs" 'BEGIN { print 6 * s + 8 }')
 verbs_rawlat() { # FILE [LOADPID]: one ib_write_lat run; it must end before LOADPID does
 	local port=$vport spid rc
 	vport=$((vport + 1))
