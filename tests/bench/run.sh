@@ -30,7 +30,8 @@
 # RDMAX_BENCH_BW_OPTS, RDMAX_BENCH_CPUSTAT and RDMAX_BENCH_PERF go to the
 # guest part (see tests/bench/guest.sh); part (e) runs unless
 # RDMAX_BENCH_SKIP_GUEST=1 or RDMAX_BENCH_ONLY names rows without qos_verbs,
-# with RDMAX_BENCH_QOS_VERBS_REPS (2) and RDMAX_BENCH_QOS_VERBS_SECONDS (2).
+# with RDMAX_BENCH_QOS_VERBS_REPS (2), RDMAX_BENCH_QOS_VERBS_SECONDS (2) and
+# RDMAX_BENCH_QOS_VERBS_TIMEOUT (480, the boot's limit in seconds).
 # A part that cannot run says `SKIP <part>: <reason>` and its ratios are n/a;
 # the exit status is 0 unless the host part itself failed.
 set -u
