@@ -2,8 +2,9 @@
 #
 # lib.sh - shared by the parts of `make bench` (run.sh, scaling.sh, qos.sh, and
 # guest.sh in the Soft-RoCE guest, which starts its daemons with a
-# start_daemon of its own) and qos-trace.sh; sourced, not run. Expects $build,
-# $run (a directory for sockets and logs) and a pids array in the caller.
+# start_daemon of its own), qos-trace.sh and tests/run-verbs-suite
+# (gid_index); sourced, not run. Its daemon starters expect $build, $run (a
+# directory for sockets and logs) and a pids array in the caller.
 
 # start_daemon NAME PART [RDMAXD-ARGS...]: an rdmaxd over TCP on loopback, socket
 # $run/NAME.sock, its pid appended to pids; says "SKIP PART: ..." and fails when it
@@ -62,6 +63,7 @@ gid_index() {
 	local dev=$1 want f idx
 	local -a o
 	IFS=. read -r -a o <<<"$2"
+	[ ${#o[@]} = 4 ] || return 0
 	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' \
 		"${o[0]}" "${o[1]}" "${o[2]}" "${o[3]}")
 	for f in "/sys/class/infiniband/$dev/ports/1/gids/"*; do
