@@ -457,6 +457,8 @@ out_listening:
 	uv_check_init(daemon->loop, &ipc->flush_check);
 	ipc->flush_check.data = ipc;
 	uv_check_start(&ipc->flush_check, ipc_flush_dirty);
+	uv_idle_init(daemon->loop, &ipc->flush_idle);
+	ipc->flush_idle.data = ipc;
 	uv_idle_init(daemon->loop, &ipc->doom_idle);
 	ipc->doom_idle.data = ipc;
 	uv_timer_init(daemon->loop, &ipc->hello_timer);
@@ -522,6 +524,8 @@ void ipc_shutdown(struct ipc *ipc)
 	}
 	uv_idle_stop(&ipc->doom_idle);
 	uv_close((uv_handle_t *)&ipc->doom_idle, NULL);
+	uv_idle_stop(&ipc->flush_idle);
+	uv_close((uv_handle_t *)&ipc->flush_idle, NULL);
 }
 
 void ipc_destroy(struct ipc *ipc)

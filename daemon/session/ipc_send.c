@@ -36,11 +36,19 @@ static void count_sent(struct session *s)
 	}
 }
 
+/*
+ * Completions to flush at the next pass. The pass runs from the loop's
+ * check phase and from the spin; a completion delivered after this turn's
+ * pass (from a transport's check handle, which libuv runs after the
+ * client socket's, or from a timer) must not wait for the loop's next
+ * event: the idle handle keeps epoll from blocking until the pass ran.
+ */
 static void mark_dirty(struct session *s)
 {
 	if (!s->dirty) {
 		s->dirty = true;
 		list_add_tail(&s->ipc->dirty, &s->dirty_link);
+		uv_idle_start(&s->ipc->flush_idle, ipc_flush_dirty_idle);
 	}
 }
 
@@ -234,12 +242,18 @@ int ipc_poll_pass(struct ipc *ipc, uint64_t now)
 			ring_wake_check(s);
 		}
 	}
+	uv_idle_stop(&ipc->flush_idle);
 	return moved;
 }
 
 void ipc_flush_dirty(uv_check_t *check)
 {
 	ipc_poll_pass(check->data, 0);
+}
+
+void ipc_flush_dirty_idle(uv_idle_t *idle)
+{
+	ipc_poll_pass(idle->data, 0);
 }
 
 void ipc_job_completed(void *owner, uint64_t job_id, int err, const char *message, uint64_t bytes)

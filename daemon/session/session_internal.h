@@ -132,6 +132,12 @@ struct ipc {
 	uv_poll_t listen_poll;
 	struct listen_backoff backoff; /* pauses accepting after EMFILE and the like */
 	uv_check_t flush_check;
+	/*
+	 * Active while dirty is not empty: completions delivered after this
+	 * turn's flush_check (a transport's own check handle, a timer) keep the
+	 * loop from sleeping in epoll before the next pass sends them.
+	 */
+	uv_idle_t flush_idle;
 	struct list_node sessions;
 	struct list_node dirty;
 	struct list_node rings;  /* sessions with a mapped ring */
@@ -182,6 +188,7 @@ void ipc_reply_status(struct session *s, uint64_t seq, int err, const char *fmt,
 	__attribute__((format(printf, 4, 5)));
 void ipc_flush_completions(struct session *s);
 void ipc_flush_dirty(uv_check_t *check);
+void ipc_flush_dirty_idle(uv_idle_t *idle);
 
 /* ipc_requests.c: one decoded ClientMsg; mailbox delivery. */
 void ipc_dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *fds, size_t n_fds);

@@ -208,49 +208,62 @@ static int next_body(int fd)
 }
 
 /*
- * The daemon's pass sends a RingNotify only for ring completions the client
- * has not read when the pass looks: a client that read them first (it spun
- * on the ring) gets no datagram, and its request stays for the next one.
+ * A client of the daemon built by daemon_up() with a ring of 8 entries (its
+ * socket in *fd, its session's job owner in *owner), asleep as a new ring
+ * starts: it asks for a RingNotify.
  */
-START_TEST(ipc_ring_notify_only_when_unread)
+static void ring_client_up(int *fd, struct client_ring *ring, const void **owner)
 {
 	struct sockaddr_un sun = {.sun_family = AF_UNIX};
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
 	Rdmax__V1__Hello hello = RDMAX__V1__HELLO__INIT;
 	Rdmax__V1__RingSetup rs = RDMAX__V1__RING_SETUP__INIT;
-	struct client_ring ring;
-	const void *owner = NULL;
 	int memfd;
 
-	daemon_up();
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	*fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", g_d.cfg.socket_path);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	ck_assert_int_eq(connect(*fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
 	hello.protocol_version = RDMAX_PROTOCOL_VERSION;
 	msg.has_seq = 1;
 	msg.seq = 1;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_HELLO;
 	msg.hello = &hello;
-	send_msg(fd, &msg, -1);
-	Rdmax__V1__DaemonMsg *m = recv_msg(fd);
+	send_msg(*fd, &msg, -1);
+	Rdmax__V1__DaemonMsg *m = recv_msg(*fd);
 	ck_assert_int_eq(m->body_case, RDMAX__V1__DAEMON_MSG__BODY_WELCOME);
 	rdmax__v1__daemon_msg__free_unpacked(m, NULL);
 
-	ck_assert_int_eq(client_ring_create(8, 256, 8, &ring, &memfd), 0);
+	ck_assert_int_eq(client_ring_create(8, 256, 8, ring, &memfd), 0);
 	rs.sq_entries = 8;
 	rs.sq_entry_bytes = 256;
 	rs.cq_entries = 8;
 	msg.seq = 2;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_SETUP;
 	msg.ring_setup = &rs;
-	send_msg(fd, &msg, memfd);
+	send_msg(*fd, &msg, memfd);
 	close(memfd);
-	m = recv_msg(fd);
+	m = recv_msg(*fd);
 	ck_assert_int_eq(m->body_case, RDMAX__V1__DAEMON_MSG__BODY_ERROR);
 	ck_assert_int_eq(m->error->status, RDMAX__V1__STATUS__OK);
 	rdmax__v1__daemon_msg__free_unpacked(m, NULL);
-	ipc_for_each_client(g_d.ipc, take_owner, &owner);
-	ck_assert_ptr_nonnull(owner);
+	*owner = NULL;
+	ipc_for_each_client(g_d.ipc, take_owner, owner);
+	ck_assert_ptr_nonnull(*owner);
+}
+
+/*
+ * The daemon's pass sends a RingNotify only for ring completions the client
+ * has not read when the pass looks: a client that read them first (it spun
+ * on the ring) gets no datagram, and its request stays for the next one.
+ */
+START_TEST(ipc_ring_notify_only_when_unread)
+{
+	struct client_ring ring;
+	const void *owner;
+	int fd;
+
+	daemon_up();
+	ring_client_up(&fd, &ring, &owner);
 	const struct counters *k = &g_d.counters;
 	ck_assert_uint_eq(k->ring_notifies, 0);
 
@@ -293,6 +306,69 @@ START_TEST(ipc_ring_notify_only_when_unread)
 }
 END_TEST
 
+static void complete_job_1(uv_timer_t *timer)
+{
+	ipc_job_completed(timer->data, 1, 0, NULL, 64);
+}
+
+static void note_readable(uv_poll_t *poll, int status, int events)
+{
+	(void)status;
+	(void)events;
+	*(bool *)poll->data = true;
+	uv_poll_stop(poll);
+}
+
+static void nothing(uv_timer_t *timer)
+{
+	(void)timer;
+}
+
+/*
+ * A completion delivered after the turn's flush (here from a timer; in the
+ * daemon also from the verbs transport's check handle, which libuv runs after
+ * the client socket's) reaches a sleeping client before the loop sleeps: its
+ * RingNotify makes the client's socket readable while the loop polls, not
+ * after the loop's next event (here a timer 2 s later).
+ */
+START_TEST(ipc_ring_notify_before_the_loop_sleeps)
+{
+	struct client_ring ring;
+	const void *owner;
+	uv_timer_t deliver, later;
+	uv_poll_t client_readable;
+	bool readable = false;
+	int fd;
+
+	daemon_up();
+	ring_client_up(&fd, &ring, &owner);
+	ck_assert_int_eq(next_body(fd), 0);
+	ck_assert_int_eq(uv_timer_init(&g_loop, &deliver), 0);
+	ck_assert_int_eq(uv_timer_init(&g_loop, &later), 0);
+	ck_assert_int_eq(uv_poll_init(&g_loop, &client_readable, fd), 0);
+	deliver.data = (void *)owner;
+	client_readable.data = &readable;
+	uv_timer_start(&deliver, complete_job_1, 0, 0);
+	uv_timer_start(&later, nothing, 2000, 0);
+	uv_poll_start(&client_readable, UV_READABLE, note_readable);
+
+	uv_run(&g_loop, UV_RUN_ONCE);
+	ck_assert_msg(readable, "the RingNotify waited for the loop's next event");
+	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
+	ck_assert_uint_eq(g_d.counters.ring_notifies, 1);
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
+
+	uv_timer_stop(&later);
+	uv_close((uv_handle_t *)&deliver, NULL);
+	uv_close((uv_handle_t *)&later, NULL);
+	uv_close((uv_handle_t *)&client_readable, NULL);
+	close(fd);
+	ck_assert(clients_become(0));
+	client_ring_destroy(&ring);
+	daemon_down();
+}
+END_TEST
+
 Suite *ipc_suite(void)
 {
 	Suite *s = suite_create("ipc");
@@ -300,6 +376,7 @@ Suite *ipc_suite(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, ipc_empty_datagram_closes_its_fds);
 	tcase_add_test(tc, ipc_ring_notify_only_when_unread);
+	tcase_add_test(tc, ipc_ring_notify_before_the_loop_sleeps);
 	suite_add_tcase(s, tc);
 	return s;
 }
