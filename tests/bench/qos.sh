@@ -23,10 +23,12 @@
 #   raw relay  the blocking ping-pong through a relay process (tcp-stream
 #              --relay: four hand-offs per round trip, as a job through two
 #              daemons), idle and under the rdmax bulk load
-# Over verbs the raw reference is perftest between the same two devices,
-# `ib_write_lat -s 64K` (a ping-pong of 64 KiB writes; its typical and 99 %
-# figures) alone, while `ib_write_bw -s 8M -q 2` runs between them, and under
-# the rdmax bulk load. The class
+# Over verbs the raw reference is perftest between the same two devices: two
+# ping-pongs of 64 KiB, `ib_write_lat` (writes; its ends spin on memory) and
+# `ib_send_lat -e` (sends; its ends sleep on completion events, as the
+# latency client and the daemons' loops do between jobs), their typical and
+# 99 % figures, alone, while `ib_write_bw -s 8M -q 2` runs between the
+# devices, and under the rdmax bulk load. The class
 # is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
 # $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
 # --json; guest-qos-verbs-... over verbs), and a summary with medians and
@@ -146,22 +148,22 @@ rawpair() { # PID NAME REP [relay]: the raw ping-pongs while load PID runs, then
 	wait "$1" || failed=1
 }
 
-# Over verbs: ib_write_lat between the two devices (server on b's, client on a's).
+# Over verbs: perftest ping-pongs between the two devices (server on b's, client on a's).
 vport=18620
 vlatiters=${RDMAX_BENCH_QOS_PERF_ITERS:-300}
-vloadsecs=$(awk -v s="$secs" 'BEGIN { print 6 * s + 8 }')
-verbs_rawlat() { # FILE [LOADPID]: one ib_write_lat run; it must end before LOADPID does
+vloadsecs=$(awk -v s="$secs" 'BEGIN { print 8 * s + 10 }')
+verbs_rawlat1() { # FILE LOADPID TOOL [ARGS...]: one ping-pong; it must end before LOADPID does
 	local port=$vport spid rc
 	vport=$((vport + 1))
-	timeout 120 ib_write_lat -d "$dev_b" -x "$gid_b" -F -s 65536 -n "$vlatiters" -p "$port" \
+	timeout 120 "$3" -d "$dev_b" -x "$gid_b" -F -s 65536 -n "$vlatiters" -p "$port" "${@:4}" \
 		>"$run/perf-lat-server.log" 2>&1 &
 	spid=$!
 	wait_listen "$port" "$spid" || { wait "$spid"; return 1; }
-	timeout 120 ib_write_lat -d "$dev_a" -x "$gid_a" -F -s 65536 -n "$vlatiters" -p "$port" \
+	timeout 120 "$3" -d "$dev_a" -x "$gid_a" -F -s 65536 -n "$vlatiters" -p "$port" "${@:4}" \
 		"$ip_b" >"$1" 2>>"$run/bench.err"
 	rc=$?
 	wait "$spid" || rc=1
-	if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then
+	if [ -n "$2" ] && ! kill -0 "$2" 2>/dev/null; then
 		echo "qos: ${1##*/} outlived its load (RDMAX_BENCH_QOS_PERF_ITERS fewer)" \
 			>>"$run/bench.err"
 		rc=1
@@ -169,10 +171,15 @@ verbs_rawlat() { # FILE [LOADPID]: one ib_write_lat run; it must end before LOAD
 	return $rc
 }
 
+verbs_rawlat() { # NAME REP [LOADPID]: the spinning and the sleeping ping-pong
+	verbs_rawlat1 "$out/$pre-raw-$1-r$2.txt" "${3:-}" ib_write_lat &&
+		verbs_rawlat1 "$out/$pre-raw-${1}ev-r$2.txt" "${3:-}" ib_send_lat -e
+}
+
 verbs_rawref() { # REP: ib_write_lat alone, then under ib_write_bw 8 MiB on 2 QPs
 	local port=$vport spid lpid
 	vport=$((vport + 1))
-	verbs_rawlat "$out/$pre-raw-idle-r$1.txt" || failed=1
+	verbs_rawlat idle "$1" || failed=1
 	timeout 120 ib_write_bw -d "$dev_b" -x "$gid_b" -F -s 8388608 -q 2 -D "$vloadsecs" \
 		-p "$port" >"$run/perf-bw-server.log" 2>&1 &
 	spid=$!
@@ -181,7 +188,7 @@ verbs_rawref() { # REP: ib_write_lat alone, then under ib_write_bw 8 MiB on 2 QP
 		-p "$port" "$ip_b" >"$out/$pre-raw-loadperf-r$1.txt" 2>>"$run/bench.err" &
 	lpid=$!
 	sleep 1
-	verbs_rawlat "$out/$pre-raw-mixedperf-r$1.txt" "$lpid" || failed=1
+	verbs_rawlat mixedperf "$1" "$lpid" || failed=1
 	wait "$lpid" || failed=1
 	wait "$spid" || failed=1
 }
@@ -245,7 +252,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 			bulk "$p-rawbulk-r$rep.json" "$vloadsecs" &
 			bpid=$!
 			sleep 1
-			verbs_rawlat "$out/$pre-raw-mixedrdmax-r$rep.txt" "$bpid" || failed=1
+			verbs_rawlat mixedrdmax "$rep" "$bpid" || failed=1
 			wait $bpid || failed=1
 		fi
 		cleanup
@@ -305,16 +312,20 @@ def perftest(test):
                 break
     return typ, p99
 if pre != "host-qos":
-    print("raw reference (perftest): ib_write_lat -s 64K (half a round trip; typical and "
-          "99 %); load: ib_write_bw -s 8M -q 2, or rdmax's 8M bulk writes")
-    idle = perftest("idle")
-    print("  ib_write_lat idle          typical %s   99%% %s" % (fmt(idle[0], "us"), fmt(idle[1], "us")))
-    for load, name in (("perf", "ib_write_bw"), ("rdmax", "rdmax bulk ")):
-        m = perftest("mixed" + load)
-        print("  ib_write_lat + %s  typical %s   99%% %s" % (name, fmt(m[0], "us"), fmt(m[1], "us")))
-        r = ratio(m[1], idle[1])
-        if r is not None:
-            print("    its 99%% under load / idle = %.2f" % r)
+    print("raw reference (perftest): 64K ping-pongs, ib_write_lat (ends spin) and "
+          "ib_send_lat -e (ends sleep on completion events); half a round trip, typical "
+          "and 99 %; load: ib_write_bw -s 8M -q 2, or rdmax's 8M bulk writes")
+    for tool, tag in (("ib_write_lat ", ""), ("ib_send_lat -e", "ev")):
+        idle = perftest("idle" + tag)
+        print("  %s idle          typical %s   99%% %s" %
+              (tool, fmt(idle[0], "us"), fmt(idle[1], "us")))
+        for load, name in (("perf", "ib_write_bw"), ("rdmax", "rdmax bulk ")):
+            m = perftest("mixed" + load + tag)
+            print("  %s + %s  typical %s   99%% %s" %
+                  (tool, name, fmt(m[0], "us"), fmt(m[1], "us")))
+            r = ratio(m[1], idle[1])
+            if r is not None:
+                print("    its 99%% under load / idle = %.2f" % r)
     bw = []
     for f in sorted(glob.glob("%s/%s-raw-loadperf-r*.txt" % (out, pre))):
         lines = open(f).read().splitlines()
@@ -322,8 +333,8 @@ if pre != "host-qos":
             if "#bytes" in l and i + 1 < len(lines) and len(lines[i + 1].split()) >= 4:
                 bw.append(float(lines[i + 1].split()[3]))
                 break
-    print("  ib_write_bw 8M -q 2 with the ib_write_lat run  %s" % fmt(bw, "MB/s"))
-    print("  rdmax bulk 8M with the ib_write_lat run        %s" %
+    print("  ib_write_bw 8M -q 2 with the ping-pongs      %s" % fmt(bw, "MB/s"))
+    print("  rdmax bulk 8M with the ping-pongs            %s" %
           fmt([x * 1000 for x in vals("on", "rawbulk", "GBps")], "MB/s"))
     sys.exit(0)
 print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between two other "

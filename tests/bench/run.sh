@@ -18,7 +18,8 @@
 #       under load (summary in host-qos-summary.txt);
 #   (e) the same over verbs, in a second two-node Soft-RoCE boot (qos.sh
 #       with RDMAX_BENCH_QOS_TRANSPORT=verbs), against perftest's
-#       ib_write_lat idle and under ib_write_bw (guest-qos-verbs-summary.txt).
+#       ib_write_lat and ib_send_lat -e idle and under ib_write_bw
+#       (guest-qos-verbs-summary.txt).
 # Reference and rdmax alternate per size. Then tests/bench/report.py prints
 # one table of ratios and the `ratios:` line; raw results stay in
 # $RDMAX_BUILD/bench (*.json, perftest *.txt, summary.json).
