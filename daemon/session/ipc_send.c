@@ -242,7 +242,9 @@ int ipc_poll_pass(struct ipc *ipc, uint64_t now)
 			ring_wake_check(s);
 		}
 	}
-	uv_idle_stop(&ipc->flush_idle);
+	if (list_empty(&ipc->dirty)) {
+		uv_idle_stop(&ipc->flush_idle);
+	}
 	return moved;
 }
 
