@@ -272,11 +272,16 @@ void itest_relay(int lfd, const char *addr, uint16_t port, int capture)
 					continue;
 				}
 				ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
-				open = n > 0 &&
-				       send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL) == n;
-				if (open && capture >= 0 && write(capture, buf, (size_t)n) != n) {
+				/*
+				 * Captured before it is forwarded: once the other side has
+				 * a byte, the capture holds it, so a test may kill the
+				 * relay as soon as its transfer completed.
+				 */
+				if (n > 0 && capture >= 0 && write(capture, buf, (size_t)n) != n) {
 					_exit(1);
 				}
+				open = n > 0 &&
+				       send(p[1 - i].fd, buf, (size_t)n, MSG_NOSIGNAL) == n;
 			}
 		}
 		close(a);
