@@ -69,7 +69,7 @@ int raw_send(int fd, const void *buf, size_t len, const int *fds, size_t n_fds)
 	return 0;
 }
 
-void raw_send_msg(int fd, const Rdmax__V1__ClientMsg *msg, const int *fds, size_t n_fds)
+int raw_try_send_msg(int fd, const Rdmax__V1__ClientMsg *msg, const int *fds, size_t n_fds)
 {
 	size_t len = rdmax__v1__client_msg__get_packed_size(msg);
 	uint8_t *buf = malloc(len ? len : 1);
@@ -78,8 +78,15 @@ void raw_send_msg(int fd, const Rdmax__V1__ClientMsg *msg, const int *fds, size_
 	rdmax__v1__client_msg__pack(msg, buf);
 	int ret = raw_send(fd, buf, len, fds, n_fds);
 	free(buf);
-	ck_assert_msg(ret == 0, "sendmsg() of a %zu-byte ClientMsg failed: %s", len,
-		      strerror(-ret));
+	return ret;
+}
+
+void raw_send_msg(int fd, const Rdmax__V1__ClientMsg *msg, const int *fds, size_t n_fds)
+{
+	int ret = raw_try_send_msg(fd, msg, fds, n_fds);
+
+	ck_assert_msg(ret == 0, "sendmsg() of a %zu-byte ClientMsg failed: %s",
+		      rdmax__v1__client_msg__get_packed_size(msg), strerror(-ret));
 }
 
 Rdmax__V1__DaemonMsg *raw_recv(int fd, int timeout_ms, bool *ret_closed)

@@ -18,6 +18,8 @@
 int raw_connect(const char *socket_path);
 /* Send one datagram with fds attached; returns 0 or -errno (the peer may have closed). */
 int raw_send(int fd, const void *buf, size_t len, const int *fds, size_t n_fds);
+/* Encode and send one ClientMsg; returns 0 or -errno as raw_send(). */
+int raw_try_send_msg(int fd, const Rdmax__V1__ClientMsg *msg, const int *fds, size_t n_fds);
 /* Encode and send one ClientMsg; asserts it was sent. */
 void raw_send_msg(int fd, const Rdmax__V1__ClientMsg *msg, const int *fds, size_t n_fds);
 /*

@@ -605,14 +605,22 @@ static void send_ring_setup(int fd, uint64_t seq, uint32_t sq, uint32_t sqe, uin
 	raw_send_msg(fd, &msg, memfd >= 0 ? &memfd : NULL, memfd >= 0 ? 1 : 0);
 }
 
-static void send_doorbell(int fd)
+/* A doorbell datagram; 0 or -errno as raw_send(). */
+static int try_doorbell(int fd)
 {
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
 	Rdmax__V1__RingDoorbell db = RDMAX__V1__RING_DOORBELL__INIT;
 
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL;
 	msg.ring_doorbell = &db;
-	raw_send_msg(fd, &msg, NULL, 0);
+	return raw_try_send_msg(fd, &msg, NULL, 0);
+}
+
+static void send_doorbell(int fd)
+{
+	int ret = try_doorbell(fd);
+
+	ck_assert_msg(ret == 0, "sendmsg() of a doorbell failed: %s", strerror(-ret));
 }
 
 /*
@@ -623,16 +631,8 @@ static void send_doorbell(int fd)
  */
 static void send_doorbell_may_be_closed(int fd)
 {
-	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
-	Rdmax__V1__RingDoorbell db = RDMAX__V1__RING_DOORBELL__INIT;
-	uint8_t buf[16];
+	int ret = try_doorbell(fd);
 
-	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_RING_DOORBELL;
-	msg.ring_doorbell = &db;
-	size_t len = rdmax__v1__client_msg__get_packed_size(&msg);
-	ck_assert_uint_le(len, sizeof(buf));
-	rdmax__v1__client_msg__pack(&msg, buf);
-	int ret = raw_send(fd, buf, len, NULL, 0);
 	ck_assert_msg(ret == 0 || ret == -EPIPE || ret == -ECONNRESET,
 		      "sendmsg() of a doorbell failed: %s", strerror(-ret));
 }
