@@ -176,7 +176,7 @@ verbs_rawlat() { # NAME REP [LOADPID]: the spinning and the sleeping ping-pong
 		verbs_rawlat1 "$out/$pre-raw-${1}ev-r$2.txt" "${3:-}" ib_send_lat -e
 }
 
-verbs_rawref() { # REP: ib_write_lat alone, then under ib_write_bw 8 MiB on 2 QPs
+verbs_rawref() { # REP: both ping-pongs alone, then under ib_write_bw 8 MiB on 2 QPs
 	local port=$vport spid lpid
 	vport=$((vport + 1))
 	verbs_rawlat idle "$1" || failed=1
@@ -297,7 +297,7 @@ for mode in ("off", "on"):
         print("  p99 under load / idle p99 = %.2f (target <= 2)   bulk with / without "
               "latency = %.2f (target >= 0.9)" % (r99, rb))
 # The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream
-# (over verbs: ib_write_lat under ib_write_bw).
+# (over verbs: the perftest ping-pongs under ib_write_bw).
 def ratio(num, den):
     return statistics.median(num) / statistics.median(den) if num and den else None
 def perftest(test):
