@@ -533,6 +533,11 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 		    m->tcp_io_thread_sent);
 	text_printf(&t, "rdmaxd_tcp_io_thread_bytes_total{direction=\"received\"} %" PRIu64 "\n",
 		    m->tcp_io_thread_received);
+	family(&t, "rdmaxd_verbs_post_thread_wrs_total", "counter",
+	       "Verbs work requests of bulk connections handed to the posting thread instead of "
+	       "posted by the loop (software devices while a latency lane is up).");
+	text_printf(&t, "rdmaxd_verbs_post_thread_wrs_total %" PRIu64 "\n",
+		    m->verbs_post_thread_wrs);
 	struct conn_count counts[ENDPOINT_MAX] = {0};
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		struct transport *tr = daemon->transports[k];
@@ -730,6 +735,7 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 	}
 	json_u64(j, "tcp_io_thread_bytes_sent", m->tcp_io_thread_sent);
 	json_u64(j, "tcp_io_thread_bytes_received", m->tcp_io_thread_received);
+	json_u64(j, "verbs_post_thread_wrs", m->verbs_post_thread_wrs);
 	json_u64(j, "regions", metrics->daemon->regions.count);
 	json_u64(j, "registered_bytes", metrics->daemon->regions.total_bytes);
 	json_u64(j, "registrations_total",

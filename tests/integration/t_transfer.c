@@ -113,10 +113,26 @@ static void write_then_read(struct rdmax_client *ca, struct rdmax_client *cb, ui
 }
 
 /*
+ * Verbs on Soft-RoCE (the guest), or every bulk post list sent to the
+ * posting thread: bulk posts beside a latency lane go through the thread.
+ */
+static bool verbs_posts_on_thread(void)
+{
+	const char *guest = getenv("RDMAX_GUEST");
+	const char *forced = getenv("RDMAXD_TEST_VERBS_POST_THREAD");
+
+	return strcmp(itest_transport(), "verbs") == 0 &&
+	       ((guest && strcmp(guest, "1") == 0) || (forced && strcmp(forced, "1") == 0));
+}
+
+/*
  * Writes and reads of every size class, checked byte for byte, beside an
  * open latency-class connection: with io_threads > 0 (the default, 2) the
  * bulk payloads from 256 KiB on are copied by the TCP transport's I/O
  * threads, with 0 all on the loop; the daemons' counters show which did.
+ * Over verbs on a software device the bulk connection's post lists go
+ * through the posting thread meanwhile (its counter shows it), and the
+ * same bytes must arrive.
  */
 static void write_read_sizes_with(unsigned io_threads)
 {
@@ -135,10 +151,11 @@ static void write_read_sizes_with(unsigned io_threads)
 	struct rdmax_client *ca = itest_client(a, "writer");
 	struct rdmax_client *cb = itest_client(b, "target");
 
-	if (tcp) {
+	{
 		/*
 		 * A latency-class write opens the latency connection a -> b; only
-		 * while one is open do bulk copies leave the loops.
+		 * while one is open do bulk copies (TCP) and bulk posts (verbs on a
+		 * software device) leave the loops.
 		 */
 		struct rdmax_region *ls = itest_alloc(ca, 4 * KiB, RDMAX_ACCESS_LOCAL);
 		struct rdmax_region *ld = itest_alloc(cb, 4 * KiB, ACCESS_RW);
@@ -167,6 +184,12 @@ static void write_read_sizes_with(unsigned io_threads)
 					      i ? "b" : "a", io_threads, fields[f], n);
 			}
 		}
+	} else {
+		/* Every size was written and read back by a: all of it on the thread, or none. */
+		uint64_t n = itest_stats_field(a, "verbs_post_thread_wrs");
+		ck_assert_msg(verbs_posts_on_thread() ? n >= 2 * sizeof(sizes) / sizeof(sizes[0])
+						      : n == 0,
+			      "daemon a: verbs_post_thread_wrs = %" PRIu64, n);
 	}
 	itest_assert_quiet(ca, 50);
 	itest_assert_quiet(cb, 50);
@@ -240,10 +263,13 @@ START_TEST(write_read_batched)
 		itest_assert_mem_eq(itest_bytes(sink) + i * len, itest_bytes(origin) + i * len,
 				    len - i, "batched READ");
 	}
-	/* No latency-class connection was open: every copy stayed on the loops. */
+	/* No latency-class connection was open: every copy and post stayed on the loops. */
 	if (strcmp(itest_transport(), "tcp") == 0 && !getenv("RDMAXD_TEST_TCP_OFFLOAD")) {
 		ck_assert_uint_eq(itest_stats_field(a, "tcp_io_thread_bytes_sent"), 0);
 		ck_assert_uint_eq(itest_stats_field(b, "tcp_io_thread_bytes_received"), 0);
+	}
+	if (strcmp(itest_transport(), "verbs") == 0 && !getenv("RDMAXD_TEST_VERBS_POST_THREAD")) {
+		ck_assert_uint_eq(itest_stats_field(a, "verbs_post_thread_wrs"), 0);
 	}
 	rdmax_client_close(ca);
 	rdmax_client_close(cb);

@@ -23,6 +23,7 @@
 	X(client)                                                                                  \
 	X(conn)                                                                                    \
 	X(sq_plan)                                                                                 \
+	X(post_thread)                                                                             \
 	X(verbs_msg)                                                                               \
 	X(planner_jobs)                                                                            \
 	X(ops)                                                                                     \

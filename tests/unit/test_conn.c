@@ -38,7 +38,8 @@ struct posted {
 
 struct fake {
 	int starts, routes, connects, disconnects, destroys, timer_starts, timer_stops, kicks;
-	int posts; /* link_post calls (post lists) */
+	int posts;   /* link_post calls (post lists) */
+	int settles; /* link_settle calls */
 	size_t max_list;
 	uint64_t timer_ms;
 	bool timer_on;
@@ -107,6 +108,11 @@ static int f_link_post(void *ctx, struct conn_link *link, const struct wr_desc *
 	return 0;
 }
 
+static void f_link_settle(void *ctx, struct conn_link *link)
+{
+	g_fake.settles++;
+}
+
 static void f_link_destroy(void *ctx, struct conn_link *link)
 {
 	g_fake.destroys++;
@@ -161,6 +167,7 @@ static const struct conn_ops g_fake_ops = {
 	.link_connect = f_link_connect,
 	.link_disconnect = f_link_disconnect,
 	.link_post = f_link_post,
+	.link_settle = f_link_settle,
 	.link_destroy = f_link_destroy,
 	.timer_start = f_timer_start,
 	.timer_stop = f_timer_stop,
@@ -1442,22 +1449,30 @@ START_TEST(conn_uid_share)
 }
 END_TEST
 
-START_TEST(conn_post_failure_and_lists)
+/* n small writes on a connection of one link, connected and posted (post lists of 4). */
+static struct conn *one_link_posted(struct conn_table *t, struct txfer *x, size_t n)
 {
-	struct conn_table t;
 	struct conn_policy p = test_policy();
-	struct txfer x[10];
 
 	p.links = 1;
 	p.batch = 4;
-	table_setup(&t, &p, NULL);
-	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+	table_setup(t, &p, NULL);
+	for (size_t i = 0; i < n; i++) {
 		unit_txfer_init(&x[i], XFER_WRITE, 128, PEER_INSTANCE);
-		ck_assert_int_eq(conn_submit(&t, &x[i].x, 0), 0);
+		ck_assert_int_eq(conn_submit(t, &x[i].x, 0), 0);
 	}
-	struct conn *conn = the_conn(&t);
+	struct conn *conn = the_conn(t);
 	connect_all(conn, NULL, PEER_INSTANCE, 1);
-	conn_table_work(&t, 2);
+	conn_table_work(t, 2);
+	return conn;
+}
+
+START_TEST(conn_post_failure_and_lists)
+{
+	struct conn_table t;
+	struct txfer x[10];
+	struct conn *conn = one_link_posted(&t, x, ARRAY_SIZE(x));
+
 	/* Ten WRs in post lists of at most four. */
 	ck_assert_uint_eq(g_fake.n_posted, 10);
 	ck_assert_int_eq(g_fake.posts, 3);
@@ -1827,6 +1842,59 @@ static const struct conn *posted_conn(const struct xfer *xfer)
  * when marked urgent, no bulk xfer rides on the lane, and the lane counts as
  * a connection against the limit.
  */
+/*
+ * A transport that posts off the loop reports a failed post list later
+ * (conn_link_post_failed): the connection goes down as for a failure at the
+ * call, its drain marker ends the drain, and a marker that fails too fails
+ * what the link holds, settled first, each xfer once.
+ */
+START_TEST(conn_post_failure_reported_later)
+{
+	struct conn_table t;
+	struct txfer x[6];
+	struct conn *conn = one_link_posted(&t, x, ARRAY_SIZE(x));
+
+	ck_assert_uint_eq(g_fake.n_posted, 6);
+	ck_assert_int_eq(conn->state, CONN_ESTABLISHED);
+
+	/* The second list failed on its way to the device. */
+	conn_link_post_failed(&conn->links[0], false, "fake late failure");
+	ck_assert_int_eq(conn->state, CONN_DRAINING);
+	ck_assert_int_eq(g_fake.disconnects, 1);
+	ck_assert_uint_eq(g_fake.n_posted, 7);
+	ck_assert_int_eq(g_fake.posted[6].wr.kind, WR_MARKER);
+	ck_assert_int_eq(conn->links[0].state, LINK_DRAINING);
+	/* A later list's failure (dropped after the first) changes nothing. */
+	conn_link_post_failed(&conn->links[0], false, "fake later failure");
+	ck_assert_uint_eq(g_fake.n_posted, 7);
+	conn_table_work(&t, 3);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		ck_assert_int_eq(x[i].calls, 0);
+	}
+
+	/* The marker failed as well: nothing will flush, so the link's WRs fail now. */
+	int settles = g_fake.settles;
+	conn_link_post_failed(&conn->links[0], true, "fake marker failure");
+	ck_assert_int_gt(g_fake.settles, settles);
+	ck_assert_int_eq(conn->links[0].state, LINK_IDLE);
+	ck_assert_int_eq(conn->state, CONN_CLOSED);
+	ck_assert_uint_eq(t.outstanding_wrs, 0);
+	conn_table_work(&t, 4);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		ck_assert_int_eq(x[i].calls, 1);
+		ck_assert_int_eq(x[i].err, RDMAX_E_TRANSPORT_ERROR);
+		ck_assert_msg(strstr(x[i].msg, "fake late failure"), "message: %s", x[i].msg);
+	}
+	/* Reported after the link is gone: ignored. */
+	conn_link_post_failed(&conn->links[0], true, "fake stray failure");
+	conn_table_work(&t, 5);
+	for (size_t i = 0; i < ARRAY_SIZE(x); i++) {
+		ck_assert_int_eq(x[i].calls, 1);
+	}
+	table_teardown(&t);
+}
+END_TEST
+
 START_TEST(conn_latency_lane)
 {
 	struct conn_table t;
@@ -1861,7 +1929,9 @@ START_TEST(conn_latency_lane)
 	ck_assert_int_eq(conn_submit(&t, &other.x, 0), RDMAX_E_RESOURCE_EXHAUSTED);
 
 	connect_all(bulk_conn, NULL, PEER_INSTANCE, 1);
+	ck_assert_uint_eq(t.lanes_up, 0);
 	connect_all(lane, NULL, PEER_INSTANCE, 1);
+	ck_assert_uint_eq(t.lanes_up, 1);
 	conn_table_work(&t, 2);
 	ck_assert_ptr_eq(posted_conn(&lat.x), lane);
 	ck_assert_ptr_eq(posted_conn(&msg->m.xfer), bulk_conn);
@@ -1901,6 +1971,7 @@ START_TEST(conn_latency_lane)
 	ck_assert_int_eq(lat.calls, 1);
 	ck_assert_int_eq(msg->calls, 1);
 	ck_assert_int_eq(other.calls, 0);
+	ck_assert_uint_eq(t.lanes_up, 0);
 	table_teardown(&t);
 	free(msg);
 }
@@ -1931,6 +2002,7 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_uid_share);
 	tcase_add_test(tc, conn_latency_lane);
 	tcase_add_test(tc, conn_post_failure_and_lists);
+	tcase_add_test(tc, conn_post_failure_reported_later);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("private data and errors");
 	tcase_set_timeout(tc, 10);

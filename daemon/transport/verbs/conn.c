@@ -333,6 +333,17 @@ void conn_retired(struct conn *conn, uint32_t n)
 	t->outstanding_wrs -= MIN((uint64_t)n, t->outstanding_wrs);
 }
 
+void conn_link_fail_all(struct conn *conn, struct conn_link *link)
+{
+	struct conn_table *t = conn->table;
+
+	/* Failed means final: no WR of theirs may reach the device afterwards. */
+	if (t->ops->link_settle) {
+		t->ops->link_settle(t->ctx, link);
+	}
+	conn_retired(conn, sq_plan_fail_all(&link->sq, conn_on_retire, link));
+}
+
 uint32_t conn_outstanding(const struct conn *conn)
 {
 	uint32_t out = 0;
@@ -460,7 +471,7 @@ static void destroy_links(struct conn *conn)
 		struct conn_link *link = &conn->links[i];
 		if (link->state != LINK_IDLE) {
 			/* Only a drained link can have outstanding WRs here: they are failed. */
-			conn_retired(conn, sq_plan_fail_all(&link->sq, conn_on_retire, link));
+			conn_link_fail_all(conn, link);
 			t->ops->link_destroy(t->ctx, link);
 			link->state = LINK_IDLE;
 		}
@@ -481,6 +492,10 @@ static void to_closed(struct conn *conn)
 	unindex(conn);
 	destroy_links(conn);
 	t->ops->timer_stop(t->ctx, conn);
+	if (conn->lane_counted) {
+		conn->lane_counted = false;
+		t->lanes_up--;
+	}
 	conn->state = CONN_CLOSED;
 	t->dirty = true;
 	t->ops->kick(t->ctx);
@@ -531,7 +546,7 @@ static void link_begin_drain(struct conn_link *link)
 	t->outstanding_wrs++;
 	if (t->ops->link_post(t->ctx, link, &marker, 1, why, sizeof(why)) < 0) {
 		log_debug("connection to %s: drain marker not posted (%s)", conn->name, why);
-		conn_retired(conn, sq_plan_fail_all(&link->sq, conn_on_retire, link));
+		conn_link_fail_all(conn, link);
 		link->state = LINK_DRAINED;
 		return;
 	}
@@ -667,6 +682,10 @@ void conn_established(struct conn *conn, uint64_t now)
 	struct list_node *pos, *tmp;
 
 	conn->state = CONN_ESTABLISHED;
+	if (conn->latency_lane && !conn->lane_counted) {
+		conn->lane_counted = true;
+		conn->table->lanes_up++;
+	}
 	conn->attempts = 0;
 	conn->ever_up = true;
 	conn->last_active_ms = now;
@@ -903,13 +922,22 @@ int conn_submit_message(struct conn_table *t, struct conn_msg *msg, uint64_t now
 	return ret;
 }
 
+/* A post of the link failed: the connection goes down (its first failure is the one named). */
+static void post_failed(struct conn *conn, const char *why)
+{
+	char message[CONN_MSG_MAX];
+
+	snprintf(message, sizeof(message), "posting to %s failed: %s", conn->name, why);
+	log_warn("%s", message);
+	conn_down(conn, RDMAX_E_TRANSPORT_ERROR, message);
+}
+
 /* Post n WRs planned for link; false when that failed and took the connection down. */
 static bool post_planned(struct conn *conn, struct conn_link *link, size_t n, uint64_t now)
 {
 	struct conn_table *t = conn->table;
 	const struct conn_policy *p = policy(conn);
 	char why[CONN_MSG_MAX];
-	char message[CONN_MSG_MAX];
 
 	for (size_t i = 0; i < n; i++) {
 		struct conn_msg *msg = t->wrbuf[i].xfer ? as_msg(t->wrbuf[i].xfer) : NULL;
@@ -925,14 +953,37 @@ static bool post_planned(struct conn *conn, struct conn_link *link, size_t n, ui
 		why[0] = '\0';
 		if (t->ops->link_post(t->ctx, link, t->wrbuf + i, MIN(n - i, p->batch), why,
 				      sizeof(why)) < 0) {
-			snprintf(message, sizeof(message), "posting to %s failed: %s", conn->name,
-				 why);
-			log_warn("%s", message);
-			conn_down(conn, RDMAX_E_TRANSPORT_ERROR, message);
+			post_failed(conn, why);
 			return false;
 		}
 	}
 	return true;
+}
+
+void conn_link_post_failed(struct conn_link *link, bool marker, const char *why)
+{
+	struct conn *conn = link->conn;
+
+	if (marker) {
+		/* Nothing else will end the drain: what the link holds fails now. */
+		if (link->state == LINK_DRAINING) {
+			log_debug("connection to %s: drain marker not posted (%s)", conn->name,
+				  why);
+			conn_link_fail_all(conn, link);
+			link->state = LINK_DRAINED;
+			conn_check_drained(conn);
+		}
+		return;
+	}
+	if (conn->state == CONN_ESTABLISHED) {
+		post_failed(conn, why);
+	} else if (conn->state == CONN_DRAINING && link->state == LINK_UP) {
+		/* A link finishing its work after another's refusal: its unposted WRs never
+		 * complete. */
+		link_begin_drain(link);
+		conn_check_drained(conn);
+	}
+	/* Otherwise the link drains already: its marker's flush fails what never went. */
 }
 
 /* Post pending xfers, spread over the links with credits; messages on the first link. */
@@ -1211,8 +1262,7 @@ void conn_timer_fired(struct conn *conn, uint64_t now)
 				link->state = LINK_DRAINING;
 			}
 			if (link->state == LINK_DRAINING) {
-				conn_retired(conn,
-					     sq_plan_fail_all(&link->sq, conn_on_retire, link));
+				conn_link_fail_all(conn, link);
 				link->state = LINK_DRAINED;
 			}
 		}

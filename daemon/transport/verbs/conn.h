@@ -118,6 +118,7 @@ struct conn {
 	 * (and rxe) works each QP's WRs in order. Part of the key too.
 	 */
 	bool latency_lane;
+	bool lane_counted;        /* an established latency lane, in table->lanes_up */
 	char name[CONN_NAME_MAX]; /* "addr:port" for messages */
 	uint32_t n_links;
 	uint32_t links_up;
@@ -194,9 +195,20 @@ struct conn_ops {
 			    char *why, size_t why_size);
 	/* Move the QP to error and tell the peer (rdma_disconnect()). */
 	void (*link_disconnect)(void *ctx, struct conn_link *link);
-	/* Post planned WRs in order as one post list (at most policy.batch WRs). */
+	/*
+	 * Post planned WRs in order as one post list (at most policy.batch WRs).
+	 * The transport may post later, off the loop: a failure then comes back
+	 * through conn_link_post_failed().
+	 */
 	int (*link_post)(void *ctx, struct conn_link *link, const struct wr_desc *wrs, size_t n,
 			 char *why, size_t why_size);
+	/*
+	 * Optional, with a link_post that posts later: after it returns no WR
+	 * handed to link_post reaches the device any more (those not yet posted
+	 * never will). Called before the link's WRs are failed without their
+	 * completions, and before link_destroy.
+	 */
+	void (*link_settle)(void *ctx, struct conn_link *link);
 	/* Destroy QP and id; no event of the link follows. */
 	void (*link_destroy)(void *ctx, struct conn_link *link);
 	/* (Re)start the connection's timer; ms 0 fires on the next loop turn. */
@@ -268,6 +280,7 @@ struct conn_table {
 	struct hmap replay;             /* MAC prefix -> expiry (ms) of seen connect requests */
 	struct hmap msgs;         /* message id -> struct conn_msg an answer may still finish */
 	uint64_t outstanding_wrs; /* posted and not retired, all links */
+	uint32_t lanes_up;        /* latency lanes established and not yet closed */
 	bool dirty;
 	bool shut;
 	struct conn_result *results; /* finished xfers not yet delivered */
@@ -332,6 +345,12 @@ void conn_link_event(struct conn_link *link, enum conn_event event,
  */
 void conn_link_wc(struct conn_link *link, uint64_t seq, int wc_status, uint32_t vendor_err,
 		  uint64_t now_ms);
+
+/*
+ * A post list handed to link_post earlier failed (why says how). marker: it
+ * was the drain marker, so nothing will end the link's drain but this.
+ */
+void conn_link_post_failed(struct conn_link *link, bool marker, const char *why);
 
 /* The connection's timer fired. */
 void conn_timer_fired(struct conn *conn, uint64_t now_ms);

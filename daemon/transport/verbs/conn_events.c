@@ -219,7 +219,7 @@ void conn_link_event(struct conn_link *link, enum conn_event event,
 			/* Only destroy calls are allowed now: no marker, fail what was posted. */
 			for (uint32_t i = 0; i < conn->n_links; i++) {
 				struct conn_link *l = &conn->links[i];
-				conn_retired(conn, sq_plan_fail_all(&l->sq, conn_on_retire, l));
+				conn_link_fail_all(conn, l);
 				l->state = LINK_DRAINED;
 			}
 		}
@@ -236,7 +236,7 @@ void conn_link_event(struct conn_link *link, enum conn_event event,
 		break;
 	case CONN_DRAINING:
 		if (event == CONN_EV_DEVICE_REMOVAL) {
-			conn_retired(conn, sq_plan_fail_all(&link->sq, conn_on_retire, link));
+			conn_link_fail_all(conn, link);
 			link->state = LINK_DRAINED;
 			conn_check_drained(conn);
 		}

@@ -18,6 +18,8 @@ struct xfer;
 
 void conn_on_retire(void *arg, struct xfer *xfer, enum sq_outcome outcome);
 void conn_retired(struct conn *conn, uint32_t n);
+/* Fail whatever the link still has out, its completions not awaited (settled first). */
+void conn_link_fail_all(struct conn *conn, struct conn_link *link);
 void conn_check_drained(struct conn *conn);
 void conn_down(struct conn *conn, int err, const char *message);
 /* A link of a draining connection that has nothing out any more starts its own drain. */

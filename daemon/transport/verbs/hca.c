@@ -398,6 +398,8 @@ static int query(struct hca *hca)
 		return ret;
 	}
 	hca->n_ports = (uint8_t)MIN(hca->attr.phys_port_cnt, HCA_MAX_PORTS);
+	hca->software =
+		hca->attr.vendor_id == HCA_VENDOR_RXE || hca->attr.vendor_id == HCA_VENDOR_SIW;
 	for (uint8_t p = 1; p <= hca->n_ports; p++) {
 		ret = verbs_query_port(hca->ctx, p, &pa);
 		hca->port_state[p] = ret == 0 ? pa.state : IBV_PORT_NOP;

@@ -47,6 +47,10 @@ struct hca_callbacks {
 	void *ctx;
 };
 
+/* Vendor ids of the kernel's software devices (Soft-RoCE, soft-iWARP). */
+#define HCA_VENDOR_RXE 0xffffffu
+#define HCA_VENDOR_SIW 0x626d74u /* "bmt" */
+
 struct hca_table;
 
 struct hca {
@@ -74,6 +78,11 @@ struct hca {
 	bool backlog;       /* the last poll stopped at its budget */
 	bool dead;          /* fatal device, CQ or SRQ error: no new work */
 	bool dmabuf;        /* ibv_reg_dmabuf_mr() works here */
+	/*
+	 * The kernel does the NIC's work (rxe, siw): a post call runs the QP's
+	 * protocol processing, and can take milliseconds under load.
+	 */
+	bool software;
 	uv_poll_t comp_poll;
 	uv_poll_t async_poll;
 	uint32_t open_handles; /* loop handles not yet closed */

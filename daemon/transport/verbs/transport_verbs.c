@@ -952,6 +952,12 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 		create_undo(vt);
 		return ret;
 	}
+	const char *post_thread = getenv("RDMAXD_TEST_VERBS_POST_THREAD");
+	vt->post_thread_always = post_thread && strcmp(post_thread, "1") == 0;
+	if (vt->post_thread_always) {
+		log_warn("RDMAXD_TEST_VERBS_POST_THREAD=1: every bulk post list goes to the "
+			 "posting thread; never set this in production");
+	}
 	vt->conns.uid_conns = &daemon->peer_conns;
 	vt->conns.uid_conn_limit = &daemon->cfg.per_uid_peer_connections;
 	vt->conns_ready = true;

@@ -31,6 +31,7 @@
 #include "log.h"
 #include "mailbox.h"
 #include "names.h"
+#include "post_thread.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "region.h"
@@ -119,6 +120,7 @@ struct link_ctx {
 	uint32_t qp_num;
 	bool indexed;             /* in vt->qps */
 	struct vt_domain *domain; /* held while its QP exists; NULL: the shared PD */
+	struct post_qp post;      /* its share of vt->poster */
 };
 
 struct probe_ctx {
@@ -212,6 +214,14 @@ struct verbs_transport {
 	struct log_ratelimit rl;
 	struct ibv_send_wr wrs[SQ_DEPTH];
 	struct ibv_sge sges[SQ_DEPTH];
+	/*
+	 * Bulk post lists off the loop (post_thread.h): started on first use,
+	 * used on software devices while a latency lane is up, or always
+	 * (RDMAXD_TEST_VERBS_POST_THREAD=1, for the tests).
+	 */
+	struct post_thread *poster;
+	bool post_thread_always;
+	bool poster_unavailable; /* it could not be started: the loop posts */
 	/* SEND messages: staging registered (local access only) on every device. */
 	uint8_t *pool;
 	struct ibv_mr *pool_mr[REGION_MAX_DEVICES];
@@ -250,6 +260,8 @@ void vt_unindex_qp(struct verbs_transport *vt, uint32_t qp_num, bool *indexed);
 extern const struct conn_ops vt_conn_ops;
 uint8_t vt_rd_atom(int v);
 void vt_kick(void *ctx);
+/* Stop the posting thread, if one runs (every link destroyed); counts as a handle. */
+void vt_poster_stop(struct verbs_transport *vt);
 
 /* verbs_accept.c */
 void vt_on_probe_event(struct probe_ctx *pc, const struct cm_copy *ev);

@@ -272,6 +272,7 @@ static void maybe_close(struct verbs_transport *vt)
 	uv_close((uv_handle_t *)&vt->check, on_handle_closed);
 	uv_close((uv_handle_t *)&vt->kick, on_handle_closed);
 	uv_close((uv_handle_t *)&vt->tick, on_handle_closed);
+	vt_poster_stop(vt);
 	hca_table_close(&vt->hcas);
 }
 

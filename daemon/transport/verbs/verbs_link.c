@@ -178,6 +178,8 @@ static int link_connect(void *ctx, struct conn_link *link, const uint8_t *pd, si
 	}
 	lc->qp_num = lc->id->qp->qp_num;
 	vt_index_qp(vt, lc->qp_num, &lc->obj, &lc->indexed);
+	lc->post.qp = lc->id->qp;
+	lc->post.owner = lc;
 	sq_plan_fini(&link->sq);
 	ret = sq_plan_init(&link->sq, vt->sq_depth, cfg->signal_interval,
 			   MIN(cfg->inline_threshold, attr.cap.max_inline_data),
@@ -214,6 +216,73 @@ static void link_disconnect(void *ctx, struct conn_link *link)
 		verbs_qp_to_error(lc->id->qp);
 	}
 }
+
+/* ------------------------------------------------------- the posting thread */
+
+static int post_on_thread(void *qp, struct ibv_send_wr *wrs)
+{
+	return verbs_post_send(qp, wrs);
+}
+
+/* A post list of lc failed on the thread: as if link_post had failed (or the marker). */
+static void on_post_failed(void *arg, void *owner, bool marker, int err)
+{
+	struct verbs_transport *vt = arg;
+	struct link_ctx *lc = owner;
+	char why[CONN_MSG_MAX];
+
+	snprintf(why, sizeof(why), "ibv_post_send() on '%s' failed: %s", lc->hca->name,
+		 strerror(-err));
+	conn_link_post_failed(lc->link, marker, why);
+	vt_progress(vt);
+}
+
+/*
+ * Whether lc's next post list goes to the thread: while any of its lists is
+ * there (RC orders a QP's WRs as posted), and for a bulk connection on a
+ * software device while a latency lane is up, whose WRs the loop then posts
+ * without waiting behind the bulk posts' protocol work. A latency lane
+ * always posts from the loop.
+ */
+static bool on_thread(struct verbs_transport *vt, struct link_ctx *lc)
+{
+	if (post_qp_busy(&lc->post)) {
+		return true;
+	}
+	if (lc->link->conn->latency_lane || vt->poster_unavailable ||
+	    !(vt->post_thread_always || (lc->hca->software && vt->conns.lanes_up > 0))) {
+		return false;
+	}
+	if (!vt->poster) {
+		int ret = post_thread_create(vt->daemon->loop, post_on_thread, on_post_failed, vt,
+					     &vt->poster);
+		if (ret < 0) {
+			log_warn("verbs: no posting thread (%s): bulk posts stay on the loop",
+				 strerror(-ret));
+			vt->poster_unavailable = true;
+			return false;
+		}
+		vt->handles++;
+	}
+	return true;
+}
+
+static void on_poster_closed(void *arg)
+{
+	struct verbs_transport *vt = arg;
+
+	vt->handles--;
+}
+
+void vt_poster_stop(struct verbs_transport *vt)
+{
+	if (vt->poster) {
+		post_thread_stop(vt->poster, on_poster_closed);
+		vt->poster = NULL;
+	}
+}
+
+/* ------------------------------------------------------- posting */
 
 static int link_post(void *ctx, struct conn_link *link, const struct wr_desc *wrs, size_t n,
 		     char *why, size_t why_size)
@@ -295,12 +364,33 @@ static int link_post(void *ctx, struct conn_link *link, const struct wr_desc *wr
 			w->send_flags |= IBV_SEND_INLINE;
 		}
 	}
+	if (on_thread(vt, lc)) {
+		bool marker = n == 1 && wrs[0].kind == WR_MARKER;
+		if (post_thread_submit(vt->poster, &lc->post, vt->wrs, marker) == 0) {
+			vt->daemon->counters.verbs_post_thread_wrs += n;
+			return 0;
+		}
+		if (post_qp_busy(&lc->post)) {
+			snprintf(why, why_size, "out of memory for a post list");
+			return -ENOMEM;
+		}
+		/* Nothing of the QP is on the thread: posting here keeps the order. */
+	}
 	int ret = verbs_post_send(lc->id->qp, vt->wrs);
 	if (ret < 0) {
 		snprintf(why, why_size, "ibv_post_send() on '%s' failed: %s", hca->name,
 			 strerror(-ret));
 	}
 	return ret;
+}
+
+static void link_settle(void *ctx, struct conn_link *link)
+{
+	struct link_ctx *lc = link->priv;
+
+	if (lc) {
+		post_qp_settle(&lc->post);
+	}
 }
 
 static void link_destroy(void *ctx, struct conn_link *link)
@@ -311,6 +401,7 @@ static void link_destroy(void *ctx, struct conn_link *link)
 	if (!lc) {
 		return;
 	}
+	post_qp_settle(&lc->post);
 	if (lc->id) {
 		if (lc->id->qp) {
 			vt_unindex_qp(vt, lc->qp_num, &lc->indexed);
@@ -447,6 +538,7 @@ const struct conn_ops vt_conn_ops = {
 	.link_connect = link_connect,
 	.link_disconnect = link_disconnect,
 	.link_post = link_post,
+	.link_settle = link_settle,
 	.link_destroy = link_destroy,
 	.timer_start = timer_start,
 	.timer_stop = timer_stop,
