@@ -1928,10 +1928,11 @@ START_TEST(conn_latency_lane)
 	snprintf(other.x.peer.addr, sizeof(other.x.peer.addr), "192.0.2.9");
 	ck_assert_int_eq(conn_submit(&t, &other.x, 0), RDMAX_E_RESOURCE_EXHAUSTED);
 
+	ck_assert_uint_eq(t.lanes_open, 0);
 	connect_all(bulk_conn, NULL, PEER_INSTANCE, 1);
-	ck_assert_uint_eq(t.lanes_up, 0);
+	ck_assert_uint_eq(t.lanes_open, 0);
 	connect_all(lane, NULL, PEER_INSTANCE, 1);
-	ck_assert_uint_eq(t.lanes_up, 1);
+	ck_assert_uint_eq(t.lanes_open, 1);
 	conn_table_work(&t, 2);
 	ck_assert_ptr_eq(posted_conn(&lat.x), lane);
 	ck_assert_ptr_eq(posted_conn(&msg->m.xfer), bulk_conn);
@@ -1971,7 +1972,7 @@ START_TEST(conn_latency_lane)
 	ck_assert_int_eq(lat.calls, 1);
 	ck_assert_int_eq(msg->calls, 1);
 	ck_assert_int_eq(other.calls, 0);
-	ck_assert_uint_eq(t.lanes_up, 0);
+	ck_assert_uint_eq(t.lanes_open, 0);
 	table_teardown(&t);
 	free(msg);
 }

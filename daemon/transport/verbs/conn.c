@@ -494,7 +494,7 @@ static void to_closed(struct conn *conn)
 	t->ops->timer_stop(t->ctx, conn);
 	if (conn->lane_counted) {
 		conn->lane_counted = false;
-		t->lanes_up--;
+		t->lanes_open--;
 	}
 	conn->state = CONN_CLOSED;
 	t->dirty = true;
@@ -657,6 +657,11 @@ static void attempt_start(struct conn *conn, uint64_t now)
 	char why[CONN_MSG_MAX];
 
 	conn->state = CONN_CONNECTING;
+	if (conn->latency_lane && !conn->lane_counted) {
+		/* From its first attempt on: its set-up waits for the loop as its WRs will. */
+		conn->lane_counted = true;
+		t->lanes_open++;
+	}
 	conn->links_up = 0;
 	conn->peer_instance = 0;
 	random_bytes(&conn->attempt_id, sizeof(conn->attempt_id));
@@ -682,10 +687,6 @@ void conn_established(struct conn *conn, uint64_t now)
 	struct list_node *pos, *tmp;
 
 	conn->state = CONN_ESTABLISHED;
-	if (conn->latency_lane && !conn->lane_counted) {
-		conn->lane_counted = true;
-		conn->table->lanes_up++;
-	}
 	conn->attempts = 0;
 	conn->ever_up = true;
 	conn->last_active_ms = now;

@@ -118,7 +118,7 @@ struct conn {
 	 * (and rxe) works each QP's WRs in order. Part of the key too.
 	 */
 	bool latency_lane;
-	bool lane_counted;        /* an established latency lane, in table->lanes_up */
+	bool lane_counted;        /* a latency lane, in table->lanes_open */
 	char name[CONN_NAME_MAX]; /* "addr:port" for messages */
 	uint32_t n_links;
 	uint32_t links_up;
@@ -280,7 +280,7 @@ struct conn_table {
 	struct hmap replay;             /* MAC prefix -> expiry (ms) of seen connect requests */
 	struct hmap msgs;         /* message id -> struct conn_msg an answer may still finish */
 	uint64_t outstanding_wrs; /* posted and not retired, all links */
-	uint32_t lanes_up;        /* latency lanes established and not yet closed */
+	uint32_t lanes_open;      /* latency lanes from their first attempt until closed */
 	bool dirty;
 	bool shut;
 	struct conn_result *results; /* finished xfers not yet delivered */

@@ -216,7 +216,7 @@ struct verbs_transport {
 	struct ibv_sge sges[SQ_DEPTH];
 	/*
 	 * Bulk post lists off the loop (post_thread.h): started on first use,
-	 * used on software devices while a latency lane is up, or always
+	 * used on software devices while a latency lane is open, or always
 	 * (RDMAXD_TEST_VERBS_POST_THREAD=1, for the tests).
 	 */
 	struct post_thread *poster;
