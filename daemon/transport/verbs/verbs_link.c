@@ -240,9 +240,10 @@ static void on_post_failed(void *arg, void *owner, bool marker, int err)
 /*
  * Whether lc's next post list goes to the thread: while any of its lists is
  * there (RC orders a QP's WRs as posted), and for a bulk connection on a
- * software device while a latency lane is open (connecting too: its set-up waits for the loop),
- * whose WRs the loop then posts without waiting behind the bulk posts' protocol work. A latency
- * lane always posts from the loop.
+ * software device while a latency lane is open, from its first attempt on
+ * (its set-up waits for the loop too), so that the loop takes the lane's
+ * events and posts its WRs without waiting behind the bulk posts' protocol
+ * work. A latency lane always posts from the loop.
  */
 static bool on_thread(struct verbs_transport *vt, struct link_ctx *lc)
 {
