@@ -535,7 +535,7 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 		    m->tcp_io_thread_received);
 	family(&t, "rdmaxd_verbs_post_thread_wrs_total", "counter",
 	       "Verbs work requests of bulk connections handed to the posting thread instead of "
-	       "posted by the loop (software devices while a latency lane is up).");
+	       "posted by the loop (software devices while a latency lane is open).");
 	text_printf(&t, "rdmaxd_verbs_post_thread_wrs_total %" PRIu64 "\n",
 		    m->verbs_post_thread_wrs);
 	struct conn_count counts[ENDPOINT_MAX] = {0};
