@@ -16,6 +16,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "cpu_affinity.h"
 #include "discovery.h"
 #include "engine.h"
 #include "gpu.h"
@@ -315,14 +316,21 @@ static void on_signal(uv_signal_t *handle, int signum)
 #define SPIN_CLOCK_EVERY 16
 /* When the spin gives the CPU away (spin_yield.h); what it learnt lasts across spins. */
 static struct spin_yield g_spin_yield = {.every = SPIN_YIELD_MAX};
+/* engine.loop_cpus and worker_cpus keep the loop apart from the copies (set at start-up). */
+static bool g_loop_isolated;
 
 /*
  * Bulk copies are on the transports' I/O threads, or were within
  * busy_poll_us (between two of them the loop waits for socket readiness):
- * the loop sleeps in epoll rather than spin.
+ * the loop sleeps in epoll rather than spin. Not where the loop has CPUs of
+ * its own (engine.loop_cpus apart from worker_cpus): there its spin takes
+ * no time from a copy, and a sleep would cost every hop a wake-up.
  */
 static bool offloading(const struct rdmaxd *daemon, uint64_t now)
 {
+	if (g_loop_isolated) {
+		return false;
+	}
 	return daemon->io_offloaded > 0 ||
 	       (daemon->io_offload_ns && now >= daemon->io_offload_ns &&
 		now - daemon->io_offload_ns < (uint64_t)daemon->cfg.busy_poll_us * 1000);
@@ -512,6 +520,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	log_init(daemon->cfg.log_level, true);
+	/* Before any worker thread starts: each pins itself from this. */
+	if (cpu_affinity_configure(daemon->cfg.loop_cpus, daemon->cfg.worker_cpus, err,
+				   sizeof(err)) < 0) {
+		fprintf(stderr, "rdmaxd: %s\n", err);
+		return 2;
+	}
 	copy_string(daemon->node_name, sizeof(daemon->node_name), daemon->cfg.node_name);
 	daemon->instance_id = random_u64();
 	daemon->loop = uv_default_loop();
@@ -553,6 +567,21 @@ int main(int argc, char **argv)
 	ret = ipc_create(daemon, &daemon->ipc);
 	if (ret < 0) {
 		goto out_transports;
+	}
+	/* After the transports: threads the libraries started so far keep every CPU. */
+	ret = cpu_affinity_pin_loop();
+	if (ret < 0) {
+		log_err("cannot pin the loop to engine.loop_cpus %s: %s", daemon->cfg.loop_cpus,
+			strerror(-ret));
+		ipc_shutdown(daemon->ipc);
+		goto out_transports;
+	}
+	g_loop_isolated = cpu_affinity_loop_isolated();
+	if (daemon->cfg.loop_cpus[0] || daemon->cfg.worker_cpus[0]) {
+		log_notice("loop on CPUs %s, workers on CPUs %s%s",
+			   daemon->cfg.loop_cpus[0] ? daemon->cfg.loop_cpus : "(any)",
+			   daemon->cfg.worker_cpus[0] ? daemon->cfg.worker_cpus : "(any)",
+			   g_loop_isolated ? " (apart: the loop spins while they copy)" : "");
 	}
 	ret = svc_start(daemon);
 	if (ret < 0) {

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "config_internal.h"
+#include "cpu_affinity.h"
 #include "log.h"
 #include "util.h"
 
@@ -145,7 +146,8 @@ static bool is_number(const struct config_key *k)
 static bool is_string(const struct config_key *k)
 {
 	return k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_ADDR ||
-	       k->type == KEY_DEVICES || k->type == KEY_PIN || k->type == KEY_TEXT;
+	       k->type == KEY_DEVICES || k->type == KEY_PIN || k->type == KEY_TEXT ||
+	       k->type == KEY_CPUS;
 }
 
 /*
@@ -572,6 +574,11 @@ static int parse_value(struct config *cfg, const struct config_key *k, const cha
 	case KEY_PIN:
 		r = config_pin_check(value, ret_why);
 		return r < 0 ? r : store_string(cfg, k, value, ret_why);
+	case KEY_CPUS: {
+		cpu_set_t set;
+		r = cpu_list_parse(value, &set, ret_why);
+		return r < 0 ? r : store_string(cfg, k, value, ret_why);
+	}
 	case KEY_UINT:
 	case KEY_SIZE:
 	case KEY_MODE:
@@ -662,6 +669,7 @@ static void format_value(const struct config *cfg, const struct config_key *k, c
 	case KEY_DEVICES:
 	case KEY_PIN:
 	case KEY_TEXT:
+	case KEY_CPUS:
 		snprintf(buf, size, "%s", (const char *)cfield(cfg, k));
 		return;
 	case KEY_UINT:
@@ -729,6 +737,7 @@ static void format_range(const struct config_key *k, char *buf, size_t size)
 	case KEY_DEVICES:
 	case KEY_PIN:
 	case KEY_TEXT:
+	case KEY_CPUS:
 		snprintf(buf, size, "at most %zu characters", string_max(k));
 		return;
 	case KEY_LEVEL:
@@ -1312,7 +1321,7 @@ void config_print_example(FILE *out)
 		if (is_number(k)) {
 			snprintf(text, sizeof(text), "%s Range: %s. %s", k->help, range, reload);
 		} else if (k->type == KEY_PATH || k->type == KEY_NAME || k->type == KEY_DEVICES ||
-			   k->type == KEY_PIN || k->type == KEY_TEXT) {
+			   k->type == KEY_PIN || k->type == KEY_TEXT || k->type == KEY_CPUS) {
 			snprintf(text, sizeof(text), "%s At most %zu characters. %s", k->help,
 				 string_max(k), reload);
 		} else {

@@ -97,6 +97,8 @@ struct config {
 	/* [engine] */
 	uint32_t chunk_bytes;   /* large jobs are split into chunks of this size */
 	uint32_t busy_poll_us;  /* keep polling this long after the last activity */
+	char loop_cpus[128];    /* CPU list of the loop thread; empty: not pinned */
+	char worker_cpus[128];  /* CPU list of the I/O and posting threads; empty: not pinned */
 	uint32_t rail_retry_ms; /* a failed device pair is avoided this long */
 
 	/* [verbs] */

@@ -19,6 +19,7 @@ enum key_type {
 	KEY_DEVICES,   /* "auto" or comma-separated device names in a char array */
 	KEY_PIN,       /* "CLIENT=DEV[+DEV...]" rules, blank-separated, in a char array */
 	KEY_TEXT,      /* printable ASCII without blanks, quotes, ';' or '#', in a char array */
+	KEY_CPUS,      /* CPU list ("0-3,6") in a char array; empty: not pinned */
 	KEY_UINT,      /* decimal unsigned integer (uint16_t, uint32_t or uint64_t) */
 	KEY_SIZE,      /* unsigned integer with optional K/M/G/T suffix */
 	KEY_MODE,      /* octal permission bits in a uint32_t */

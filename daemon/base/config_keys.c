@@ -178,6 +178,14 @@ const struct config_key g_keys[] = {
 	 "After the last activity the daemon keeps polling this long before it sleeps, in "
 	 "microseconds; lower latency for more CPU time. Polls that keep finding nothing yield "
 	 "the CPU to any other runnable process. 0 never busy-polls."},
+	{"engine", "loop_cpus", KEY_CPUS, FIELD(loop_cpus), 0, 0, KEY_EMPTY,
+	 "CPUs the daemon's loop thread runs on, as a list such as 0-1,4 (it serves clients, "
+	 "small frames and latency-class connections). Empty: not pinned. Give it CPUs that "
+	 "worker_cpus does not name so that a latency job never waits behind a bulk copy "
+	 "(docs/operations.md, \"CPUs\")."},
+	{"engine", "worker_cpus", KEY_CPUS, FIELD(worker_cpus), 0, 0, KEY_EMPTY,
+	 "CPUs of the threads that move bulk bytes (the TCP transport's I/O threads, the verbs "
+	 "posting thread), as a list such as 2-7. Empty: every CPU the daemon started with."},
 
 	{"verbs", "devices", KEY_DEVICES, FIELD(devices), 0, 0, 0,
 	 "RDMA devices to use: auto (all usable devices) or a comma-separated list of device "

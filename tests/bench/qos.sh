@@ -7,7 +7,10 @@
 # between two devices: guest.sh runs it so); on
 # daemon b two served regions (one per class, so the read-back checks of
 # the two writers never overlap). Per repetition and per [qos] setting (off:
-# today's FIFO, on: the scheduler and the latency connection):
+# today's FIFO, on: the scheduler and the latency connection; pinned, over
+# TCP with two CPUs or more: on, with each daemon's loop and the latency
+# client on CPU 0 and the daemons' I/O threads and the bulk client on the
+# other CPUs):
 #   idle   latency-class 64 KiB writes alone, one at a time (--lat): p50/p99
 #   bulk   bulk-class 8 MiB writes alone, window 16: GB/s
 #   mixed  the same bulk writes for SECONDS+3, and meanwhile (from 0.5 s on)
@@ -98,18 +101,22 @@ serve() { # NAME SIZE: a region on daemon b
 	start_serve b "$1" "$2" qos
 }
 
+# [qos] pinned: the clients run where their class's daemon threads do (taskset).
+latpin=()
+bulkpin=()
+
 lat() { # FILE: latency-class 64 KiB writes, one at a time
 	# Two warm-up jobs only: under a FIFO bulk load each takes as long as the queue ahead of
 	# it, and a long warm-up would move the timed part past the end of the bulk run.
 	RDMAX_TRAFFIC_CLASS=latency RDMAX_SPIN_US=$latspin \
-		timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
+		timeout 120 "${latpin[@]}" "$build/rdmax-bench" run --socket "$run/a.sock" \
 		--desc "$run/lat.desc" -o write -s 64K --lat --warmup 2 -D "$secs" --json="$1" \
 		>/dev/null 2>>"$run/bench.err"
 }
 
 bulk() { # FILE SECONDS: bulk-class 8 MiB writes, 16 outstanding
-	RDMAX_TRAFFIC_CLASS=bulk timeout 120 "$build/rdmax-bench" run --socket "$run/a.sock" \
-		--desc "$run/bulk.desc" -o write -s 8M -w 16 -D "$2" --warmup 4 --json="$1" \
+	RDMAX_TRAFFIC_CLASS=bulk timeout 120 "${bulkpin[@]}" "$build/rdmax-bench" run \
+		--socket "$run/a.sock" --desc "$run/bulk.desc" -o write -s 8M -w 16 -D "$2" --warmup 4 --json="$1" \
 		>/dev/null 2>>"$run/bench.err"
 }
 
@@ -211,6 +218,16 @@ if [ "$transport" = tcp ] && [ ! -x "$stream" ]; then
 	echo "qos: $stream is missing (make all builds it): no raw reference"
 	failed=1
 fi
+# [qos] pinned (TCP, two CPUs or more): [qos] on with each daemon's loop on CPU 0 and its
+# I/O threads on the others (engine.loop_cpus, engine.worker_cpus), the latency client on
+# CPU 0 and the bulk client on the others; docs/operations.md, "CPUs".
+modes="off on"
+ncpu=$(nproc)
+if [ "$transport" = tcp ] && [ "$ncpu" -ge 2 ]; then
+	modes="off on pinned"
+	workers=1
+	[ "$ncpu" -gt 2 ] && workers=1-$((ncpu - 1))
+fi
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((rep = 1; rep <= reps; rep++)); do
 	if [ -x "$stream" ]; then
@@ -220,13 +237,22 @@ for ((rep = 1; rep <= reps; rep++)); do
 		verbs_rawref "$rep"
 		echo "qos: rep $rep, raw reference done"
 	fi
-	for mode in off on; do
+	for mode in $modes; do
 		enabled=false
-		[ $mode = on ] && enabled=true
+		[ $mode != off ] && enabled=true
 		# shellcheck disable=SC2086
 		extra=$(for s in ${RDMAX_BENCH_QOS_SET:-}; do printf -- '--set %s ' "$s"; done)
+		pin=()
+		latpin=()
+		bulkpin=()
+		if [ $mode = pinned ]; then
+			pin=(--set engine.loop_cpus=0 --set "engine.worker_cpus=$workers")
+			latpin=(taskset -c 0)
+			bulkpin=(taskset -c "$workers")
+		fi
 		# shellcheck disable=SC2086
-		if ! daemon a --set "qos.enabled=$enabled" $extra || ! daemon b ||
+		if ! daemon a --set "qos.enabled=$enabled" "${pin[@]}" $extra ||
+			! daemon b "${pin[@]}" ||
 			! serve bulk 128M || ! serve lat 1M; then
 			failed=1
 			cleanup
@@ -281,7 +307,9 @@ def fmt(v, unit):
 print("traffic classes, %s, %d repetitions (median, then each run); "
       "load average %s before, %s after; latency client RDMAX_SPIN_US=%s"
       % (sys.argv[7], reps, sys.argv[3], sys.argv[4], sys.argv[5]))
-for mode in ("off", "on"):
+for mode in ("off", "on", "pinned"):
+    if mode == "pinned" and not vals(mode, "idle", "p99"):
+        continue
     idle50, idle99 = vals(mode, "idle", "p50"), vals(mode, "idle", "p99")
     mix50, mix99 = vals(mode, "mixedlat", "p50"), vals(mode, "mixedlat", "p99")
     bulk = [x * 1000 for x in vals(mode, "bulk", "GBps")]
@@ -296,6 +324,11 @@ for mode in ("off", "on"):
         rb = statistics.median(mixb) / statistics.median(bulk)
         print("  p99 under load / idle p99 = %.2f (target <= 2)   bulk with / without "
               "latency = %.2f (target >= 0.9)" % (r99, rb))
+    if mode == "pinned" and mixb and vals("on", "bulk", "GBps"):
+        rb_on = statistics.median(mixb) / statistics.median(
+            [x * 1000 for x in vals("on", "bulk", "GBps")])
+        print("  bulk with latency, pinned / bulk alone, [qos] on unpinned = %.2f "
+              "(what the CPU given to the loops costs the bulk class)" % rb_on)
 # The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream
 # (over verbs: the perftest ping-pongs under ib_write_bw).
 def ratio(num, den):

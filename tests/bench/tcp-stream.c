@@ -21,6 +21,10 @@
  *     with one byte. Four hand-offs per round trip instead of two, each a
  *     wake-up when the ends sleep: the process layout of a job through two
  *     daemons, with none of their code.
+ *   --epoll: the receiver and the relay wait for data in epoll_wait() on
+ *     non-blocking sockets, as an event loop such as rdmaxd's does, instead
+ *     of sleeping in recv() (the timing process still sleeps in recv(), as a
+ *     client sleeps in poll()).
  *
  * It prints a table, or with --json the same JSON shape as rdmax-bench, so
  * tests/bench/report.py reads both. It never touches rdmaxd; it only
@@ -38,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -57,6 +62,7 @@ struct opts {
 	bool json;
 	bool spin;
 	bool relay;
+	bool epoll;
 	uint32_t batch; /* messages per sendmsg(), >= 1 */
 	const char *addr;
 	const char *label;
@@ -89,6 +95,27 @@ static double rusage_s(int who)
 
 /* --spin: every call is MSG_DONTWAIT and EAGAIN is retried at once. */
 static bool g_spin;
+/*
+ * --epoll: the relay and the receiver wait for data in epoll_wait() on an
+ * epoll set of their sockets, as an event loop does; -1 where a process
+ * blocks in recv() (the timing process always does, as a client in poll()).
+ */
+static bool g_epoll;
+static int g_ep = -1;
+
+/* Wait for data on fd in epoll_wait() from now on (--epoll); fd stays blocking for sends. */
+static int epoll_watch(int fd)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+
+	if (g_ep < 0) {
+		g_ep = epoll_create1(EPOLL_CLOEXEC);
+		if (g_ep < 0) {
+			return -errno;
+		}
+	}
+	return epoll_ctl(g_ep, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
 
 static int write_all(int fd, const uint8_t *buf, uint64_t len)
 {
@@ -112,9 +139,17 @@ static int64_t read_full(int fd, uint8_t *buf, uint64_t len)
 	uint64_t got = 0;
 
 	while (got < len) {
-		ssize_t n = recv(fd, buf + got, len - got, g_spin ? MSG_DONTWAIT : MSG_WAITALL);
+		bool dontwait = g_spin || g_ep >= 0;
+		ssize_t n = recv(fd, buf + got, len - got, dontwait ? MSG_DONTWAIT : MSG_WAITALL);
 		if (n < 0) {
 			if (errno == EINTR || (g_spin && errno == EAGAIN)) {
+				continue;
+			}
+			if (errno == EAGAIN && g_ep >= 0) {
+				struct epoll_event evs[4];
+				if (epoll_wait(g_ep, evs, 4, -1) < 0 && errno != EINTR) {
+					return -errno;
+				}
 				continue;
 			}
 			return -errno;
@@ -180,7 +215,7 @@ static int receiver(int lfd, const struct opts *o, uint64_t max_size)
 	for (uint32_t i = 0; i < o->n_sizes; i++) {
 		uint64_t size = o->sizes[i];
 		int fd = accept(lfd, NULL, NULL);
-		if (fd < 0) {
+		if (fd < 0 || (g_epoll && epoll_watch(fd) < 0)) {
 			return 1;
 		}
 		set_nodelay(fd);
@@ -254,7 +289,7 @@ static int relay(int ufd, const struct sockaddr_in *sa, uint64_t size, const uin
 	int tfd = connect_receiver(sa);
 	uint8_t b;
 
-	if (tfd < 0) {
+	if (tfd < 0 || (g_epoll && (epoll_watch(ufd) < 0 || epoll_watch(tfd) < 0))) {
 		return 1;
 	}
 	for (;;) {
@@ -393,18 +428,19 @@ static void print_results(const struct opts *o, const struct result *rs, uint32_
 			}
 		}
 		printf("\", \"op\": \"write\", \"status\": \"ok\", \"params\": {\"iters\": %" PRIu64
-		       ", \"duration_s\": %g, \"lat\": %s, \"spin\": %s, \"relay\": %s, \"batch\": "
-		       "%u}, "
+		       ", \"duration_s\": %g, \"lat\": %s, \"spin\": %s, \"relay\": %s, \"epoll\": "
+		       "%s, \"batch\": %u}, "
 		       "\"results\": [",
 		       o->iters, o->duration_s, o->lat ? "true" : "false",
-		       o->spin ? "true" : "false", o->relay ? "true" : "false", o->batch);
+		       o->spin ? "true" : "false", o->relay ? "true" : "false",
+		       o->epoll ? "true" : "false", o->batch);
 	} else {
-		printf("tcp-stream%s%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s "
+		printf("tcp-stream%s%s%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s "
 		       "%9s "
 		       "%9s %9s\n",
 		       o->lat ? " --lat" : "", o->spin ? " --spin" : "", o->relay ? " --relay" : "",
-		       o->addr, "bytes", "msgs", "seconds", "GB/s", "Gb/s", "msgs/s", "p50_us",
-		       "p99_us", "p99.9_us", "cpu_s/GB");
+		       o->epoll ? " --epoll" : "", o->addr, "bytes", "msgs", "seconds", "GB/s",
+		       "Gb/s", "msgs/s", "p50_us", "p99_us", "p99.9_us", "cpu_s/GB");
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct result *r = &rs[i];
@@ -460,22 +496,29 @@ static int parse_size(const char *s, uint64_t *ret)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
-		"                  [--spin] [--batch N] [--relay] [--addr IPV4] [--label TEXT]\n"
-		"One TCP stream between two processes (--relay: the sender's end in a\n"
-		"third process); sizes take K/M suffixes.\n");
+	fprintf(out, "Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
+		     "                  [--spin] [--batch N] [--relay] [--epoll] [--addr IPV4]\n"
+		     "                  [--label TEXT]\n"
+		     "One TCP stream between two processes (--relay: the sender's end in a\n"
+		     "third process); sizes take K/M suffixes.\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{"sizes", required_argument, NULL, 's'},    {"iters", required_argument, NULL, 'n'},
-		{"duration", required_argument, NULL, 'D'}, {"lat", no_argument, NULL, 'L'},
-		{"spin", no_argument, NULL, 'S'},           {"batch", required_argument, NULL, 'B'},
-		{"relay", no_argument, NULL, 'R'},          {"json", no_argument, NULL, 'j'},
-		{"addr", required_argument, NULL, 'A'},     {"label", required_argument, NULL, 'l'},
-		{"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+		{"sizes", required_argument, NULL, 's'},
+		{"iters", required_argument, NULL, 'n'},
+		{"duration", required_argument, NULL, 'D'},
+		{"lat", no_argument, NULL, 'L'},
+		{"spin", no_argument, NULL, 'S'},
+		{"batch", required_argument, NULL, 'B'},
+		{"relay", no_argument, NULL, 'R'},
+		{"json", no_argument, NULL, 'j'},
+		{"epoll", no_argument, NULL, 'E'},
+		{"addr", required_argument, NULL, 'A'},
+		{"label", required_argument, NULL, 'l'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	struct opts o = {.iters = DEFAULT_ITERS,
 			 .addr = "127.0.0.1",
@@ -528,6 +571,9 @@ int main(int argc, char **argv)
 		case 'R':
 			o.relay = true;
 			break;
+		case 'E':
+			o.epoll = true;
+			break;
 		case 'j':
 			o.json = true;
 			break;
@@ -557,6 +603,7 @@ int main(int argc, char **argv)
 		max_size = o.sizes[i] > max_size ? o.sizes[i] : max_size;
 	}
 	g_spin = o.spin;
+	g_epoll = o.epoll;
 	signal(SIGPIPE, SIG_IGN);
 	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 4) < 0 ||

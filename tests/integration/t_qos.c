@@ -11,7 +11,9 @@
  * SIGHUP reload changes the weights (seen in the admin status) and a bad
  * [qos] value leaves them as they were; a bad class is refused by name.
  */
+#include <dirent.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +229,116 @@ START_TEST(qos_reload_and_bad_class)
 }
 END_TEST
 
+/* Thread tid of pid's "Cpus_allowed_list" into buf; false when the thread is gone. */
+static bool thread_cpus(pid_t pid, const char *tid, char *buf, size_t size)
+{
+	char path[300], line[256], cpus[256];
+	bool found = false;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, tid);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		return false;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Cpus_allowed_list: %255s", cpus) == 1) {
+			snprintf(buf, size, "%s", cpus);
+			found = true;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* How many of pid's threads other than the main one run on exactly `cpus`; *ret_main the main's. */
+static int threads_on(pid_t pid, const char *cpus, char *ret_main, size_t main_size)
+{
+	char path[64], list[256];
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *dir = opendir(path);
+	ck_assert_ptr_nonnull(dir);
+	while ((e = readdir(dir))) {
+		if (e->d_name[0] == '.' || !thread_cpus(pid, e->d_name, list, sizeof(list))) {
+			continue;
+		}
+		if (atoi(e->d_name) == (int)pid) {
+			snprintf(ret_main, main_size, "%s", list);
+		} else {
+			n += strcmp(list, cpus) == 0;
+		}
+	}
+	closedir(dir);
+	return n;
+}
+
+START_TEST(qos_loop_and_workers_on_their_cpus)
+{
+	/*
+	 * [engine] loop_cpus and worker_cpus: the loop thread and the TCP I/O
+	 * threads each end up on their list; a job still completes. With one CPU
+	 * the two lists are the same CPU, and the case checks the wiring only.
+	 */
+	cpu_set_t mine;
+	unsigned lo = CPU_SETSIZE, hi = 0;
+	char loop_list[16], worker_list[16], main_cpus[256] = "";
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	for (unsigned c = 0; c < CPU_SETSIZE; c++) {
+		if (CPU_ISSET(c, &mine)) {
+			lo = c < lo ? c : lo;
+			hi = c;
+		}
+	}
+	snprintf(loop_list, sizeof(loop_list), "%u", lo);
+	snprintf(worker_list, sizeof(worker_list), "%u", hi);
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	itest_daemon_set(a, "engine.loop_cpus=%s", loop_list);
+	itest_daemon_set(a, "engine.worker_cpus=%s", worker_list);
+	itest_daemon_set(a, "transport.tcp_io_threads=2");
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	wait_log(a, "loop on CPUs");
+
+	/* Workers pin themselves as they start: wait for both. */
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
+	int workers = 0;
+	for (;;) {
+		workers = threads_on(a->pid, worker_list, main_cpus, sizeof(main_cpus));
+		if (workers >= 2 || itest_now_ms() > deadline) {
+			break;
+		}
+		itest_sleep_ms(10);
+	}
+	ck_assert_str_eq(main_cpus, loop_list);
+	if (strcmp(itest_transport(), "tcp") == 0) {
+		ck_assert_msg(workers >= 2, "%d I/O threads on CPUs %s", workers, worker_list);
+	}
+
+	struct rdmax_client *ca = itest_client(a, "pinned");
+	struct rdmax_client *cb = itest_client(b, "sink");
+	struct rdmax_region *src = itest_alloc(ca, 1 << 20, 0);
+	struct rdmax_region *dst = itest_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc ddesc = itest_desc(dst);
+	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &ddesc, 0, 1 << 20);
+	itest_fill(itest_bytes(src), 1 << 20, 11);
+	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_int_eq(ev.status, 0);
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 1 << 20, "pinned write");
+
+	rdmax_client_close(ca);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+END_TEST
+
 TCase *itest_tcase_qos(void)
 {
 	TCase *tc = tcase_create("qos");
@@ -236,5 +348,6 @@ TCase *itest_tcase_qos(void)
 			  "only one TCP connection keeps every chunk in submission order; verbs "
 			  "spreads them over several queue pairs");
 	tcase_add_test(tc, qos_reload_and_bad_class);
+	tcase_add_test(tc, qos_loop_and_workers_on_their_cpus);
 	return tc;
 }

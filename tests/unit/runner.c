@@ -32,7 +32,8 @@
 	X(names)                                                                                   \
 	X(ipc)                                                                                     \
 	X(qos)                                                                                     \
-	X(spin_yield)
+	X(spin_yield)                                                                              \
+	X(cpu_affinity)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));
 SUITES(DECLARE)

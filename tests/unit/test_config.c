@@ -122,6 +122,8 @@ START_TEST(defaults_are_valid)
 	ck_assert_uint_eq(cfg.idle_timeout_s, 300);
 	ck_assert_uint_eq(cfg.chunk_bytes, 1048576);
 	ck_assert_uint_eq(cfg.busy_poll_us, 1000);
+	ck_assert_str_eq(cfg.loop_cpus, "");
+	ck_assert_str_eq(cfg.worker_cpus, "");
 	ck_assert_str_eq(cfg.devices, "auto");
 	ck_assert_uint_eq(cfg.qps_per_peer, 2);
 	ck_assert_uint_eq(cfg.inline_threshold, 64);
@@ -189,6 +191,8 @@ static const char g_every_key[] = "; all keys\n"
 				  "[engine]\n"
 				  "chunk_bytes = 4194304\n"
 				  "busy_poll_us = 0\n"
+				  "loop_cpus = 0\n"
+				  "worker_cpus = 1-3,6\n"
 				  "rail_retry_ms = 250\n"
 				  "[verbs]\n"
 				  "devices = mlx5_0,mlx5_1\n"
@@ -276,6 +280,8 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.min_frame_rate_kib_s, 16777216);
 	ck_assert_uint_eq(cfg.chunk_bytes, 4 << 20);
 	ck_assert_uint_eq(cfg.busy_poll_us, 0);
+	ck_assert_str_eq(cfg.loop_cpus, "0");
+	ck_assert_str_eq(cfg.worker_cpus, "1-3,6");
 	ck_assert_str_eq(cfg.devices, "mlx5_0,mlx5_1");
 	ck_assert_str_eq(cfg.pin, "prefill-*=mlx5_0 decode=mlx5_0+mlx5_1");
 	ck_assert_uint_eq(cfg.rail_retry_ms, 250);
@@ -313,7 +319,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 73);
+	ck_assert_int_eq(keys, 75);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -580,6 +586,14 @@ START_TEST(set_keys_and_errors)
 	ck_assert_int_eq(config_set(&cfg, "verbs", "devices", "mlx5_0 , rxe0", err, sizeof(err)),
 			 0);
 	ck_assert_str_eq(cfg.devices, "mlx5_0,rxe0");
+	ck_assert_int_eq(config_set(&cfg, "engine", "loop_cpus", "0,2-3", err, sizeof(err)), 0);
+	ck_assert_str_eq(cfg.loop_cpus, "0,2-3");
+	ck_assert_int_eq(config_set(&cfg, "engine", "worker_cpus", "3-1", err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_str_eq(err, "invalid value '3-1' for [engine] worker_cpus: a range must not go "
+			      "downwards");
+	ck_assert_int_eq(config_set(&cfg, "engine", "loop_cpus", "", err, sizeof(err)), 0);
+	ck_assert_str_eq(cfg.loop_cpus, "");
 	/* Empty node_name means the host name again. */
 	ck_assert_int_eq(config_set(&cfg, "daemon", "node_name", "x", err, sizeof(err)), 0);
 	ck_assert_int_eq(config_set(&cfg, "daemon", "node_name", "", err, sizeof(err)), 0);
@@ -800,7 +814,7 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 37);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 39);
 	ck_assert_str_eq(
 		names, "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
 		       "[daemon] socket_mode, "
@@ -810,7 +824,8 @@ START_TEST(restart_keys_follow_reload_rules)
 		       "[limits] max_message_bytes, [limits] max_isolation_domains, "
 		       "[peers] connect_timeout_ms, "
 		       "[peers] connect_retries, [peers] retry_backoff_ms, "
-		       "[engine] chunk_bytes, [engine] busy_poll_us, [verbs] devices, [verbs] pin, "
+		       "[engine] chunk_bytes, [engine] busy_poll_us, [engine] loop_cpus, "
+		       "[engine] worker_cpus, [verbs] devices, [verbs] pin, "
 		       "[verbs] qps_per_peer, [verbs] inline_threshold, "
 		       "[verbs] signal_interval, [verbs] isolation, [metrics] textfile_dir, "
 		       "[metrics] textfile_interval_s, [discovery] backend, [discovery] endpoints, "
@@ -963,7 +978,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 73);
+	ck_assert_int_eq(keys, 75);
 	free(printed);
 	free(man);
 }

@@ -30,6 +30,7 @@
 #include <sys/uio.h>
 
 #include "counters.h"
+#include "cpu_affinity.h"
 #include "tcp_internal.h"
 
 #define OFFLOAD_POLL_MS 1 /* a reap waits at most this for a thread in poll() */
@@ -144,7 +145,11 @@ static void op_run(struct tcp_offload_op *op)
 static void *io_thread(void *arg)
 {
 	struct tcp_offload *pool = arg;
+	int err = cpu_affinity_pin_worker();
 
+	if (err < 0) {
+		log_warn("TCP I/O thread: cannot pin to engine.worker_cpus: %s", strerror(-err));
+	}
 	pthread_mutex_lock(&pool->lock);
 	for (;;) {
 		while (!pool->stop && list_empty(&pool->queue)) {

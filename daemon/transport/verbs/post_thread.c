@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_affinity.h"
+#include "log.h"
 #include "post_thread.h"
 
 /* One post list as handed over: its WRs, then their SGEs. */
@@ -70,7 +72,12 @@ static struct post_list *list_copy(const struct ibv_send_wr *wrs)
 static void *post_main(void *arg)
 {
 	struct post_thread *pt = arg;
+	int pinned = cpu_affinity_pin_worker();
 
+	if (pinned < 0) {
+		log_warn("verbs posting thread: cannot pin to engine.worker_cpus: %s",
+			 strerror(-pinned));
+	}
 	pthread_mutex_lock(&pt->lock);
 	for (;;) {
 		while (!pt->stop && list_empty(&pt->queue)) {

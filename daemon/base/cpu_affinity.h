@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which CPUs the daemon's threads run on ([engine] loop_cpus, worker_cpus).
+ * The loop serves clients, small frames and latency-class connections; the
+ * workers (the TCP transport's I/O threads, the verbs posting thread) move
+ * bulk bytes. Kept on CPUs of their own, a latency job's hand-offs between
+ * clients and loops never wait behind a bulk copy the kernel does not
+ * preempt (docs/benchmarks.md, "A CPU of its own for the loops").
+ *
+ * cpu_affinity_configure() runs once at start-up, before any worker thread
+ * exists; a worker calls cpu_affinity_pin_worker() first thing, and the loop
+ * thread cpu_affinity_pin_loop() once its threads are started. Unconfigured
+ * (unit tests, empty lists) both calls change nothing.
+ */
+#ifndef RDMAXD_CPU_AFFINITY_H
+#define RDMAXD_CPU_AFFINITY_H
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/*
+ * Parse a CPU list ("0", "0-3,6"; blanks not allowed; "" is the empty set)
+ * into set. \return 0, or -EINVAL / -ERANGE with *ret_why saying what is wrong
+ */
+int cpu_list_parse(const char *text, cpu_set_t *set, const char **ret_why);
+
+/* Write set as a CPU list ("0-3,6") into buf (truncated to size). */
+void cpu_list_format(const cpu_set_t *set, char *buf, size_t size);
+
+/*
+ * Take the two lists (either may be empty: not pinned) and the CPUs this
+ * process may run on now. \return 0, or -EINVAL with err naming the key and
+ * the CPU that this process may not use
+ */
+int cpu_affinity_configure(const char *loop_cpus, const char *worker_cpus, char *err,
+			   size_t err_size);
+
+/* Pin the calling thread (the loop) to loop_cpus, if given. \return 0 or a negative errno */
+int cpu_affinity_pin_loop(void);
+
+/*
+ * Pin the calling thread (a worker) to worker_cpus, or, without them, to all
+ * the CPUs the process started with, so that it does not inherit the loop's
+ * CPUs. \return 0 or a negative errno
+ */
+int cpu_affinity_pin_worker(void);
+
+/*
+ * Whether the loop has CPUs no worker may use (both lists given, disjoint):
+ * then its spin takes nothing from a copy, and it need not sleep while
+ * copies run (main.c, offloading()).
+ */
+bool cpu_affinity_loop_isolated(void);
+
+/* Forget the configuration (tests). */
+void cpu_affinity_reset(void);
+
+#endif

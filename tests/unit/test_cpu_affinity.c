@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * [engine] loop_cpus and worker_cpus (cpu_affinity.h): CPU lists, the check
+ * against the CPUs the process may use, and where the loop and the workers
+ * end up. Pinning happens on helper threads, so the runner keeps its CPUs.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu_affinity.h"
+
+Suite *cpu_affinity_suite(void);
+
+static void parse_ok(const char *text, const char *formatted)
+{
+	const char *why = NULL;
+	cpu_set_t set;
+	char buf[128];
+
+	ck_assert_msg(cpu_list_parse(text, &set, &why) == 0, "'%s': %s", text, why);
+	cpu_list_format(&set, buf, sizeof(buf));
+	ck_assert_str_eq(buf, formatted);
+}
+
+static void parse_bad(const char *text, int err, const char *why_expected)
+{
+	const char *why = NULL;
+	cpu_set_t set;
+
+	ck_assert_int_eq(cpu_list_parse(text, &set, &why), err);
+	ck_assert_str_eq(why, why_expected);
+}
+
+START_TEST(cpu_lists_parse_and_format)
+{
+	parse_ok("", "");
+	parse_ok("0", "0");
+	parse_ok("0-3,6", "0-3,6");
+	parse_ok("6,0-3", "0-3,6");
+	parse_ok("1,2,3", "1-3");
+	parse_ok("2-2", "2");
+	parse_ok("1023", "1023");
+	parse_bad("x", -EINVAL, "expected a CPU number");
+	parse_bad(" 1", -EINVAL, "expected a CPU number");
+	parse_bad("1 ", -EINVAL, "expected a CPU list such as 0-3,6");
+	parse_bad("1,", -EINVAL, "expected a CPU number");
+	parse_bad("1,,2", -EINVAL, "expected a CPU number");
+	parse_bad("1-", -EINVAL, "expected a CPU number");
+	parse_bad("-1", -EINVAL, "expected a CPU number");
+	parse_bad("3-1", -EINVAL, "a range must not go downwards");
+	parse_bad("1024", -ERANGE, "CPU number too large");
+	parse_bad("99999999999999999999", -ERANGE, "CPU number too large");
+}
+END_TEST
+
+/* The lowest and highest CPU the runner may use. */
+static void allowed_bounds(unsigned *lo, unsigned *hi)
+{
+	cpu_set_t set;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+	*lo = CPU_SETSIZE;
+	*hi = 0;
+	for (unsigned c = 0; c < CPU_SETSIZE; c++) {
+		if (CPU_ISSET(c, &set)) {
+			*lo = c < *lo ? c : *lo;
+			*hi = c;
+		}
+	}
+	ck_assert_uint_lt(*lo, CPU_SETSIZE);
+}
+
+START_TEST(cpus_outside_the_process_are_refused)
+{
+	char err[256] = "", list[32];
+	unsigned lo, hi;
+
+	allowed_bounds(&lo, &hi);
+	ck_assert_uint_lt(hi, 1023); /* 1023 is nobody's here */
+	snprintf(list, sizeof(list), "%u,1023", lo);
+	ck_assert_int_eq(cpu_affinity_configure("", list, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "engine.worker_cpus: CPU 1023 is not one this daemon may run on "
+				  "(allowed: ") == err,
+		      "%s", err);
+	ck_assert_int_eq(cpu_affinity_configure("0-x", "", err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "engine.loop_cpus = '0-x': expected a CPU number");
+	/* A refused configuration pins nothing. */
+	ck_assert_int_eq(cpu_affinity_pin_loop(), 0);
+	cpu_affinity_reset();
+}
+END_TEST
+
+struct probe {
+	int (*pin)(void);     /* run first on the thread */
+	int pinned;           /* what it returned */
+	cpu_set_t cpus;       /* the thread's CPUs after it */
+	struct probe *worker; /* a thread to start from this one afterwards, or NULL */
+};
+
+static void *probe_main(void *arg)
+{
+	struct probe *p = arg;
+
+	p->pinned = p->pin ? p->pin() : 0;
+	sched_getaffinity(0, sizeof(p->cpus), &p->cpus);
+	if (p->worker) {
+		pthread_t t;
+		ck_assert_int_eq(pthread_create(&t, NULL, probe_main, p->worker), 0);
+		pthread_join(t, NULL);
+	}
+	return NULL;
+}
+
+static void run_probe(struct probe *p)
+{
+	pthread_t t;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, probe_main, p), 0);
+	pthread_join(t, NULL);
+}
+
+static void assert_cpus(const cpu_set_t *set, const char *expected)
+{
+	char buf[128];
+
+	cpu_list_format(set, buf, sizeof(buf));
+	ck_assert_str_eq(buf, expected);
+}
+
+START_TEST(loop_and_workers_land_on_their_cpus)
+{
+	char err[256] = "", lo_list[16], hi_list[16], all[128];
+	struct probe worker = {.pin = cpu_affinity_pin_worker};
+	struct probe loop = {.pin = cpu_affinity_pin_loop, .worker = &worker};
+	cpu_set_t allowed;
+	unsigned lo, hi;
+
+	allowed_bounds(&lo, &hi);
+	sched_getaffinity(0, sizeof(allowed), &allowed);
+	cpu_list_format(&allowed, all, sizeof(all));
+	snprintf(lo_list, sizeof(lo_list), "%u", lo);
+	snprintf(hi_list, sizeof(hi_list), "%u", hi);
+
+	/* Both given: each thread on its list, the worker not on the loop's. */
+	ck_assert_msg(cpu_affinity_configure(lo_list, hi_list, err, sizeof(err)) == 0, "%s", err);
+	run_probe(&loop);
+	ck_assert_int_eq(loop.pinned, 0);
+	ck_assert_int_eq(worker.pinned, 0);
+	assert_cpus(&loop.cpus, lo_list);
+	assert_cpus(&worker.cpus, hi_list);
+	ck_assert(cpu_affinity_loop_isolated() == (lo != hi));
+
+	/* Only the loop pinned: a worker started from it gets every CPU back. */
+	ck_assert_msg(cpu_affinity_configure(lo_list, "", err, sizeof(err)) == 0, "%s", err);
+	run_probe(&loop);
+	assert_cpus(&loop.cpus, lo_list);
+	assert_cpus(&worker.cpus, all);
+	ck_assert(!cpu_affinity_loop_isolated()); /* the workers may run on the loop's CPU */
+
+	/* Nothing configured: neither call changes a thread's CPUs. */
+	ck_assert_msg(cpu_affinity_configure("", "", err, sizeof(err)) == 0, "%s", err);
+	struct probe narrow = {.pin = NULL};
+	struct probe inherit = {.pin = cpu_affinity_pin_worker};
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(hi, &one);
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+	narrow.worker = &inherit;
+	run_probe(&narrow);
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+	ck_assert_int_eq(inherit.pinned, 0);
+	assert_cpus(&inherit.cpus, hi_list);
+	ck_assert_int_eq(cpu_affinity_pin_loop(), 0);
+	ck_assert(!cpu_affinity_loop_isolated());
+	cpu_affinity_reset();
+}
+END_TEST
+
+START_TEST(overlapping_lists_are_not_isolated)
+{
+	char err[256] = "", list[32];
+	unsigned lo, hi;
+
+	allowed_bounds(&lo, &hi);
+	snprintf(list, sizeof(list), "%u", lo);
+	ck_assert_msg(cpu_affinity_configure(list, list, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(!cpu_affinity_loop_isolated());
+	ck_assert_msg(cpu_affinity_configure("", list, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(!cpu_affinity_loop_isolated());
+	cpu_affinity_reset();
+}
+END_TEST
+
+Suite *cpu_affinity_suite(void)
+{
+	Suite *s = suite_create("cpu_affinity");
+	TCase *tc = tcase_create("cpu_affinity");
+
+	tcase_add_test(tc, cpu_lists_parse_and_format);
+	tcase_add_test(tc, cpus_outside_the_process_are_refused);
+	tcase_add_test(tc, loop_and_workers_land_on_their_cpus);
+	tcase_add_test(tc, overlapping_lists_are_not_isolated);
+	suite_add_tcase(s, tc);
+	return s;
+}
