@@ -830,9 +830,9 @@ END_TEST
 
 /*
  * The unit binary links with --wrap=sendmsg,--wrap=recvmsg (Makefile):
- * every sendmsg() it makes, counted; and every recvmsg() the test's own
+ * every sendmsg() it makes, counted; every recvmsg() the test's own
  * thread (the loop) makes on a socket while another thread (an I/O thread)
- * is inside sendmsg() on it.
+ * is inside sendmsg() on it; and the loop's recvmsg() calls per socket.
  */
 ssize_t __real_sendmsg(int fd, const struct msghdr *msg, int flags);
 ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags);
@@ -842,6 +842,7 @@ enum { WRAP_FDS = 1024 };
 static uint64_t g_sendmsg_calls;
 static uint32_t g_thread_sending[WRAP_FDS];
 static uint64_t g_loop_reads_under_send;
+static uint32_t g_loop_reads[WRAP_FDS];
 
 static bool on_loop_thread(void)
 {
@@ -865,9 +866,11 @@ ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags)
 
 ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	if (fd >= 0 && fd < WRAP_FDS && on_loop_thread() &&
-	    __atomic_load_n(&g_thread_sending[fd], __ATOMIC_SEQ_CST) > 0) {
-		__atomic_fetch_add(&g_loop_reads_under_send, 1, __ATOMIC_RELAXED);
+	if (fd >= 0 && fd < WRAP_FDS && on_loop_thread()) {
+		g_loop_reads[fd]++;
+		if (__atomic_load_n(&g_thread_sending[fd], __ATOMIC_SEQ_CST) > 0) {
+			__atomic_fetch_add(&g_loop_reads_under_send, 1, __ATOMIC_RELAXED);
+		}
 	}
 	return __real_recvmsg(fd, msg, flags);
 }
@@ -946,6 +949,15 @@ START_TEST(tcp_full_socket_waits_for_writable)
 }
 END_TEST
 
+/* Nodes a and b with every large TCP copy on the I/O threads. */
+static void nodes_start_offloaded(struct node *a, struct node *b)
+{
+	setenv("RDMAXD_TEST_TCP_OFFLOAD", "1", 1);
+	node_start(a, "a", NULL, 0);
+	node_start(b, "b", NULL, 0);
+	unsetenv("RDMAXD_TEST_TCP_OFFLOAD");
+}
+
 /*
  * Bulk writes whose sends run on I/O threads: the loop reads none of the
  * answers while a thread sends on the same socket (each call holds the
@@ -960,10 +972,7 @@ START_TEST(tcp_answers_wait_for_the_sending_thread)
 	struct node a, b;
 	struct tx t[N];
 
-	setenv("RDMAXD_TEST_TCP_OFFLOAD", "1", 1);
-	node_start(&a, "a", NULL, 0);
-	node_start(&b, "b", NULL, 0);
-	unsetenv("RDMAXD_TEST_TCP_OFFLOAD");
+	nodes_start_offloaded(&a, &b);
 	struct region *local = node_region(&a, 8 * mib, RDMAX_ACCESS_LOCAL);
 	struct region *remote = node_region(&b, (uint64_t)N * len, RDMAX_ACCESS_REMOTE_WRITE);
 	for (uint64_t i = 0; i < 8 * mib; i++) {
@@ -987,6 +996,58 @@ START_TEST(tcp_answers_wait_for_the_sending_thread)
 	uint64_t under = __atomic_load_n(&g_loop_reads_under_send, __ATOMIC_RELAXED);
 	ck_assert_msg(under == 0, "the loop read %" PRIu64 " times while a thread was sending",
 		      under);
+
+	nodes_end(&a, &b);
+}
+END_TEST
+
+/*
+ * A stream of large writes received on I/O threads: the thread that reads
+ * a payload's last bytes also takes what is there of the next frame's
+ * header, so the receiving loop parses most headers without a recvmsg() of
+ * its own on the socket (each would process the socket's backlog on the
+ * loop's CPU); every write completes once and every byte lands.
+ */
+START_TEST(tcp_receiving_thread_reads_the_next_header)
+{
+	enum { N = 24 };
+	const uint64_t len = 512 * 1024;
+	struct node a, b;
+	struct tx t[N];
+
+	nodes_start_offloaded(&a, &b);
+	struct region *local = node_region(&a, (uint64_t)N * len, RDMAX_ACCESS_LOCAL);
+	struct region *remote = node_region(&b, (uint64_t)N * len, RDMAX_ACCESS_REMOTE_WRITE);
+	for (uint64_t i = 0; i < (uint64_t)N * len; i++) {
+		local->addr[i] = (uint8_t)(i * 31 + 7);
+	}
+	memset(g_loop_reads, 0, sizeof(g_loop_reads));
+	for (int i = 0; i < N; i++) {
+		tx_prep(&t[i], XFER_WRITE, &b, remote, local, (uint64_t)i * len, (uint64_t)i * len,
+			len);
+		tx_submit(&a, &t[i]);
+	}
+	run_until_done();
+	for (int i = 0; i < N; i++) {
+		tx_check(&t[i], 0, NULL);
+		ck_assert_uint_eq(t[i].x.bytes_done, len);
+	}
+	ck_assert_int_eq(memcmp(remote->addr, local->addr, (uint64_t)N * len), 0);
+	ck_assert_uint_ge(b.d.counters.tcp_io_thread_received, (uint64_t)N * len / 2);
+	/* b's end of the connection: the socket whose local port is b's listener. */
+	int fd_b = -1;
+	for (int fd = 0; fd < WRAP_FDS; fd++) {
+		struct sockaddr_in sa;
+		socklen_t sl = sizeof(sa);
+		if (g_loop_reads[fd] && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+		    sa.sin_family == AF_INET && ntohs(sa.sin_port) == node_port(&b)) {
+			fd_b = fd;
+		}
+	}
+	ck_assert_int_ge(fd_b, 0);
+	/* Without the read-ahead the receiving loop reads each of the N headers itself. */
+	ck_assert_msg(g_loop_reads[fd_b] < N / 2, "b's loop read its socket %u times for %d frames",
+		      g_loop_reads[fd_b], N);
 
 	nodes_end(&a, &b);
 }
@@ -1329,6 +1390,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_pipelined_frames_resume_after_pause);
 	tcase_add_test(tc, tcp_full_socket_waits_for_writable);
 	tcase_add_test(tc, tcp_answers_wait_for_the_sending_thread);
+	tcase_add_test(tc, tcp_receiving_thread_reads_the_next_header);
 	tcase_add_test(tc, tcp_frames_split_anywhere);
 	tcase_add_test(tc, tcp_write_segs);
 	tcase_add_test(tc, tcp_hostile_segs);

@@ -116,6 +116,12 @@ struct tcp_offload_op {
 	struct iovec iov[IOV_BATCH];
 	bool frame_end[IOV_BATCH]; /* sending: iov[i] ends a request frame; a call stops there */
 	int n_iov;
+	/*
+	 * Bytes to move. Receiving, iov[] may hold room in rx_stage behind the
+	 * payload for the next frame's header: the thread stops once want bytes
+	 * came and keeps what its last call brought beyond them (never waits
+	 * for those).
+	 */
 	uint64_t want;
 	uint64_t applied;      /* the loop: bytes credited to the connection so far */
 	_Atomic uint64_t done; /* the thread: bytes moved, published after every call */
@@ -389,6 +395,8 @@ void tcp_update_poll(struct tcp_conn *conn);
 int tcp_poll(struct transport *transport);
 /* Credit n bytes received straight into the current part. */
 void tcp_rx_landed(struct tcp_conn *conn, uint64_t n);
+/* Credit n bytes an I/O thread read ahead into rx_stage behind a payload. */
+void tcp_rx_staged(struct tcp_conn *conn, uint64_t n);
 /* Send and receive what `events` (UV_READABLE, UV_WRITABLE) allow, then watch for more. */
 void tcp_serve_conn(struct tcp_conn *conn, int events);
 

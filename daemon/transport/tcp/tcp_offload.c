@@ -186,14 +186,22 @@ static void op_progress(struct tcp_offload_op *op)
 		return;
 	}
 	uint64_t n = done - op->applied;
-	op->applied = done;
 	conn->last_io_ms = now_ms();
 	if (op->tx) {
+		op->applied = done;
 		conn->tt->daemon->counters.tcp_io_thread_sent += n;
 		tcp_advance_out(conn, n);
 	} else {
+		/* Up to want the payload; beyond it what the last call read ahead. */
+		uint64_t payload = MIN(done, op->want) - MIN(op->applied, op->want);
+		op->applied = done;
 		conn->tt->daemon->counters.tcp_io_thread_received += n;
-		tcp_rx_landed(conn, n);
+		if (payload > 0) {
+			tcp_rx_landed(conn, payload);
+		}
+		if (n > payload) {
+			tcp_rx_staged(conn, n - payload);
+		}
 	}
 }
 

@@ -152,9 +152,20 @@ void tcp_rx_landed(struct tcp_conn *conn, uint64_t n)
 	rx_progress(conn, n);
 }
 
+void tcp_rx_staged(struct tcp_conn *conn, uint64_t n)
+{
+	conn->bytes_received += n;
+	conn->rx_end += (uint32_t)n;
+}
+
 /*
  * The rest of a large payload (at most OFFLOAD_MAX) is read by an I/O
- * thread straight into its destination. \return whether it was handed out.
+ * thread straight into its destination; where that is the payload's end,
+ * its last call also takes what is there of the next frame's header into
+ * rx_stage, so that under a stream of large frames the loop parses the
+ * next header without a recvmsg() of its own on the bulk socket (each of
+ * which processes the socket's backlog on the loop's CPU).
+ * \return whether it was handed out.
  */
 static bool offload_rx(struct tcp_conn *conn)
 {
@@ -164,10 +175,16 @@ static bool offload_rx(struct tcp_conn *conn)
 	if (conn->rx_state != RX_DATA || want < OFFLOAD_MIN || !tcp_offload_usable(conn)) {
 		return false;
 	}
+	op->n_iov = 1;
+	if (want <= OFFLOAD_MAX && conn->rx_start == conn->rx_end) {
+		conn->rx_start = conn->rx_end = 0;
+		op->iov[1].iov_base = conn->rx_stage;
+		op->iov[1].iov_len = WIRE_HEADER_BYTES;
+		op->n_iov = 2;
+	}
 	want = MIN(want, (uint64_t)OFFLOAD_MAX);
 	op->iov[0].iov_base = conn->rx_dst + conn->rx_got;
 	op->iov[0].iov_len = want;
-	op->n_iov = 1;
 	op->want = want;
 	tcp_offload_submit(op);
 	return true;
