@@ -136,6 +136,9 @@ int cpu_affinity_configure(const char *loop_cpus, const char *worker_cpus, char 
 			   size_t err_size)
 {
 	cpu_affinity_reset();
+	if (*loop_cpus == '\0' && *worker_cpus == '\0') {
+		return 0; /* nothing pinned, nothing to read (nor a mask too small for the host) */
+	}
 	if (sched_getaffinity(0, sizeof(g_aff.allowed), &g_aff.allowed) < 0) {
 		int e = errno;
 		snprintf(err, err_size, "cannot read the daemon's CPUs: %s", strerror(e));
