@@ -8,7 +8,6 @@
 
 /* Written once at start-up, before the threads that read it exist. */
 static struct {
-	bool configured;
 	bool loop_set, workers_set;
 	cpu_set_t allowed, loop, workers;
 } g_aff;
@@ -150,7 +149,6 @@ int cpu_affinity_configure(const char *loop_cpus, const char *worker_cpus, char 
 		cpu_affinity_reset();
 		return -EINVAL;
 	}
-	g_aff.configured = g_aff.loop_set || g_aff.workers_set;
 	return 0;
 }
 
@@ -166,7 +164,7 @@ int cpu_affinity_pin_loop(void)
 
 int cpu_affinity_pin_worker(void)
 {
-	if (!g_aff.configured) {
+	if (!g_aff.loop_set && !g_aff.workers_set) {
 		return 0;
 	}
 	return pin_self(g_aff.workers_set ? &g_aff.workers : &g_aff.allowed);

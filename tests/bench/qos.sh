@@ -10,7 +10,8 @@
 # today's FIFO, on: the scheduler and the latency connection; pinned, over
 # TCP with two CPUs or more: on, with each daemon's loop and the latency
 # client on CPU 0 and the daemons' I/O threads and the bulk client on the
-# other CPUs):
+# other CPUs; and the relayed raw ping-pong with its processes on CPU 0,
+# idle and beside that pinned bulk load, as its reference):
 #   idle   latency-class 64 KiB writes alone, one at a time (--lat): p50/p99
 #   bulk   bulk-class 8 MiB writes alone, window 16: GB/s
 #   mixed  the same bulk writes for SECONDS+3, and meanwhile (from 0.5 s on)
@@ -136,8 +137,10 @@ if [ "$transport" = verbs ]; then
 	fi
 fi
 
+rawpin=() # [qos] pinned: the raw ping-pong's processes where the latency chain runs
 rawlat() { # FILE [--spin] [--relay]: the raw 64 KiB ping-pong
-	timeout 120 "$stream" --lat -s 64K -D "$secs" --json "${@:2}" >"$1" 2>>"$run/bench.err"
+	timeout 120 "${rawpin[@]}" "$stream" --lat -s 64K -D "$secs" --json "${@:2}" >"$1" \
+		2>>"$run/bench.err"
 }
 
 # A load for both raw ping-pongs one after the other, with time to start first
@@ -239,13 +242,13 @@ for ((rep = 1; rep <= reps; rep++)); do
 	fi
 	for mode in $modes; do
 		enabled=false
-		[ $mode != off ] && enabled=true
+		[ "$mode" != off ] && enabled=true
 		# shellcheck disable=SC2086
 		extra=$(for s in ${RDMAX_BENCH_QOS_SET:-}; do printf -- '--set %s ' "$s"; done)
 		pin=()
 		latpin=()
 		bulkpin=()
-		if [ $mode = pinned ]; then
+		if [ "$mode" = pinned ]; then
 			pin=(--set engine.loop_cpus=0 --set "engine.worker_cpus=$workers")
 			latpin=(taskset -c 0)
 			bulkpin=(taskset -c "$workers")
@@ -274,6 +277,18 @@ for ((rep = 1; rep <= reps; rep++)); do
 			# not go through the daemons.
 			bulk "$p-rawbulk-r$rep.json" "$relayloadsecs" &
 			rawpair $! mixedrdmax "$rep" relay
+		elif [ "$mode" = pinned ]; then
+			# The reference under equal conditions: the relayed ping-pong's three
+			# processes on CPU 0 with the latency chain, idle and beside the
+			# pinned bulk load.
+			rawpin=(taskset -c 0)
+			rawlat "$out/host-qos-raw-idlepinnedrelay-r$rep.json" --relay || failed=1
+			bulk "$p-rawbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
+			bpid=$!
+			sleep 0.5
+			rawlat "$out/host-qos-raw-mixedpinnedrelay-r$rep.json" --relay || failed=1
+			wait $bpid || failed=1
+			rawpin=()
 		elif [ $mode = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
 			bulk "$p-rawbulk-r$rep.json" "$vloadsecs" &
 			bpid=$!
@@ -329,6 +344,14 @@ for mode in ("off", "on", "pinned"):
             [x * 1000 for x in vals("on", "bulk", "GBps")])
         print("  bulk with latency, pinned / bulk alone, [qos] on unpinned = %.2f "
               "(what the CPU given to the loops costs the bulk class)" % rb_on)
+    if mode == "pinned":
+        r50, r99 = vals("raw", "idlepinnedrelay", "p50"), vals("raw", "idlepinnedrelay", "p99")
+        m50, m99 = vals("raw", "mixedpinnedrelay", "p50"), vals("raw", "mixedpinnedrelay", "p99")
+        print("  relayed ping-pong on CPU 0, idle  p50 %s   p99 %s" % (fmt(r50, "us"), fmt(r99, "us")))
+        print("  relayed ping-pong on CPU 0, + bulk p50 %s   p99 %s" % (fmt(m50, "us"), fmt(m99, "us")))
+        if r99 and m99:
+            print("  its p99 under load / idle p99 = %.2f (the same layout without rdmax's code)"
+                  % (statistics.median(m99) / statistics.median(r99)))
 # The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream
 # (over verbs: the perftest ping-pongs under ib_write_bw).
 def ratio(num, den):
