@@ -137,7 +137,7 @@ void job_codec_pack(const Rdmax__V1__Job *job, uint8_t *out)
  * A varint of at most 10 bytes whose value fits 64 bits (protobuf-c drops
  * the bits beyond; such input goes to protobuf-c). 0 when there is none.
  */
-static size_t get_varint(const uint8_t *p, size_t len, uint64_t *ret)
+static size_t get_varint_long(const uint8_t *p, size_t len, uint64_t *ret)
 {
 	uint64_t v = 0;
 
@@ -154,6 +154,16 @@ static size_t get_varint(const uint8_t *p, size_t len, uint64_t *ret)
 	return 0;
 }
 
+/* Most fields of a job hold values below 128: one byte, no loop. */
+static inline size_t get_varint(const uint8_t *p, size_t len, uint64_t *ret)
+{
+	if (len && p[0] < 0x80) {
+		*ret = p[0];
+		return 1;
+	}
+	return get_varint_long(p, len, ret);
+}
+
 /* One field of a message: its number, wire type and value (or bytes). */
 struct field {
 	uint32_t number;
@@ -164,36 +174,35 @@ struct field {
 };
 
 /* The next field at *off; 0 when the bytes are not a field this decoder takes. */
-static int next_field(const uint8_t *buf, size_t len, size_t *off, struct field *f)
+static inline int next_field(const uint8_t *buf, size_t len, size_t *off, struct field *f)
 {
-	uint64_t tag;
-	size_t n = get_varint(buf + *off, len - *off, &tag);
+	size_t at = *off, n;
 
 	/* Every field here has a number below 16: a one-byte tag. */
-	if (n != 1 || (tag >> 3) == 0) {
+	if (at >= len || buf[at] >= 0x80 || (buf[at] >> 3) == 0) {
 		return 0;
 	}
-	*off += n;
-	f->number = (uint32_t)(tag >> 3);
-	f->wire = (uint32_t)(tag & 7);
+	f->number = buf[at] >> 3;
+	f->wire = buf[at] & 7;
+	at++;
 	if (f->wire == WT_VARINT) {
-		n = get_varint(buf + *off, len - *off, &f->value);
+		n = get_varint(buf + at, len - at, &f->value);
 		if (!n) {
 			return 0;
 		}
-		*off += n;
+		*off = at + n;
 		return 1;
 	}
 	if (f->wire == WT_LEN) {
 		uint64_t flen;
-		n = get_varint(buf + *off, len - *off, &flen);
-		if (!n || flen > len - *off - n) {
+		n = get_varint(buf + at, len - at, &flen);
+		if (!n || flen > len - at - n) {
 			return 0;
 		}
-		*off += n;
-		f->data = buf + *off;
+		at += n;
+		f->data = buf + at;
 		f->len = (size_t)flen;
-		*off += (size_t)flen;
+		*off = at + (size_t)flen;
 		return 1;
 	}
 	return 0;
