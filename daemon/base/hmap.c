@@ -143,10 +143,29 @@ void *hmap_del(struct hmap *map, uint64_t key)
 		return NULL;
 	}
 	void *value = slot->value;
-	slot->key = HMAP_DELETED;
+	size_t mask = map->capacity - 1;
+	size_t i = (size_t)(slot - map->slots);
+
 	slot->value = NULL;
 	map->count--;
-	map->tombstones++;
+	if (map->slots[(i + 1) & mask].key != HMAP_EMPTY) {
+		/* A probe for a later key may pass through this slot. */
+		slot->key = HMAP_DELETED;
+		map->tombstones++;
+		return value;
+	}
+	/*
+	 * No probe passes an empty slot, so this one and the tombstones just
+	 * before it end every probe that reaches them: all become empty. Nothing
+	 * moves, so an iteration in progress stays valid. Without this a map
+	 * with a key added and removed per job fills with tombstones until a
+	 * rehash, and every miss walks them.
+	 */
+	slot->key = HMAP_EMPTY;
+	for (i = (i - 1) & mask; map->slots[i].key == HMAP_DELETED; i = (i - 1) & mask) {
+		map->slots[i].key = HMAP_EMPTY;
+		map->tombstones--;
+	}
 	return value;
 }
 

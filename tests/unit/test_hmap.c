@@ -59,6 +59,45 @@ START_TEST(hmap_reserved_keys_refused)
 }
 END_TEST
 
+START_TEST(hmap_churn_leaves_no_tombstones)
+{
+	/*
+	 * A key added and removed per job: tombstones used to pile up until a
+	 * rehash, and every miss walked them. A slot followed by an empty one
+	 * empties, with the tombstones before it, so one job at a time leaves
+	 * none, a map whose keys are all gone has none, and lookups past the
+	 * tombstones left still work.
+	 */
+	struct hmap map;
+	ck_assert_int_eq(hmap_init(&map, 64), 0);
+	for (uintptr_t k = 1; k <= 1000; k++) {
+		ck_assert_int_eq(hmap_put(&map, k, (void *)k), 0);
+		ck_assert_ptr_eq(hmap_del(&map, k), (void *)k);
+		ck_assert_uint_eq(map.tombstones, 0);
+	}
+	for (uintptr_t k = 1; k <= 100000; k++) {
+		ck_assert_int_eq(hmap_put(&map, k, (void *)k), 0);
+		if (k > 24) {
+			ck_assert_ptr_eq(hmap_del(&map, k - 24), (void *)(k - 24));
+		}
+		for (uintptr_t live = k > 24 ? k - 23 : 1; live <= k; live += 7) {
+			ck_assert_ptr_eq(hmap_get(&map, live), (void *)live);
+		}
+	}
+	ck_assert_uint_eq(map.count, 24);
+	ck_assert_uint_eq(map.capacity, 64);
+	for (uintptr_t k = 100000 - 23; k <= 100000; k++) {
+		ck_assert_ptr_eq(hmap_del(&map, k), (void *)k);
+	}
+	ck_assert_uint_eq(map.count, 0);
+	ck_assert_uint_eq(map.tombstones, 0);
+	for (size_t i = 0; i < map.capacity; i++) {
+		ck_assert_uint_eq(map.slots[i].key, 0);
+	}
+	hmap_fini(&map);
+}
+END_TEST
+
 Suite *hmap_suite(void)
 {
 	Suite *s = suite_create("hmap");
@@ -66,6 +105,7 @@ Suite *hmap_suite(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, hmap_put_get_del_grow);
 	tcase_add_test(tc, hmap_reserved_keys_refused);
+	tcase_add_test(tc, hmap_churn_leaves_no_tombstones);
 	suite_add_tcase(s, tc);
 	return s;
 }
