@@ -158,7 +158,7 @@ int engine_desc_decode(struct engine *engine, const uint8_t *buf, size_t len,
 		    memcmp(e->bytes, buf, len) == 0) {
 			e->used = engine->desc_clock;
 			engine->desc_hits++;
-			*ret_desc = e->desc;
+			desc_copy(ret_desc, &e->desc);
 			return 0;
 		}
 		if (e->used < victim->used) {
@@ -171,12 +171,12 @@ int engine_desc_decode(struct engine *engine, const uint8_t *buf, size_t len,
 	if (ret < 0) {
 		return ret; /* malformed bytes are not kept */
 	}
-	victim->desc = desc;
+	desc_copy(&victim->desc, &desc);
 	victim->hash = hash;
 	victim->used = engine->desc_clock;
 	victim->len = (uint32_t)len;
 	memcpy(victim->bytes, buf, len);
-	*ret_desc = victim->desc;
+	desc_copy(ret_desc, &desc);
 	return 0;
 }
 

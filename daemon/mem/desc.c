@@ -162,6 +162,13 @@ out_free:
 	return ret;
 }
 
+void desc_copy(struct remote_desc *dst, const struct remote_desc *src)
+{
+	memcpy(dst, src,
+	       offsetof(struct remote_desc, endpoints) +
+		       src->n_endpoints * sizeof(src->endpoints[0]));
+}
+
 int endpoint_same_peer(const struct endpoint *a, const struct endpoint *b)
 {
 	return a->transport == b->transport && a->port == b->port && strcmp(a->addr, b->addr) == 0;

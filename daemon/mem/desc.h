@@ -66,6 +66,13 @@ int desc_encode(const struct remote_desc *desc, uint8_t *buf, size_t buf_size);
  */
 int desc_decode(const uint8_t *buf, size_t len, struct remote_desc *ret_desc);
 
+/*
+ * Copy a decoded descriptor up to its last endpoint: dst's endpoints past
+ * src->n_endpoints are left as they were (a whole copy is about four times
+ * the bytes, per job).
+ */
+void desc_copy(struct remote_desc *dst, const struct remote_desc *src);
+
 /* True when two endpoints name the same peer daemon (transport, addr, port). */
 int endpoint_same_peer(const struct endpoint *a, const struct endpoint *b);
 
