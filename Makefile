@@ -29,7 +29,12 @@ SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 else
 BUILD ?= build
 SANFLAGS :=
+# Link-time optimisation of rdmaxd and librdmax: a job's path crosses a dozen files, and
+# inlined across them it makes about a third fewer calls. Fat objects: the unit tests link
+# the same objects without it, so their --wrap of system calls still applies.
+LTO ?= -flto=auto -ffat-lto-objects
 endif
+LTO ?=
 
 CC ?= cc
 V ?= 0
@@ -55,7 +60,8 @@ DAEMON_DIRS := $(sort $(dir $(shell find daemon -name '*.[ch]')))
 CPPFLAGS_ALL := -D_GNU_SOURCE -I$(BUILD)/gen -Iclient-lib/include $(addprefix -I,$(DAEMON_DIRS)) \
 	-Iproto -Iproto/common $(PKG_CFLAGS)
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC $(CPPFLAGS_ALL)
-LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS)
+# Every other program links the objects' plain code (-fno-lto anywhere on a line wins).
+LDFLAGS_ALL := $(SANFLAGS) $(LDFLAGS) $(if $(LTO),-fno-lto,)
 
 LIBS_DAEMON := $(shell pkg-config --libs libibverbs librdmacm libuv libprotobuf-c libsystemd inih libsodium libssl libcrypto jansson libcurl) -ldl -lm
 LIBS_CLIENT := $(shell pkg-config --libs libprotobuf-c) -ldl
@@ -119,17 +125,17 @@ $(GEN_C) $(GEN_H): $(PROTO_SRC)
 	$(Q)protoc-c --c_out=$(BUILD)/gen -Iproto $(PROTO_SRC)
 
 $(BUILD)/gen/rdmax.pb-c.o: $(GEN_C)
-	$(QUIET_CC)$(CC) $(ALL_CFLAGS) -fvisibility=hidden -Wno-missing-prototypes -c -o $@ $<
+	$(QUIET_CC)$(CC) $(ALL_CFLAGS) $(LTO) -fvisibility=hidden -Wno-missing-prototypes -c -o $@ $<
 
 $(BUILD)/%.o: %.c $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(QUIET_CC)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
+	$(QUIET_CC)$(CC) $(ALL_CFLAGS) $(LTO) $(CUDA_CFLAGS) -fvisibility=hidden -MMD -MP -c -o $@ $<
 
 $(BUILD)/rdmaxd: $(DAEMON_OBJS)
-	$(QUIET_LD)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_DAEMON)
+	$(QUIET_LD)$(CC) $(CFLAGS) $(SANFLAGS) $(LDFLAGS) $(LTO) -o $@ $^ $(LIBS_DAEMON)
 
 $(BUILD)/$(LIB_SONAME): $(CLIENT_OBJS) client-lib/librdmax.map
-	$(QUIET_LD)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,$(LIB_SONAME) \
+	$(QUIET_LD)$(CC) $(CFLAGS) $(SANFLAGS) $(LDFLAGS) $(LTO) -shared -Wl,-soname,$(LIB_SONAME) \
 		-Wl,--version-script=client-lib/librdmax.map -o $@ $(CLIENT_OBJS) $(LIBS_CLIENT)
 	ln -sf $(LIB_SONAME) $(BUILD)/librdmax.so
 

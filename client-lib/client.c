@@ -881,7 +881,7 @@ static int ring_open(struct rdmax_client *c)
 	Rdmax__V1__RingSetup rs = RDMAX__V1__RING_SETUP__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
 	struct client_ring ring;
-	int fd, r;
+	int fd = -1, r;
 
 	rs.sq_entries = env_u32("RDMAX_RING_SQ_ENTRIES", RING_SQ_ENTRIES);
 	rs.sq_entry_bytes = env_u32("RDMAX_RING_SQE_BYTES", RING_SQE_BYTES);

@@ -414,7 +414,7 @@ RDMAX_EXPORT int rdmax_region_register_gpu(struct rdmax_client *client, void *de
 {
 	Rdmax__V1__RegisterRegion rr = RDMAX__V1__REGISTER_REGION__INIT;
 	const uint32_t known = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE;
-	const struct rdmax_cuda *cu;
+	const struct rdmax_cuda *cu = NULL;
 	struct ctx_guard ctx;
 	struct client_gpu *g;
 	struct rdmax_region *region = NULL;
