@@ -210,25 +210,27 @@ static void refuse_unlisted(struct job *job, struct job_owner *owner, bool count
 	job_free_if_done(job);
 }
 
-/* The job's one completion, to its client if it is still there. */
+/*
+ * The job's one completion, to its client if it is still there, and then
+ * its counters: the client does not wait for the daemon's bookkeeping (the
+ * counters are read on a later pass of the loop, after this one).
+ */
 static void deliver(struct job *job, int err, const char *message)
 {
 	struct engine *engine = job->engine;
-
 	uint64_t latency_ns = now_ns() - job->started_ns;
-	counters_job_done(&engine->daemon->counters, job->kind, err,
-			  err ? job->bytes_done : job->length, latency_ns,
-			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
-	counters_class_done(&engine->daemon->counters, job->cls, err,
-			    err ? job->bytes_done : job->length, latency_ns);
+	uint64_t bytes = err ? job->bytes_done : job->length;
+
 	if (job->owner) {
 		struct job_owner *owner = job->owner;
 		hmap_del(&owner->jobs, job->id + 1);
 		owner_uncount(owner, job);
 		job->owner = NULL;
-		engine->complete(owner, job->id, err, err ? message : NULL,
-				 err ? job->bytes_done : job->length);
+		engine->complete(owner, job->id, err, err ? message : NULL, bytes);
 	}
+	counters_job_done(&engine->daemon->counters, job->kind, err, bytes, latency_ns,
+			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
+	counters_class_done(&engine->daemon->counters, job->cls, err, bytes, latency_ns);
 }
 
 /* The completion job_complete() decided and held for frames on the wire; once. */
