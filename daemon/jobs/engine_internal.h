@@ -113,6 +113,7 @@ struct engine {
 	struct list_node jobs; /* every job not yet freed */
 	uint64_t outstanding;  /* jobs without a completion */
 	uint64_t desc_clock;
+	struct desc_cache_entry *desc_last; /* the entry of the last hit or fill */
 	uint64_t desc_hits;
 	uint64_t desc_misses;
 	struct desc_cache_entry *desc_cache; /* DESC_CACHE_SETS * DESC_CACHE_WAYS */
