@@ -435,6 +435,9 @@ static void busy_check_cb(uv_prepare_t *prepare)
 		 * meanwhile; one that just got entries keeps the loop turning.
 		 */
 		busy = !ipc_rings_sleep(daemon->ipc);
+		if (!busy) {
+			daemon->counters.loop_sleeps_for_copies++;
+		}
 	}
 	if (busy && !uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {
 		uv_idle_start(&g_signals.busy_idle, busy_idle_cb);

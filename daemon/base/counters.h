@@ -82,6 +82,12 @@ struct counters {
 	uint64_t ring_notifies;
 	/* Wake requests of clients that had read every completion already: no datagram. */
 	uint64_t ring_notifies_spared;
+	/*
+	 * Turns of the loop that waited in epoll instead of spinning because
+	 * bulk copies ran on I/O threads (never where engine.loop_cpus is apart
+	 * from engine.worker_cpus).
+	 */
+	uint64_t loop_sleeps_for_copies;
 	uint64_t total_jobs;
 	uint64_t total_bytes;
 	/* By traffic class ([qos]): jobs that completed OK and failed, bytes, latency. */

@@ -599,6 +599,11 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 	family(&t, "rdmaxd_ring_notifies_spared_total", "counter",
 	       "Wake requests left standing because the client had read every completion.");
 	text_printf(&t, "rdmaxd_ring_notifies_spared_total %" PRIu64 "\n", m->ring_notifies_spared);
+	family(&t, "rdmaxd_loop_sleeps_for_copies_total", "counter",
+	       "Turns of the event loop that slept in epoll rather than spin while bulk copies "
+	       "ran on I/O threads.");
+	text_printf(&t, "rdmaxd_loop_sleeps_for_copies_total %" PRIu64 "\n",
+		    m->loop_sleeps_for_copies);
 	family(&t, "rdmaxd_imm_dropped_total", "counter",
 	       "Landings not counted because the imm counter table was full.");
 	text_printf(&t, "rdmaxd_imm_dropped_total %" PRIu64 "\n", daemon->imm.dropped);
@@ -745,6 +750,7 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 	json_u64(j, "imm_dropped_total", metrics->daemon->imm.dropped);
 	json_u64(j, "ring_notifies_total", m->ring_notifies);
 	json_u64(j, "ring_notifies_spared_total", m->ring_notifies_spared);
+	json_u64(j, "loop_sleeps_for_copies_total", m->loop_sleeps_for_copies);
 	json_u64(j, "imm_counters", metrics->daemon->imm.n_counters);
 	json_obj_close(j);
 }

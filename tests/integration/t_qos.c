@@ -275,16 +275,11 @@ static int threads_on(pid_t pid, const char *cpus, char *ret_main, size_t main_s
 	return n;
 }
 
-START_TEST(qos_loop_and_workers_on_their_cpus)
+/* The process's lowest and highest CPU: the loop's and the workers' lists. */
+static void cpu_range(unsigned *ret_lo, unsigned *ret_hi)
 {
-	/*
-	 * [engine] loop_cpus and worker_cpus: the loop thread and the TCP I/O
-	 * threads each end up on their list; a job still completes. With one CPU
-	 * the two lists are the same CPU, and the case checks the wiring only.
-	 */
 	cpu_set_t mine;
 	unsigned lo = CPU_SETSIZE, hi = 0;
-	char loop_list[16], worker_list[16], main_cpus[256] = "";
 
 	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
 	for (unsigned c = 0; c < CPU_SETSIZE; c++) {
@@ -293,6 +288,28 @@ START_TEST(qos_loop_and_workers_on_their_cpus)
 			hi = c;
 		}
 	}
+	*ret_lo = lo;
+	*ret_hi = hi;
+}
+
+static bool two_cpus(void)
+{
+	cpu_set_t mine;
+
+	return sched_getaffinity(0, sizeof(mine), &mine) == 0 && CPU_COUNT(&mine) >= 2;
+}
+
+START_TEST(qos_loop_and_workers_on_their_cpus)
+{
+	/*
+	 * [engine] loop_cpus and worker_cpus: the loop thread and the TCP I/O
+	 * threads each end up on their list; a job still completes. With one CPU
+	 * the two lists are the same CPU, and the case checks the wiring only.
+	 */
+	unsigned lo, hi;
+	char loop_list[16], worker_list[16], main_cpus[256] = "";
+
+	cpu_range(&lo, &hi);
 	snprintf(loop_list, sizeof(loop_list), "%u", lo);
 	snprintf(worker_list, sizeof(worker_list), "%u", hi);
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
@@ -339,6 +356,90 @@ START_TEST(qos_loop_and_workers_on_their_cpus)
 }
 END_TEST
 
+#define COPY_BYTES (16 * MiB)
+
+/*
+ * Daemon a's loop turns that slept for copies, over 16 MiB bulk writes a -> b
+ * whose copies ran on a's I/O threads (a latency lane open, as in
+ * production): four writes, or with `until_one` as many as it takes for one
+ * such turn. With `apart`, a's loop is on the lowest CPU and its workers on
+ * the highest.
+ */
+static uint64_t sleeps_beside_copies(bool apart, bool until_one)
+{
+	unsigned lo, hi;
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+
+	cpu_range(&lo, &hi);
+	itest_daemon_set(a, "transport.tcp_io_threads=2");
+	itest_daemon_set(a, "qos.enabled=true");
+	itest_daemon_set(b, "qos.enabled=true");
+	if (apart) {
+		itest_daemon_set(a, "engine.loop_cpus=%u", lo);
+		itest_daemon_set(a, "engine.worker_cpus=%u", hi);
+	}
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *ca = itest_client(a, "copies");
+	struct rdmax_client *cb = itest_client(b, "sink");
+
+	struct rdmax_region *ls = itest_alloc(ca, 4 * KiB, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *ld = itest_alloc(cb, 4 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc ldesc = itest_desc(ld);
+	struct rdmax_job lj = itest_job(1, RDMAX_OP_WRITE, ls, 0, &ldesc, 0, 4 * KiB);
+	lj.traffic_class = RDMAX_CLASS_LATENCY;
+	struct rdmax_event ev = itest_run_job(ca, &lj, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "latency-class write: %s", rdmax_err_name(ev.status));
+
+	struct rdmax_region *src = itest_alloc(ca, COPY_BYTES, 0);
+	struct rdmax_region *dst = itest_alloc(cb, COPY_BYTES, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc ddesc = itest_desc(dst);
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS, sleeps = 0;
+	itest_fill(itest_bytes(src), COPY_BYTES, 23);
+	for (uint64_t id = 2;; id++) {
+		struct rdmax_job job = itest_job(id, RDMAX_OP_WRITE, src, 0, &ddesc, 0, COPY_BYTES);
+		job.traffic_class = RDMAX_CLASS_BULK;
+		ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+		ck_assert_msg(ev.status == 0, "bulk write: %s", rdmax_err_name(ev.status));
+		sleeps = itest_stats_field(a, "loop_sleeps_for_copies_total");
+		ck_assert_uint_ne(sleeps, UINT64_MAX);
+		if (id >= 5 && (!until_one || sleeps > 0)) {
+			break;
+		}
+		ck_assert_msg(itest_now_ms() < deadline,
+			      "%" PRIu64 " bulk writes, and the loop never slept for their copies",
+			      id - 1);
+	}
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), COPY_BYTES, "bulk write");
+	uint64_t on_threads = itest_stats_field(a, "tcp_io_thread_bytes_sent");
+	ck_assert_msg(on_threads >= COPY_BYTES && on_threads != UINT64_MAX,
+		      "the copies did not run on the I/O threads (%" PRIu64 " bytes)", on_threads);
+
+	rdmax_client_close(ca);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+	return sleeps;
+}
+
+START_TEST(qos_loop_apart_spins_beside_copies)
+{
+	/*
+	 * While bulk copies run on I/O threads the loop sleeps in epoll rather
+	 * than spin, so that it takes no CPU from them; where engine.loop_cpus
+	 * is apart from engine.worker_cpus its spin takes nothing from them, and
+	 * a sleep would cost every hop a wake-up: there it never sleeps for them.
+	 */
+	ck_assert_uint_gt(sleeps_beside_copies(false, true), 0);
+	uint64_t apart = sleeps_beside_copies(true, false);
+	ck_assert_msg(apart == 0, "the loop on CPUs of its own slept %" PRIu64 " times for copies",
+		      apart);
+}
+END_TEST
+
 TCase *itest_tcase_qos(void)
 {
 	TCase *tc = tcase_create("qos");
@@ -349,5 +450,8 @@ TCase *itest_tcase_qos(void)
 			  "spreads them over several queue pairs");
 	tcase_add_test(tc, qos_reload_and_bad_class);
 	tcase_add_test(tc, qos_loop_and_workers_on_their_cpus);
+	ITEST_ADD_TEST_IF(tc, qos_loop_apart_spins_beside_copies,
+			  strcmp(itest_transport(), "tcp") == 0 && two_cpus(),
+			  "it needs bulk copies on TCP I/O threads and two CPUs to keep apart");
 	return tc;
 }
