@@ -892,6 +892,32 @@ struct rdmax_event itest_run_job(struct rdmax_client *c, const struct rdmax_job 
 	}
 }
 
+void itest_open_latency_lane(struct rdmax_client *ca, struct rdmax_client *cb)
+{
+	struct rdmax_region *src = itest_alloc(ca, 4 * KiB, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *dst = itest_alloc(cb, 4 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc desc = itest_desc(dst);
+	/* An id no test's own jobs use. */
+	struct rdmax_job job = itest_job(1ull << 62, RDMAX_OP_WRITE, src, 0, &desc, 0, 4 * KiB);
+	job.traffic_class = RDMAX_CLASS_LATENCY;
+	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "latency-class write failed: %s ('%s')",
+		      rdmax_err_name(ev.status), ev.reason);
+	ck_assert_int_eq(rdmax_region_free(ca, src), 0);
+	ck_assert_int_eq(rdmax_region_free(cb, dst), 0);
+}
+
+void itest_pair_end(struct rdmax_client *ca, struct rdmax_client *cb, struct itest_daemon *a,
+		    struct itest_daemon *b)
+{
+	rdmax_client_close(ca);
+	rdmax_client_close(cb);
+	itest_daemon_stop(a);
+	itest_daemon_stop(b);
+	itest_daemon_free(a);
+	itest_daemon_free(b);
+}
+
 bool itest_expect_job_error_at(const char *file, int line, struct rdmax_client *c,
 			       const struct rdmax_job *job, int err, int timeout_ms)
 {

@@ -167,6 +167,21 @@ struct rdmax_event itest_run_job(struct rdmax_client *c, const struct rdmax_job 
 				 int timeout_ms);
 
 /*
+ * A latency-class 4 KiB write from ca into a region of cb, which must
+ * succeed: it opens the latency connection between their daemons, and only
+ * while one is open do bulk copies (TCP) and bulk posts (verbs on a software
+ * device) leave the loops. Both regions are freed again.
+ */
+void itest_open_latency_lane(struct rdmax_client *ca, struct rdmax_client *cb);
+
+/*
+ * The end of a two-node test: both clients closed, then both daemons
+ * stopped (itest_daemon_stop's checks) and freed, a before b.
+ */
+void itest_pair_end(struct rdmax_client *ca, struct rdmax_client *cb, struct itest_daemon *a,
+		    struct itest_daemon *b);
+
+/*
  * Submit one job that must fail with `err`, either refused by rdmax_submit()
  * itself or with exactly one completion carrying `err` and a message.
  * \return true when the daemon completed it, false when the library refused it

@@ -337,12 +337,7 @@ START_TEST(discovery_etcd_restart)
 	ck_assert_int_eq(etcd_records(e, prefix), 2);
 	ck_assert_int_eq(node_state(ca, "beta", NULL), 1);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 	etcd_free(e);
 }
 END_TEST

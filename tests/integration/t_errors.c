@@ -276,12 +276,7 @@ START_TEST(job_errors)
 	itest_assert_quiet(cb, 50);
 
 	rdmax_client_close(ca);
-	rdmax_client_close(ca2);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca2, cb, a, b);
 }
 END_TEST
 
@@ -380,12 +375,7 @@ START_TEST(job_limits)
 		ck_assert_int_eq(evs[i].status, 0);
 	}
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -477,12 +467,7 @@ START_TEST(deadline)
 	expect_ok(ca, &job);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), MiB, "WRITE after a deadline");
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -701,12 +686,7 @@ START_TEST(hostile_peers)
 	expect_ok(ca, &job);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 64 * KiB,
 			    "WRITE after hostile peers");
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 

@@ -170,12 +170,7 @@ START_TEST(client_killed_mid_transfer)
 	itest_expect_job_error(reader, &job, RDMAX_E_NOT_FOUND, ITEST_WAIT_MS);
 
 	rdmax_client_close(reader);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -219,12 +214,7 @@ START_TEST(client_closes_with_jobs_outstanding)
 	expect_ok(next, &job, 30000);
 	itest_assert_mem_eq(itest_bytes(remote), itest_bytes(src), MiB, "WRITE after the leaver");
 	itest_assert_quiet(next, ITEST_QUIET_MS);
-	rdmax_client_close(next);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(next, cb, a, b);
 }
 END_TEST
 
@@ -320,12 +310,7 @@ START_TEST(peer_killed_mid_transfer)
 	job = itest_job(202, RDMAX_OP_WRITE, local, 0, &desc, 0, 4096);
 	itest_expect_job_error(ca, &job, RDMAX_E_NOT_FOUND, ITEST_WAIT_MS);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 

@@ -608,12 +608,7 @@ START_TEST(final_completion_connecting)
 				     i, d[i]);
 		}
 	}
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -697,12 +692,7 @@ START_TEST(final_completion_mid_stream)
 		"landed, none of them reused\n",
 		landed, len);
 	free(orig);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -754,12 +744,7 @@ START_TEST(final_completion_imm_write)
 	job.imm = imm;
 	ck_assert_int_eq(itest_run_job(ca, &job, ITEST_WAIT_MS).status, 0);
 	itest_assert_err(rdmax_wait_imm(cb, imm, ITEST_WAIT_MS), 0);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -896,12 +881,7 @@ START_TEST(imm_scoped_to_region)
 			      WIFEXITED(status) ? WEXITSTATUS(status) : -1, status);
 	}
 	rdmax_client_close(sender);
-	rdmax_client_close(flooded);
-	rdmax_client_close(bystander);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(flooded, bystander, a, b);
 }
 END_TEST
 
@@ -1007,12 +987,7 @@ START_TEST(cancel_mid_frame_spares_other_clients)
 			    "the bystander's bytes");
 	itest_assert_quiet(ca, ITEST_QUIET_MS);
 	rdmax_client_close(ca);
-	rdmax_client_close(cc);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(cc, cb, a, b);
 }
 END_TEST
 
@@ -1068,12 +1043,7 @@ START_TEST(leaving_client_returns_uid_share)
 			      "job %" PRIu64 " of the uid's next client: %s ('%s')", evs[i].job_id,
 			      rdmax_err_name(evs[i].status), evs[i].reason);
 	}
-	rdmax_client_close(keeper);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(keeper, cb, a, b);
 }
 END_TEST
 

@@ -178,12 +178,7 @@ START_TEST(imm_counts_whole_jobs)
 	expect_ok_completions(sender, 2, jobs);
 	itest_assert_quiet(other, ITEST_QUIET_MS);
 
-	rdmax_client_close(other);
-	rdmax_client_close(sender);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(other, sender, a, b);
 }
 END_TEST
 

@@ -119,12 +119,7 @@ START_TEST(jobs_paged_write_many_pages)
 	itest_assert_err(rdmax_job_status(sender, 1, &done, &total), RDMAX_E_NOT_FOUND);
 	ck_assert_uint_eq(done, 1);
 
-	rdmax_client_close(sender);
-	rdmax_client_close(recv);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(sender, recv, a, b);
 	free(si);
 	free(di);
 	free(run);
@@ -217,12 +212,7 @@ START_TEST(jobs_paged_write_errors)
 			      "status %d: '%s'", ev.status, ev.reason);
 	}
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -448,12 +438,7 @@ START_TEST(jobs_barrier_checks_region)
 	expect_imm(cb, imm);
 	itest_assert_quiet(cb, 50);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -576,12 +561,7 @@ START_TEST(jobs_mailbox_round_trip)
 	ck_assert_mem_eq(got, "ag", 2);
 	itest_assert_quiet(cb2, ITEST_QUIET_MS);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb2);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb2, a, b);
 }
 END_TEST
 
@@ -646,12 +626,7 @@ START_TEST(jobs_deadline_cancel_progress)
 	itest_assert_quiet(ca, 100);
 
 	itest_daemon_resume(b);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -746,12 +721,7 @@ START_TEST(jobs_mixed_batch)
 			    "scatter 1");
 	itest_assert_mem_eq(itest_bytes(back), before, 4096, "read");
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 

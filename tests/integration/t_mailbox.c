@@ -234,12 +234,7 @@ START_TEST(mailbox_scoped_per_uid)
 	itest_assert_quiet(peer, 50);
 
 	rdmax_client_close(sender);
-	rdmax_client_close(owner);
-	rdmax_client_close(peer);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(owner, peer, a, b);
 }
 END_TEST
 
@@ -344,12 +339,7 @@ START_TEST(mailbox_uid_caps)
 	expect_message(c2, "m2", "after");
 
 	rdmax_client_close(sender);
-	rdmax_client_close(c1);
-	rdmax_client_close(c2);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(c1, c2, a, b);
 }
 END_TEST
 

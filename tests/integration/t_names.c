@@ -70,12 +70,7 @@ START_TEST(names_publish_lookup_transfer)
 	itest_assert_err(rdmax_lookup(cb, "beta", "kv/layer-1.cache", 0, &found),
 			 RDMAX_E_NOT_FOUND);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -133,12 +128,7 @@ START_TEST(names_bad_names_and_limits)
 	ck_assert_int_eq(rdmax_lookup(ca, node_b, "slot.255", 0, &found), 0);
 
 	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	rdmax_client_close(cb2);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(cb, cb2, a, b);
 }
 END_TEST
 
@@ -206,12 +196,7 @@ START_TEST(names_withdrawn_and_restart)
 	itest_assert_err(ev.status, 0);
 	itest_assert_mem_eq(itest_bytes(la), itest_bytes(r4), 4096, "after the restart");
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 

@@ -85,12 +85,7 @@ START_TEST(paged_read_many_pages)
 	}
 	itest_assert_mem_eq(itest_bytes(dst), expect, l_len, "paged reads");
 
-	rdmax_client_close(owner);
-	rdmax_client_close(reader);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(owner, reader, a, b);
 	free(ri);
 	free(li);
 	free(expect);
@@ -154,12 +149,7 @@ START_TEST(paged_read_layers_in_one_submit)
 		}
 	}
 	free(zero);
-	rdmax_client_close(owner);
-	rdmax_client_close(reader);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(owner, reader, a, b);
 }
 END_TEST
 
@@ -236,12 +226,7 @@ START_TEST(paged_read_errors)
 				    "repeated remote page");
 	}
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 

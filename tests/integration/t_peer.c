@@ -363,12 +363,7 @@ START_TEST(peer_relay_refused)
 	job = itest_job(4, RDMAX_OP_WRITE, src, 0, &real, 0, 64 * KiB);
 	run_ok(cd, &job, "direct WRITE after the relay");
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 64 * KiB, "direct WRITE");
-	rdmax_client_close(cv);
-	rdmax_client_close(cd);
-	itest_daemon_stop(v);
-	itest_daemon_stop(d);
-	itest_daemon_free(v);
-	itest_daemon_free(d);
+	itest_pair_end(cv, cd, v, d);
 }
 END_TEST
 
@@ -512,12 +507,7 @@ START_TEST(peer_slots)
 	while (n_held > 0) {
 		close(held[--n_held]);
 	}
-	rdmax_client_close(cv);
-	rdmax_client_close(cb);
-	itest_daemon_stop(v);
-	itest_daemon_stop(b);
-	itest_daemon_free(v);
-	itest_daemon_free(b);
+	itest_pair_end(cv, cb, v, b);
 }
 END_TEST
 

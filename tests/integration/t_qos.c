@@ -139,12 +139,7 @@ static int bulk_then_latency(bool qos)
 		itest_assert_mem_eq(itest_bytes(dst) + (uint64_t)i * BULK_BYTES, itest_bytes(src),
 				    BULK_BYTES, "bulk write");
 	}
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 	return BULK_JOBS - lat_at;
 }
 
@@ -220,12 +215,7 @@ START_TEST(qos_reload_and_bad_class)
 	ck_assert_int_eq(unsetenv("RDMAX_TRAFFIC_CLASS"), 0);
 	rdmax_client_close(cl);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -347,12 +337,7 @@ START_TEST(qos_loop_and_workers_on_their_cpus)
 	ck_assert_int_eq(ev.status, 0);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 1 << 20, "pinned write");
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -384,14 +369,7 @@ static uint64_t sleeps_beside_copies(bool apart, bool until_one)
 	struct rdmax_client *ca = itest_client(a, "copies");
 	struct rdmax_client *cb = itest_client(b, "sink");
 
-	struct rdmax_region *ls = itest_alloc(ca, 4 * KiB, RDMAX_ACCESS_LOCAL);
-	struct rdmax_region *ld = itest_alloc(cb, 4 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
-	struct rdmax_desc ldesc = itest_desc(ld);
-	struct rdmax_job lj = itest_job(1, RDMAX_OP_WRITE, ls, 0, &ldesc, 0, 4 * KiB);
-	lj.traffic_class = RDMAX_CLASS_LATENCY;
-	struct rdmax_event ev = itest_run_job(ca, &lj, ITEST_WAIT_MS);
-	ck_assert_msg(ev.status == 0, "latency-class write: %s", rdmax_err_name(ev.status));
-
+	itest_open_latency_lane(ca, cb);
 	struct rdmax_region *src = itest_alloc(ca, COPY_BYTES, 0);
 	struct rdmax_region *dst = itest_alloc(cb, COPY_BYTES, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_desc ddesc = itest_desc(dst);
@@ -400,7 +378,7 @@ static uint64_t sleeps_beside_copies(bool apart, bool until_one)
 	for (uint64_t id = 2;; id++) {
 		struct rdmax_job job = itest_job(id, RDMAX_OP_WRITE, src, 0, &ddesc, 0, COPY_BYTES);
 		job.traffic_class = RDMAX_CLASS_BULK;
-		ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+		struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
 		ck_assert_msg(ev.status == 0, "bulk write: %s", rdmax_err_name(ev.status));
 		sleeps = itest_stats_field(a, "loop_sleeps_for_copies_total");
 		ck_assert_uint_ne(sleeps, UINT64_MAX);
@@ -416,12 +394,7 @@ static uint64_t sleeps_beside_copies(bool apart, bool until_one)
 	ck_assert_msg(on_threads >= COPY_BYTES && on_threads != UINT64_MAX,
 		      "the copies did not run on the I/O threads (%" PRIu64 " bytes)", on_threads);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 	return sleeps;
 }
 

@@ -43,12 +43,7 @@ static struct itest_daemon *tls_daemon(const char *name, const char *addr, const
 static void close_pair(struct rdmax_client *c1, struct rdmax_client *c2, struct itest_daemon *d1,
 		       struct itest_daemon *d2)
 {
-	rdmax_client_close(c1);
-	rdmax_client_close(c2);
-	itest_daemon_stop(d1);
-	itest_daemon_stop(d2);
-	itest_daemon_free(d1);
-	itest_daemon_free(d2);
+	itest_pair_end(c1, c2, d1, d2);
 }
 
 static void run_ok(struct rdmax_client *c, const struct rdmax_job *job, uint64_t bytes,

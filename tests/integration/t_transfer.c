@@ -151,23 +151,7 @@ static void write_read_sizes_with(unsigned io_threads)
 	struct rdmax_client *ca = itest_client(a, "writer");
 	struct rdmax_client *cb = itest_client(b, "target");
 
-	{
-		/*
-		 * A latency-class write opens the latency connection a -> b; only
-		 * while one is open do bulk copies (TCP) and bulk posts (verbs on a
-		 * software device) leave the loops.
-		 */
-		struct rdmax_region *ls = itest_alloc(ca, 4 * KiB, RDMAX_ACCESS_LOCAL);
-		struct rdmax_region *ld = itest_alloc(cb, 4 * KiB, ACCESS_RW);
-		struct rdmax_desc ldesc = itest_desc(ld);
-		struct rdmax_job lj = itest_job(99, RDMAX_OP_WRITE, ls, 0, &ldesc, 0, 4 * KiB);
-		lj.traffic_class = RDMAX_CLASS_LATENCY;
-		struct rdmax_event ev = itest_run_job(ca, &lj, 10000);
-		ck_assert_msg(ev.status == 0, "latency-class write failed: %s ('%s')",
-			      rdmax_err_name(ev.status), ev.reason);
-		dereg(ca, ls);
-		dereg(cb, ld);
-	}
+	itest_open_latency_lane(ca, cb);
 
 	for (unsigned k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
 		write_then_read(ca, cb, sizes[k], k);
@@ -193,12 +177,7 @@ static void write_read_sizes_with(unsigned io_threads)
 	}
 	itest_assert_quiet(ca, 50);
 	itest_assert_quiet(cb, 50);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 
 START_TEST(write_read_sizes)
@@ -271,12 +250,7 @@ START_TEST(write_read_batched)
 	if (strcmp(itest_transport(), "verbs") == 0 && !getenv("RDMAXD_TEST_VERBS_POST_THREAD")) {
 		ck_assert_uint_eq(itest_stats_field(a, "verbs_post_thread_wrs"), 0);
 	}
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -445,12 +419,7 @@ START_TEST(dereg_waits_for_job)
 	b->stopped = false;
 	b->fabric_stalled = false; /* the helper let the fabric go */
 	free(expect);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -510,12 +479,7 @@ START_TEST(dereg_target_during_write)
 	job = itest_job(4, RDMAX_OP_WRITE, src, 0, &desc, 0, 4096);
 	itest_expect_job_error(ca, &job, RDMAX_E_NOT_FOUND, ITEST_WAIT_MS);
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 

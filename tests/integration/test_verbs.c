@@ -106,12 +106,7 @@ START_TEST(verbs_nic_refuses_access)
 	ck_assert_msg(ev.status == 0, "read after a refusal failed: %s", ev.reason);
 
 	itest_assert_quiet(ca, 100);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -149,12 +144,7 @@ START_TEST(verbs_wrong_key_refused_at_connect)
 	ck_assert_msg(!itest_log_contains(b, "accepting QP"),
 		      "b allocated a QP for a refused peer");
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -207,12 +197,7 @@ START_TEST(verbs_deadline_cancel_progress)
 	ck_assert_msg(ev.status == 0, "write after deadline and cancel failed: %s", ev.reason);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 1 * MiB, "write after cancel");
 
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -450,12 +435,7 @@ START_TEST(verbs_rails_stripe_pin_failover)
 
 	set_link("up");
 	wait_port_active(dev1);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
@@ -705,12 +685,7 @@ START_TEST(verbs_per_uid_isolation)
 		      ev.reason);
 out:
 	itest_assert_quiet(ca, 100);
-	rdmax_client_close(ca);
-	rdmax_client_close(cb);
-	itest_daemon_stop(a);
-	itest_daemon_stop(b);
-	itest_daemon_free(a);
-	itest_daemon_free(b);
+	itest_pair_end(ca, cb, a, b);
 }
 END_TEST
 
