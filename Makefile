@@ -139,9 +139,15 @@ $(BUILD)/$(LIB_SONAME): $(CLIENT_OBJS) client-lib/librdmax.map
 		-Wl,--version-script=client-lib/librdmax.map -o $@ $(CLIENT_OBJS) $(LIBS_CLIENT)
 	ln -sf $(LIB_SONAME) $(BUILD)/librdmax.so
 
+# The static library holds plain code only: this compiler's LTO bytecode in it would make a
+# program's link run LTO (GCC's linker plugin does whenever it finds bytecode) or fail under
+# another GCC.
 $(BUILD)/librdmax.a: $(CLIENT_OBJS)
-	rm -f $@
-	ar rcs $@ $^
+	rm -rf $@ $(BUILD)/static
+	@mkdir -p $(BUILD)/static
+	$(Q)for o in $^; do objcopy --remove-section='.gnu.lto_*' \
+		--remove-section='.gnu.debuglto_*' $$o $(BUILD)/static/$$(echo $$o | tr / _); done
+	ar rcs $@ $(BUILD)/static/*.o
 
 # The paths in the .pc file follow PREFIX/LIBDIR/INCLUDEDIR: rebuild it whenever they change.
 PC_VARS := $(PREFIX)|$(LIBDIR)|$(INCLUDEDIR)|$(LIB_VERSION)
@@ -293,7 +299,7 @@ check-python: $(BUILD)/rdmaxd $(PYTHON_PKG) $(FAKE_LIBCUDA) $(FAKE_GPU_DAEMON)
 	RDMAX_BUILD=$(BUILD) RDMAX_SAN=$(SAN) PYTHON=$(PYTHON) client-lib/python/run-tests
 
 # The public ABI: exports against the version script, the header as C99/C++, struct growth.
-check-abi: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(GEN_C)
+check-abi: $(BUILD)/rdmaxd $(BUILD)/$(LIB_SONAME) $(BUILD)/librdmax.a $(GEN_C)
 	RDMAX_BUILD=$(BUILD) tests/abi/run
 
 check-tcp: all
