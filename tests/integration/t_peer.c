@@ -513,11 +513,12 @@ END_TEST
 
 /* -------------------------------------------------- trickled frames */
 
-/* Child: send len bytes of buf, one every gap_ms, then hold the socket until killed. */
-static void trickle(int fd, const uint8_t *buf, size_t len, unsigned gap_ms)
+/* Child: send len bytes of buf, `step` every gap_ms, then hold the socket until killed. */
+static void trickle(int fd, const uint8_t *buf, size_t len, size_t step, unsigned gap_ms)
 {
-	for (size_t i = 0; i < len; i++) {
-		if (send(fd, buf + i, 1, MSG_NOSIGNAL) != 1) {
+	for (size_t i = 0; i < len; i += step) {
+		size_t n = len - i < step ? len - i : step;
+		if (send(fd, buf + i, n, MSG_NOSIGNAL) != (ssize_t)n) {
 			_exit(0);
 		}
 		itest_sleep_ms(gap_ms);
@@ -526,16 +527,21 @@ static void trickle(int fd, const uint8_t *buf, size_t len, unsigned gap_ms)
 	_exit(0);
 }
 
-static pid_t fork_trickle(int fd, const uint8_t *buf, size_t len, unsigned gap_ms)
+static pid_t fork_paced(int fd, const uint8_t *buf, size_t len, size_t step, unsigned gap_ms)
 {
 	pid_t parent = getpid(), child = fork();
 
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
 		itest_child_setup(parent);
-		trickle(fd, buf, len, gap_ms);
+		trickle(fd, buf, len, step, gap_ms);
 	}
 	return child;
+}
+
+static pid_t fork_trickle(int fd, const uint8_t *buf, size_t len, unsigned gap_ms)
+{
+	return fork_paced(fd, buf, len, 1, gap_ms);
 }
 
 static void reap(pid_t child)
@@ -692,6 +698,54 @@ START_TEST(peer_trickle_dereg)
 }
 END_TEST
 
+/*
+ * A large WRITE from a slow but steady peer (32 KiB every 60 ms, each gap
+ * well inside peer_timeout_ms) lands whole. While a payload arrives the
+ * daemon asks the kernel to wake it only once RX_LOWAT_MAX bytes are
+ * queued, longer than peer_timeout_ms at this pace: the no-progress clock
+ * must count the bytes waiting in the socket as progress, not cut the peer.
+ */
+START_TEST(peer_slow_payload_lands)
+{
+	enum { LEN = 1024 * KiB, STEP = 32 * KiB, GAP_MS = 60 };
+	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
+
+	itest_daemon_set(v, "peers.peer_timeout_ms=300");
+	itest_daemon_set(v, "peers.min_frame_rate_kib_s=64");
+	itest_daemon_set(v, "peers.idle_timeout_s=0");
+	itest_daemon_start(v);
+	struct rdmax_client *cv = itest_client(v, "victim-app");
+	struct rdmax_region *dst = itest_alloc(cv, LEN, ACCESS_RW);
+	struct rdmax_desc desc = itest_desc(dst);
+	struct itest_target t = itest_target_of(&desc);
+	uint8_t *frame = malloc(HEADER_BYTES + LEN);
+	ck_assert_ptr_nonnull(frame);
+
+	int fd = handshaken("127.0.0.2", &t, 0x3101);
+	ck_assert_int_ge(fd, 0);
+	header(frame, T_WRITE, 9, t.instance, t.region_id, t.region_key, 0, LEN);
+	itest_fill(frame + HEADER_BYTES, LEN, 0x3101);
+	uint64_t t0 = itest_now_ms();
+	pid_t child = fork_paced(fd, frame, HEADER_BYTES + LEN, STEP, GAP_MS);
+	uint32_t status = 1;
+	int type = next_frame(fd, &status);
+	uint64_t took = itest_now_ms() - t0;
+	reap(child);
+	ck_assert_msg(type == T_ACK,
+		      "no ACK for a WRITE paced at 32 KiB per 60 ms (frame %d after "
+		      "%" PRIu64 " ms): the daemon cut a peer that kept sending",
+		      type, took);
+	ck_assert_uint_eq(status, 0);
+	ck_assert_uint_ge(took, (LEN / STEP - 1) * GAP_MS); /* it was paced */
+	itest_assert_mem_eq(itest_bytes(dst), frame + HEADER_BYTES, LEN, "paced WRITE");
+	close(fd);
+	free(frame);
+	rdmax_client_close(cv);
+	itest_daemon_stop(v);
+	itest_daemon_free(v);
+}
+END_TEST
+
 /* ------------------------------------------------------------- EMFILE */
 
 /* CPU ticks (user + system) the process used so far. */
@@ -803,6 +857,7 @@ TCase *itest_tcase_peer(void)
 	ITEST_ADD_TEST_IF(tc, peer_slots, tcp && loopback, why);
 	ITEST_ADD_TEST_IF(tc, peer_trickled_frames, tcp && loopback, why);
 	ITEST_ADD_TEST_IF(tc, peer_trickle_dereg, tcp && loopback, why);
+	ITEST_ADD_TEST_IF(tc, peer_slow_payload_lands, tcp && loopback, why);
 	ITEST_ADD_TEST_IF(tc, peer_emfile_backoff, tcp && loopback, why);
 	return tc;
 }

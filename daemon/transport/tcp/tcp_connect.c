@@ -292,6 +292,9 @@ void tcp_on_tick(uv_timer_t *timer)
 		}
 		uint64_t quiet = now - conn->last_io_ms;
 		if (tcp_busy(conn) && quiet >= c->peer_timeout_ms) {
+			if (tcp_rx_lowat_release(conn)) {
+				continue; /* bytes waited below the low-water mark: progress */
+			}
 			snprintf(message, sizeof(message), "peer %s stopped answering", conn->name);
 			log_warn("connection %s %s (node '%s') down: no progress for %llu ms",
 				 conn->outgoing ? "to" : "from", conn->name, conn->node_name,

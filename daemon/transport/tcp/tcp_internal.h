@@ -52,6 +52,16 @@
 #define OFFLOAD_MIN      (256u << 10)
 #define OFFLOAD_MAX      (8u << 20)
 #define OFFLOAD_CALL_MAX (1u << 20)
+/*
+ * The receive low-water mark (SO_RCVLOWAT) while a payload arrives: with
+ * RX_LOWAT_MIN or more of the frame still to come, the socket reports
+ * readable (and wakes its reader) once RX_LOWAT_MAX bytes, or the frame's
+ * rest, are queued, instead of at every segment the sender's softirq
+ * delivers. Never more than the frame's rest, so the frame's last byte
+ * always wakes the reader (docs/benchmarks.md, "Woken per segment").
+ */
+#define RX_LOWAT_MIN (128u << 10)
+#define RX_LOWAT_MAX (256u << 10)
 
 /* Life of a connection. */
 enum tcp_conn_state {
@@ -130,6 +140,11 @@ struct tcp_offload_op {
 	int err;    /* errno of the call that failed; 0 */
 	bool eof;   /* receiving: the peer closed */
 	bool again; /* the socket would block: the loop waits for readiness */
+	/*
+	 * rx_op only: the socket's SO_RCVLOWAT as last set (0: the kernel's 1),
+	 * by the loop, or by the thread while the op is handed out.
+	 */
+	int lowat;
 };
 
 /* The I/O threads of one transport and the ops between them and the loop. */
@@ -387,6 +402,14 @@ void tcp_on_write_done(struct tcp_conn *conn, bool landed);
 /* tcp_receive.c */
 uint64_t tcp_frame_deadline(const struct tcp_conn *conn, uint64_t payload);
 void tcp_check_rx_region(struct tcp_conn *conn);
+/* Set fd's SO_RCVLOWAT for a payload with `rest` bytes to come; *lowat: its value now. */
+void tcp_rx_lowat_set(int fd, int *lowat, uint64_t rest);
+/*
+ * The no-progress clock is about to fire: bytes queued below the low-water
+ * mark are read now. \return whether there were any to read (the peer is
+ * making progress).
+ */
+bool tcp_rx_lowat_release(struct tcp_conn *conn);
 bool tcp_reading_paused(const struct tcp_conn *conn);
 void tcp_receive(struct tcp_conn *conn);
 void tcp_on_connected(struct tcp_conn *conn);

@@ -127,6 +127,10 @@ static void op_run(struct tcp_offload_op *op)
 				op->err = errno;
 				return;
 			}
+			if (!op->tx) {
+				/* Woken for the payload's next RX_LOWAT_MAX, not each segment. */
+				tcp_rx_lowat_set(op->fd, &op->lowat, op->want - done);
+			}
 			if (!wait_ready(op, end_ns)) {
 				op->again = true;
 				return;

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -35,6 +36,25 @@ uint64_t tcp_frame_deadline(const struct tcp_conn *conn, uint64_t payload)
 }
 
 /*
+ * Payload bytes of the current frame still to come: the current part's and,
+ * for a WRITE_SEGS, every later segment's; 0 outside a payload.
+ */
+static uint64_t rx_payload_rest(const struct tcp_conn *conn)
+{
+	if (conn->rx_state != RX_DATA && conn->rx_state != RX_SEGDATA &&
+	    conn->rx_state != RX_DISCARD) {
+		return 0;
+	}
+	uint64_t rest = conn->rx_len - conn->rx_got;
+	if (conn->rx_state == RX_SEGDATA) {
+		for (uint32_t k = conn->rx_seg + 1; k < conn->rx_h.offset; k++) {
+			rest += conn->rx_segs[k].length;
+		}
+	}
+	return rest;
+}
+
+/*
  * The region a WRITE lands in is being deregistered: the rest of the
  * payload is dropped and the WRITE refused, so a slow peer holds the
  * region (and a dead client's mapping) no longer than one receive.
@@ -45,13 +65,7 @@ void tcp_check_rx_region(struct tcp_conn *conn)
 	    !conn->rx_region->deregistering) {
 		return;
 	}
-	/* The rest of the frame: this segment's and every later segment's bytes. */
-	uint64_t rest = conn->rx_len - conn->rx_got;
-	if (conn->rx_state == RX_SEGDATA) {
-		for (uint32_t k = conn->rx_seg + 1; k < conn->rx_h.offset; k++) {
-			rest += conn->rx_segs[k].length;
-		}
-	}
+	uint64_t rest = rx_payload_rest(conn);
 	region_put(&conn->tt->daemon->regions, conn->rx_region);
 	conn->rx_region = NULL;
 	conn->rx_err = RDMAX_E_NOT_FOUND;
@@ -226,6 +240,58 @@ static void consume_staged(struct tcp_conn *conn)
 	}
 }
 
+void tcp_rx_lowat_set(int fd, int *lowat, uint64_t rest)
+{
+	int want = rest >= RX_LOWAT_MIN ? (int)MIN(rest, (uint64_t)RX_LOWAT_MAX) : 1;
+
+	if (want == MAX(*lowat, 1)) {
+		return;
+	}
+	/* Where it fails, *lowat keeps the value the socket still has. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0) {
+		*lowat = want;
+	}
+}
+
+/*
+ * The low-water mark for what the socket is read for next (the loop's
+ * reads; a thread sets its own while it holds the payload). Not under TLS:
+ * OpenSSL and kernel TLS read records, not the payload's bytes.
+ */
+static void rx_lowat_follow(struct tcp_conn *conn)
+{
+	if (conn->tls || conn->rx_op.busy || !tcp_usable(conn)) {
+		return;
+	}
+	tcp_rx_lowat_set(conn->fd, &conn->rx_op.lowat, rx_payload_rest(conn));
+}
+
+bool tcp_rx_lowat_release(struct tcp_conn *conn)
+{
+	int queued = 0;
+
+	tcp_offload_reap(&conn->rx_op); /* a thread waiting below the mark gives it back */
+	if (conn->rx_op.lowat <= 1 || !tcp_usable(conn)) {
+		return false;
+	}
+	tcp_rx_lowat_set(conn->fd, &conn->rx_op.lowat, 0);
+	/* Queued bytes nobody may read (answers backed up) are no progress. */
+	if (ioctl(conn->fd, FIONREAD, &queued) < 0 || queued <= 0 || tcp_reading_paused(conn)) {
+		return false;
+	}
+	tcp_receive(conn); /* reads them, or hands them to a thread that does */
+	return true;
+}
+
+static void receive_some(struct tcp_conn *conn);
+
+/* Read what is there (receive_some), then set the low-water mark for what comes next. */
+void tcp_receive(struct tcp_conn *conn)
+{
+	receive_some(conn);
+	rx_lowat_follow(conn);
+}
+
 /*
  * Drain the socket in a bounded number of recvmsg() calls. Each call reads
  * the rest of the current part straight into its destination (region
@@ -236,7 +302,7 @@ static void consume_staged(struct tcp_conn *conn)
  * call per 16 KiB page), so the next payload is not copied twice; nothing
  * after a larger one. rx_stage is only refilled once empty.
  */
-void tcp_receive(struct tcp_conn *conn)
+static void receive_some(struct tcp_conn *conn)
 {
 	uint64_t start = conn->bytes_received;
 
