@@ -282,9 +282,11 @@ tls_rows() {
 	wait "$tserve" 2>/dev/null
 }
 
-# TEST SIZE REFERENCES. Missing tools (iperf3, ucx_perftest) leave their rows out.
+# TEST SIZE REFERENCES [REPS]. Missing tools (iperf3, ucx_perftest) leave their rows out.
+# The row the TCP targets are read from (tcp@1MiB, tcp_vs_ucx, tcp_vs_best) runs twice
+# the repetitions: on a shared host single 1 s runs of one build move by a third.
 plan=(
-	"tcp_write 1048576 tcp-stream,spin,iperf3,ucxtag,ucxput"
+	"tcp_write 1048576 tcp-stream,spin,iperf3,ucxtag,ucxput $((reps * 2))"
 	"tcp_write 65536 tcp-stream,spin,spinbatch,iperf3,ucxtag"
 	"tcp_write 4096 tcp-stream,spin,spinbatch"
 	"tcp_write 8388608 spin,iperf3"
@@ -316,9 +318,9 @@ if start_daemon a "host part" && start_daemon b "host part"; then
 		2>"$run/serve.log" &
 	serve_pid=$!
 	for item in "${plan[@]}"; do
-		read -r test size tools <<<"$item"
+		read -r test size tools row_reps <<<"$item"
 		tools=$(available "$tools")
-		for ((rep = 1; rep <= reps; rep++)); do
+		for ((rep = 1; rep <= ${row_reps:-$reps}; rep++)); do
 			if [ "$test" = same_node ]; then
 				rdmax "$test" "$size" "$rep" # memcpy runs inside, right after
 			elif ((rep % 2)); then
