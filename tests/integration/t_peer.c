@@ -702,7 +702,8 @@ END_TEST
  * A large WRITE from a slow but steady peer (32 KiB every 60 ms, each gap
  * well inside peer_timeout_ms) lands whole. While a payload arrives the
  * daemon asks the kernel to wake it only once RX_LOWAT_MAX bytes are
- * queued, longer than peer_timeout_ms at this pace: the no-progress clock
+ * queued (while 512 KiB or more is to come), longer than peer_timeout_ms
+ * at this pace: the no-progress clock
  * must count the bytes waiting in the socket as progress, not cut the peer.
  */
 START_TEST(peer_slow_payload_lands)

@@ -53,12 +53,13 @@
 #define OFFLOAD_MAX      (8u << 20)
 #define OFFLOAD_CALL_MAX (1u << 20)
 /*
- * The receive low-water mark (SO_RCVLOWAT) while a payload arrives: with
- * RX_LOWAT_MIN or more of the frame still to come, the socket reports
- * readable (and wakes its reader) once RX_LOWAT_MAX bytes, or the frame's
- * rest, are queued, instead of at every segment the sender's softirq
- * delivers. Never more than the frame's rest, so the frame's last byte
- * always wakes the reader (docs/benchmarks.md, "Woken per segment").
+ * The receive low-water mark (SO_RCVLOWAT) while a payload arrives: the
+ * socket reports readable (and wakes its reader) once RX_LOWAT_MAX bytes
+ * are queued while twice that or more of the frame is still to come,
+ * RX_LOWAT_MIN while twice that is, and at every segment the sender's
+ * softirq delivers otherwise. Never more than half the frame's rest, so the
+ * reader copies while the rest arrives and the last byte always wakes it
+ * (docs/benchmarks.md, "Woken per segment").
  */
 #define RX_LOWAT_MIN (128u << 10)
 #define RX_LOWAT_MAX (256u << 10)

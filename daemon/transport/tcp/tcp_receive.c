@@ -242,7 +242,9 @@ static void consume_staged(struct tcp_conn *conn)
 
 void tcp_rx_lowat_set(int fd, int *lowat, uint64_t rest)
 {
-	int want = rest >= RX_LOWAT_MIN ? (int)MIN(rest, (uint64_t)RX_LOWAT_MAX) : 1;
+	int want = rest >= 2 * RX_LOWAT_MAX   ? (int)RX_LOWAT_MAX
+		   : rest >= 2 * RX_LOWAT_MIN ? (int)RX_LOWAT_MIN
+					      : 1;
 
 	if (want == MAX(*lowat, 1)) {
 		return;
