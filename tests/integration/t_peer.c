@@ -747,6 +747,50 @@ START_TEST(peer_slow_payload_lands)
 }
 END_TEST
 
+/*
+ * The receive low-water mark never exceeds what the frame still has to
+ * come: a 1 MiB WRITE paced at 64 KiB per 20 ms is answered soon after its
+ * last byte, not when the no-progress clock (5 s here) finds bytes waiting
+ * below a mark too high for the frame's tail.
+ */
+START_TEST(peer_paced_payload_answered_promptly)
+{
+	enum { LEN = 1024 * KiB, STEP = 64 * KiB, GAP_MS = 20 };
+	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
+
+	itest_daemon_set(v, "peers.peer_timeout_ms=5000");
+	itest_daemon_set(v, "peers.idle_timeout_s=0");
+	itest_daemon_start(v);
+	struct rdmax_client *cv = itest_client(v, "victim-app");
+	struct rdmax_region *dst = itest_alloc(cv, LEN, ACCESS_RW);
+	struct rdmax_desc desc = itest_desc(dst);
+	struct itest_target t = itest_target_of(&desc);
+	uint8_t *frame = malloc(HEADER_BYTES + LEN);
+	ck_assert_ptr_nonnull(frame);
+
+	int fd = handshaken("127.0.0.2", &t, 0x3201);
+	ck_assert_int_ge(fd, 0);
+	header(frame, T_WRITE, 11, t.instance, t.region_id, t.region_key, 0, LEN);
+	itest_fill(frame + HEADER_BYTES, LEN, 0x3201);
+	uint64_t t0 = itest_now_ms();
+	pid_t child = fork_paced(fd, frame, HEADER_BYTES + LEN, STEP, GAP_MS);
+	uint32_t status = 1;
+	int type = next_frame(fd, &status);
+	uint64_t took = itest_now_ms() - t0;
+	reap(child);
+	ck_assert_msg(type == T_ACK, "no ACK for a paced 1 MiB WRITE (frame %d)", type);
+	ck_assert_uint_eq(status, 0);
+	/* Paced over about 340 ms; a mark above the tail waits for the 5 s clock. */
+	ck_assert_msg(took < 2500, "a paced 1 MiB WRITE was answered after %" PRIu64 " ms", took);
+	itest_assert_mem_eq(itest_bytes(dst), frame + HEADER_BYTES, LEN, "paced WRITE");
+	close(fd);
+	free(frame);
+	rdmax_client_close(cv);
+	itest_daemon_stop(v);
+	itest_daemon_free(v);
+}
+END_TEST
+
 /* ------------------------------------------------------------- EMFILE */
 
 /* CPU ticks (user + system) the process used so far. */
@@ -859,6 +903,7 @@ TCase *itest_tcase_peer(void)
 	ITEST_ADD_TEST_IF(tc, peer_trickled_frames, tcp && loopback, why);
 	ITEST_ADD_TEST_IF(tc, peer_trickle_dereg, tcp && loopback, why);
 	ITEST_ADD_TEST_IF(tc, peer_slow_payload_lands, tcp && loopback, why);
+	ITEST_ADD_TEST_IF(tc, peer_paced_payload_answered_promptly, tcp && loopback, why);
 	ITEST_ADD_TEST_IF(tc, peer_emfile_backoff, tcp && loopback, why);
 	return tc;
 }
