@@ -699,19 +699,16 @@ START_TEST(peer_trickle_dereg)
 END_TEST
 
 /*
- * A large WRITE from a slow but steady peer (32 KiB every 60 ms, each gap
- * well inside peer_timeout_ms) lands whole. While a payload arrives the
- * daemon asks the kernel to wake it only once RX_LOWAT_MAX bytes are
- * queued (while 512 KiB or more is to come), longer than peer_timeout_ms
- * at this pace: the no-progress clock
- * must count the bytes waiting in the socket as progress, not cut the peer.
+ * A raw peer sends one 1 MiB WRITE into a fresh victim (peer_timeout_ms as
+ * given), `step` bytes every gap_ms; the ACK must be OK and the region
+ * byte-exact. \return milliseconds from the first byte sent to the ACK.
  */
-START_TEST(peer_slow_payload_lands)
+static uint64_t paced_write(const char *peer_timeout_ms, size_t step, unsigned gap_ms)
 {
-	enum { LEN = 1024 * KiB, STEP = 32 * KiB, GAP_MS = 60 };
+	enum { LEN = 1024 * KiB };
 	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
 
-	itest_daemon_set(v, "peers.peer_timeout_ms=300");
+	itest_daemon_set(v, "peers.peer_timeout_ms=%s", peer_timeout_ms);
 	itest_daemon_set(v, "peers.min_frame_rate_kib_s=64");
 	itest_daemon_set(v, "peers.idle_timeout_s=0");
 	itest_daemon_start(v);
@@ -725,25 +722,39 @@ START_TEST(peer_slow_payload_lands)
 	int fd = handshaken("127.0.0.2", &t, 0x3101);
 	ck_assert_int_ge(fd, 0);
 	header(frame, T_WRITE, 9, t.instance, t.region_id, t.region_key, 0, LEN);
-	itest_fill(frame + HEADER_BYTES, LEN, 0x3101);
+	itest_fill(frame + HEADER_BYTES, LEN, step ^ gap_ms);
 	uint64_t t0 = itest_now_ms();
-	pid_t child = fork_paced(fd, frame, HEADER_BYTES + LEN, STEP, GAP_MS);
+	pid_t child = fork_paced(fd, frame, HEADER_BYTES + LEN, step, gap_ms);
 	uint32_t status = 1;
 	int type = next_frame(fd, &status);
 	uint64_t took = itest_now_ms() - t0;
 	reap(child);
 	ck_assert_msg(type == T_ACK,
-		      "no ACK for a WRITE paced at 32 KiB per 60 ms (frame %d after "
+		      "no ACK for a 1 MiB WRITE paced at %zu B per %u ms (frame %d after "
 		      "%" PRIu64 " ms): the daemon cut a peer that kept sending",
-		      type, took);
+		      step, gap_ms, type, took);
 	ck_assert_uint_eq(status, 0);
-	ck_assert_uint_ge(took, (LEN / STEP - 1) * GAP_MS); /* it was paced */
+	ck_assert_uint_ge(took, (LEN / step - 1) * gap_ms); /* it was paced */
 	itest_assert_mem_eq(itest_bytes(dst), frame + HEADER_BYTES, LEN, "paced WRITE");
 	close(fd);
 	free(frame);
 	rdmax_client_close(cv);
 	itest_daemon_stop(v);
 	itest_daemon_free(v);
+	return took;
+}
+
+/*
+ * A large WRITE from a slow but steady peer (32 KiB every 60 ms, each gap
+ * well inside peer_timeout_ms) lands whole. While 512 KiB or more of a
+ * payload is to come the daemon asks the kernel to wake it only once
+ * RX_LOWAT_MAX bytes are queued, longer than peer_timeout_ms at this pace:
+ * the no-progress clock must count the bytes waiting in the socket as
+ * progress, not cut the peer.
+ */
+START_TEST(peer_slow_payload_lands)
+{
+	paced_write("300", 32 * KiB, 60);
 }
 END_TEST
 
@@ -755,39 +766,9 @@ END_TEST
  */
 START_TEST(peer_paced_payload_answered_promptly)
 {
-	enum { LEN = 1024 * KiB, STEP = 64 * KiB, GAP_MS = 20 };
-	struct itest_daemon *v = itest_daemon_new("victim", itest_addr_a());
-
-	itest_daemon_set(v, "peers.peer_timeout_ms=5000");
-	itest_daemon_set(v, "peers.idle_timeout_s=0");
-	itest_daemon_start(v);
-	struct rdmax_client *cv = itest_client(v, "victim-app");
-	struct rdmax_region *dst = itest_alloc(cv, LEN, ACCESS_RW);
-	struct rdmax_desc desc = itest_desc(dst);
-	struct itest_target t = itest_target_of(&desc);
-	uint8_t *frame = malloc(HEADER_BYTES + LEN);
-	ck_assert_ptr_nonnull(frame);
-
-	int fd = handshaken("127.0.0.2", &t, 0x3201);
-	ck_assert_int_ge(fd, 0);
-	header(frame, T_WRITE, 11, t.instance, t.region_id, t.region_key, 0, LEN);
-	itest_fill(frame + HEADER_BYTES, LEN, 0x3201);
-	uint64_t t0 = itest_now_ms();
-	pid_t child = fork_paced(fd, frame, HEADER_BYTES + LEN, STEP, GAP_MS);
-	uint32_t status = 1;
-	int type = next_frame(fd, &status);
-	uint64_t took = itest_now_ms() - t0;
-	reap(child);
-	ck_assert_msg(type == T_ACK, "no ACK for a paced 1 MiB WRITE (frame %d)", type);
-	ck_assert_uint_eq(status, 0);
 	/* Paced over about 340 ms; a mark above the tail waits for the 5 s clock. */
+	uint64_t took = paced_write("5000", 64 * KiB, 20);
 	ck_assert_msg(took < 2500, "a paced 1 MiB WRITE was answered after %" PRIu64 " ms", took);
-	itest_assert_mem_eq(itest_bytes(dst), frame + HEADER_BYTES, LEN, "paced WRITE");
-	close(fd);
-	free(frame);
-	rdmax_client_close(cv);
-	itest_daemon_stop(v);
-	itest_daemon_free(v);
 }
 END_TEST
 
