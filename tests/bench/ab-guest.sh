@@ -38,7 +38,7 @@ one() { # LABEL BUILD ROUND [NAME=VALUE,...]
 	env "${env[@]}" RDMAX_BUILD="$2" RDMAX_BENCH_OUT="$out/$1-r$3" tests/bench/guest.sh \
 		>"$out/$1-r$3.log" 2>&1
 	echo "ab-guest: round $3 $1 exit $?"
-	grep -h '^guest: \(rdmax write\|ib_write_bw\|ucx_perftest\)' "$out/$1-r$3.log" | sed 's/^/  /'
+	grep -h '^guest: \(rdmax write\|ib_write_bw\|ucx_perftest\|verbs-hop\)' "$out/$1-r$3.log" | sed 's/^/  /'
 }
 
 mkdir -p "$out"

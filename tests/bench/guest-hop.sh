@@ -38,6 +38,8 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$out"
+# wait_line (its start_daemon is replaced by this file's own below).
+. "$(dirname "$0")/lib.sh"
 
 start_daemon() { # NAME ARGS...
 	local name=$1 i
@@ -143,9 +145,9 @@ PY
 # verbs-hop MODE...: one raw run against a fresh server on ip1.
 verbs_hop() {
 	local spid
-	timeout 60 "$build/tests/bench/verbs-hop" -l "$ip1" -p "$vport" &
+	timeout 60 "$build/tests/bench/verbs-hop" -l "$ip1" -p "$vport" >"$run/vhop-s.out" &
 	spid=$!
-	sleep 1 # rdma_listen leaves no socket to wait for
+	wait_line "$run/vhop-s.out" "$spid" listening # rdma_listen leaves no socket to see
 	timeout 60 "$build/tests/bench/verbs-hop" -b "$ip0" "$ip1" -p "$vport" -n "$iters" "$@"
 	wait "$spid"
 	vport=$((vport + 1))

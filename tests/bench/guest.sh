@@ -13,6 +13,11 @@
 #   guest-rdmax-TEST-SIZE-rREP.json  rdmax-bench --json
 #   guest-ref@ucx-TEST-SIZE-rREP.txt ucx_perftest (ucp_put_bw, ucp_put_lat) between the
 #                                    same devices, UCX_TLS=rc_verbs,ud_verbs (one QP)
+#   guest-ref@hop-TEST-SIZE-rREP.txt tests/bench/verbs-hop --hop (write_rtt): the same
+#                                    raw write posted by a second process that the
+#                                    timing one asks through shared memory, waiting as
+#                                    librdmax does (pause 4 µs, then sched_yield()):
+#                                    rdmaxd's process layout without its code
 # The *_1qp rows run a second pair of rdmaxd with verbs.qps_per_peer=1, so
 # rdmax and UCX (one QP per endpoint) are compared at equal QP counts.
 #   guest-skip.txt                   why the rdmax side could not run (exit 77)
@@ -55,15 +60,16 @@ perf_port=18600
 pids=()
 
 # Bounded work per run: the guest is emulated (about 1 Gb/s, tens of µs).
-# TEST SIZE ITERS
-# TEST SIZE ITERS REFERENCES (perftest, ucx: ucx_perftest put). The rows of
-# the ratio line come first: a run cut short by its time limit keeps them.
+# TEST SIZE ITERS REFERENCES [REPS] (perftest; ucx: ucx_perftest put; hop: verbs-hop
+# --hop). The rows of the ratio line come first: a run cut short by its time
+# limit keeps them. The completed small write (lat_rtt, ucx_lat) runs twice the
+# repetitions: one run of it and of its references moves by half under TCG.
 plan=(
 	"write_bw 1048576 150 perftest"
 	"write_bw 65536 1000 perftest"
 	"write_bw 64 10000 perftest"
 	"read_bw 1048576 100 perftest"
-	"write_rtt 64 2000 perftest,ucx"
+	"write_rtt 64 2000 perftest,ucx,hop $((reps * 2))"
 	"write_1qp 1048576 150 ucx"
 	"kv 16384 4000 perftest"
 	"write_lat 64 2000 perftest"
@@ -200,7 +206,7 @@ cleanup() {
 	rm -rf "$run"
 }
 trap cleanup EXIT
-# wait_listen, gid_index (its start_daemon is replaced by this file's own below).
+# wait_listen, wait_line, gid_index (its start_daemon is replaced by this file's own below).
 . "$(dirname "$0")/lib.sh"
 
 start_daemon() { # NAME DEV IP PORT [QPS]
@@ -323,12 +329,37 @@ ucx() { # TEST SIZE ITERS REP
 	log "ucx_perftest $ut $size B x $iters: $(grep '^Final:' "$file" | tr -s ' ' ' ')"
 }
 
+# verbs-hop --hop between the two devices: the raw write through a process hop.
+hop() { # TEST SIZE ITERS REP
+	local test=$1 size=$2 iters=$3 rep=$4 spid rc src
+	local file="$out/guest-ref@hop-$test-$size-r$rep.txt"
+	timeout 60 "$build/tests/bench/verbs-hop" -l "$ip1" -p "$perf_port" >"$run/hop-s.out" \
+		2>&1 &
+	spid=$!
+	wait_line "$run/hop-s.out" "$spid" listening
+	timeout 60 "$build/tests/bench/verbs-hop" -b "$ip0" "$ip1" -p "$perf_port" -n "$iters" \
+		-s "$size" --hop --yield --pause-ns 4000 >"$file.tmp" 2>&1
+	rc=$?
+	wait "$spid"
+	src=$?
+	perf_port=$((perf_port + 1))
+	if [ "$rc" != 0 ] || [ "$src" != 0 ] || ! grep -q '^verbs-hop hop' "$file.tmp"; then
+		log "verbs-hop --hop $size B: client exit $rc, server exit $src (left out):" \
+			"$(tail -n 2 "$file.tmp" "$run/hop-s.out" | tr '\n' ' ')"
+		mv "$file.tmp" "$out/guest-ref@hop-$test-$size-r$rep.failed"
+		return 1
+	fi
+	mv "$file.tmp" "$file"
+	log "$(cat "$file")"
+}
+
 refs() { # REFERENCES TEST SIZE ITERS REP
 	local tool
 	for tool in ${1//,/ }; do
 		case $tool in
 		perftest) perftest "$2" "$3" "$4" "$5" ;;
 		ucx) ucx "$2" "$3" "$4" "$5" ;;
+		hop) hop "$2" "$3" "$4" "$5" ;;
 		esac
 	done
 }
@@ -444,12 +475,12 @@ selected() {
 }
 
 for item in "${plan[@]}"; do
-	read -r test size iters tools <<<"$item"
+	read -r test size iters tools row_reps <<<"$item"
 	selected "$test" "$size" || continue
 	if [[ $test == *_1qp ]] && [ -z "$serve1_pid" ]; then
 		start_1qp
 	fi
-	for ((rep = 1; rep <= reps; rep++)); do
+	for ((rep = 1; rep <= ${row_reps:-$reps}; rep++)); do
 		# Alternate which side goes first, so drift within a pair cancels over reps.
 		if ((rep % 2)); then
 			refs "$tools" "$test" "$size" "$iters" "$rep"

@@ -2,8 +2,8 @@
 #
 # lib.sh - shared by the parts of `make bench` (run.sh, scaling.sh, qos.sh, and
 # guest.sh in the Soft-RoCE guest, which starts its daemons with a
-# start_daemon of its own), qos-trace.sh and tests/run-verbs-suite
-# (gid_index); sourced, not run. Its daemon starters expect $build, $run (a
+# start_daemon of its own), qos-trace.sh, guest-hop.sh (wait_line) and
+# tests/run-verbs-suite (gid_index); sourced, not run. Its daemon starters expect $build, $run (a
 # directory for sockets and logs) and a pids array in the caller.
 
 # start_daemon NAME PART [RDMAXD-ARGS...]: an rdmaxd over TCP on loopback, socket
@@ -52,6 +52,18 @@ wait_listen() {
 	local i
 	for ((i = 0; i < 300; i++)); do
 		ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+# wait_line FILE PID TEXT: until FILE has a line TEXT (a server that says it
+# listens, where no socket shows it: rdma_listen), or PID died (15 s at most).
+wait_line() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		grep -qx "$3" "$1" 2>/dev/null && return 0
 		kill -0 "$2" 2>/dev/null || return 1
 		sleep 0.05
 	done

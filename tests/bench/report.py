@@ -9,7 +9,8 @@ Reads the files tests/bench/run.sh and guest.sh leave in OUT (build/bench):
   host-rdmax-TEST-SIZE-rN.json    rdmax-bench --json (TCP transport / same node)
   PART-ref@TOOL-TEST-SIZE-rN.*    further references of the same row: tcp-stream
                                   --spin (spin, spinbatch: .json), iperf3 --json
-                                  (iperf3: .json), ucx_perftest output (ucx*: .txt)
+                                  (iperf3: .json), ucx_perftest output (ucx*: .txt),
+                                  tests/bench/verbs-hop --hop output (hop: .txt)
 takes the median over repetitions of each side, prints the table and the
 summary line, and writes OUT/summary.json. Every ratio is "higher is better":
 rdmax/reference for bandwidth and rate, reference/rdmax for latency.
@@ -60,6 +61,15 @@ def parse_iperf3(path):
     cpu = (pct.get("host_total", 0) + pct.get("remote_total", 0)) / 100 * seconds
     return {"Gbps": recv["bits_per_second"] / 1e9,
             "cpu_s_per_GB": cpu / gb if gb > 0 and cpu > 0 else None}
+
+
+def parse_hop(path):
+    """The line of tests/bench/verbs-hop: `verbs-hop hop ... p50 X us p99 Y us ...`."""
+    for line in open(path, errors="replace"):
+        m = re.match(r"^verbs-hop .* p50 ([0-9.]+) us p99 ([0-9.]+) us", line)
+        if m:
+            return {"p50_us": float(m.group(1)), "p99_us": float(m.group(2))}
+    return None
 
 
 def parse_perftest(path):
@@ -121,6 +131,8 @@ def load(out_dir):
             val = parse_ucx(path, int(size))
         elif tool == "iperf3":
             val = parse_iperf3(path)
+        elif tool == "hop":
+            val = parse_hop(path)
         elif ext == "txt":
             val = parse_perftest(path)
         else:
@@ -197,8 +209,10 @@ TOOLS = {
     "ucx": "UCX put 1QP",
     "ucxget": "UCX get 1QP",
     "plain": "rdmaxd plain TCP",
+    "hop": "raw, process hop",
 }
-LAT_TOOLS = {"ucxtag": "UCX tag_lat x2", "ucxput": "UCX put_lat x2", "ucx": "UCX put_lat x2"}
+LAT_TOOLS = {"ucxtag": "UCX tag_lat x2", "ucxput": "UCX put_lat x2", "ucx": "UCX put_lat x2",
+             "hop": "raw, process hop"}
 ORDER = list(METRICS)
 
 
@@ -219,8 +233,8 @@ def metric_rows(part, test, size, sides, tool):
     """Rows of one (part, test, size) against one reference tool ("" = the default one)."""
     rows = []
     for field, unit, lower_better in METRICS.get(test, []):
-        if tool.startswith("ucx") and field != "p50_us" and lower_better:
-            continue  # ucx_perftest prints no p99
+        if (tool.startswith("ucx") or tool == "hop") and field != "p50_us" and lower_better:
+            continue  # ucx_perftest prints no p99; write_rtt compares p50 only
         if test.startswith("write_bw") and field == "jobs_per_s" and size > 4096:
             continue  # job rate is reported for small writes only
         if tool == "iperf3" and field != "Gbps":
@@ -400,13 +414,19 @@ def main():
     }
     line = "ratios: " + " ".join(f"{k}={r(v)}" for k, v in summary.items())
     rtt = find(rows, "guest", "write_rtt", 64, "p50 us", "verbs")
+    hop = find(rows, "guest", "write_rtt", 64, "p50 us", "verbs", "hop")
     if rtt is not None:
         # lat_p50 compares a completed job with half a ping-pong; this compares like with like.
         print(f"latency against one raw write waited for (ib_write_bw -t 1): lat_rtt={r(rtt)}")
+    if hop is not None:
+        # The same raw write asked for through shared memory by a second process, waiting
+        # as librdmax does: rdmaxd's process layout without its code, on the same NIC.
+        print(f"latency against that write through a process hop (verbs-hop --hop): "
+              f"hop_rtt={r(hop)}")
     scale_rows, rss = scaling(out_dir)
     print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump({"rows": rows, "ratios": summary, "line": line, "lat_rtt": rtt,
+        json.dump({"rows": rows, "ratios": summary, "line": line, "lat_rtt": rtt, "hop_rtt": hop,
                    "scaling": scale_rows, "rss": rss}, f, indent=1)
     print(line)
 

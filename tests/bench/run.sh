@@ -283,8 +283,9 @@ tls_rows() {
 }
 
 # TEST SIZE REFERENCES [REPS]. Missing tools (iperf3, ucx_perftest) leave their rows out.
-# The row the TCP targets are read from (tcp@1MiB, tcp_vs_ucx, tcp_vs_best) runs twice
-# the repetitions: on a shared host single 1 s runs of one build move by a third.
+# The rows the TCP targets are read from (tcp@1MiB, tcp_vs_ucx, tcp_vs_best; kv_tcp, the
+# worse of its two rows) run twice the repetitions: on a shared host single 1 s runs
+# of one build move by a third.
 plan=(
 	"tcp_write 1048576 tcp-stream,spin,iperf3,ucxtag,ucxput $((reps * 2))"
 	"tcp_write 65536 tcp-stream,spin,spinbatch,iperf3,ucxtag"
@@ -294,8 +295,8 @@ plan=(
 	"tcp_read 65536 spin"
 	"tcp_lat 64 tcp-stream,spin,ucxtag,ucxput"
 	"tcp_paged 1048576 spin,iperf3"
-	"tcp_kv 16384 iperf3"
-	"tcp_kv 131072 iperf3"
+	"tcp_kv 16384 iperf3 $((reps * 2))"
+	"tcp_kv 131072 iperf3 $((reps * 2))"
 	"same_node 1048576 -"
 	"same_node 65536 -"
 )

@@ -12,13 +12,17 @@
  *     poster has seen the completion and echoed the number into another:
  *     rdmaxd's process layout with nothing of its code, so the floor of any
  *     daemon design on this NIC. --yield: the asking process spins with a
- *     sched_yield() per poll (librdmax's default); the poster never yields.
+ *     sched_yield() per poll; --pause-ns N: with --yield, it pauses for the
+ *     first N ns of each wait, as librdmax does (RDMAX_SPIN_PAUSE_NS, 4000);
+ *     the poster never yields.
  *
  *   verbs-hop -l ADDR [-p PORT]
  *   verbs-hop -b SRC_ADDR ADDR [-p PORT] [-n ITERS] [-s SIZE] [--hop] [--yield]
+ *             [--pause-ns N]
  *
  * Prints one line: mode, iterations, p50 and p99 of a write in µs, as seen by
- * the process that asked for it. The server exits when the client has gone.
+ * the process that asked for it. The server prints "listening" once it
+ * listens and exits when the client has gone.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -40,12 +44,23 @@
 #define LINE    64
 #define BUF_LEN 4096
 
-/* Set by the program's --yield option. */
+/* Set by the program's --yield and --pause-ns options. */
 static int hop_yield;
+static uint64_t hop_pause_ns;
 
-static void hop_relax(void)
+static uint64_t hop_now_ns(void)
 {
-	if (hop_yield) {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One poll's wait in a wait that began at start_ns (0: unknown, yield at once). */
+static void hop_relax(uint64_t start_ns)
+{
+	if (hop_yield &&
+	    (hop_pause_ns == 0 || start_ns == 0 || hop_now_ns() - start_ns >= hop_pause_ns)) {
 		sched_yield();
 		return;
 	}
@@ -54,14 +69,6 @@ static void hop_relax(void)
 #elif defined(__aarch64__)
 	__asm__ volatile("yield");
 #endif
-}
-
-static uint64_t hop_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* qsort() order of uint64_t latencies. */
@@ -126,6 +133,8 @@ static int serve(const char *addr, const char *port)
 	if (rdma_create_ep(&listen_id, res, NULL, &attr) || rdma_listen(listen_id, 1)) {
 		return die("listen");
 	}
+	printf("listening\n"); /* what a caller waits for before it starts the client */
+	fflush(stdout);
 	if (rdma_get_request(listen_id, &id)) {
 		return die("rdma_get_request");
 	}
@@ -192,8 +201,10 @@ static int write_one(struct rdma_cm_id *id, char *buf, size_t size, struct ibv_m
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"hop", no_argument, NULL, 'H'}, {"yield", no_argument, NULL, 'y'}, {0}};
+	static const struct option opts[] = {{"hop", no_argument, NULL, 'H'},
+					     {"yield", no_argument, NULL, 'y'},
+					     {"pause-ns", required_argument, NULL, 'P'},
+					     {0}};
 	const char *listen_addr = NULL, *src = NULL, *port = "18690";
 	size_t iters = 2000, size = 64;
 	int hop = 0, asker_yields = 0, c;
@@ -221,10 +232,13 @@ int main(int argc, char **argv)
 		case 'y':
 			hop_yield = 1;
 			break;
+		case 'P':
+			hop_pause_ns = strtoull(optarg, NULL, 0);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: verbs-hop -l ADDR | -b SRC ADDR [-p PORT] [-n ITERS] "
-				"[-s SIZE] [--hop] [--yield]\n");
+				"[-s SIZE] [--hop] [--yield] [--pause-ns N]\n");
 			return 2;
 		}
 	}
@@ -254,14 +268,14 @@ int main(int argc, char **argv)
 		if (asker == 0) {
 			/* Wait until the poster is connected (pong = 1), then ask. */
 			while (atomic_load_explicit(&sh->pong, memory_order_acquire) != 1) {
-				hop_relax();
+				hop_relax(0);
 			}
 			for (uint64_t i = 0; i < iters; i++) {
 				uint64_t t0 = hop_now_ns();
 				atomic_store_explicit(&sh->ping, i + 2, memory_order_release);
 				while (atomic_load_explicit(&sh->pong, memory_order_acquire) !=
 				       i + 2) {
-					hop_relax();
+					hop_relax(t0);
 				}
 				lat[i] = hop_now_ns() - t0;
 			}
@@ -313,7 +327,7 @@ int main(int argc, char **argv)
 		while (seen < iters + 1) {
 			uint64_t v = atomic_load_explicit(&sh->ping, memory_order_acquire);
 			if (v == seen) {
-				hop_relax();
+				hop_relax(0);
 				continue;
 			}
 			if (write_one(id, buf, size, mr, &rem)) {
@@ -345,8 +359,9 @@ int main(int argc, char **argv)
 	qsort(lat, iters, sizeof(*lat), hop_cmp_u64);
 	printf("verbs-hop %s%s %zu B x %zu: p50 %.1f us p99 %.1f us (poster: post call mean %.1f "
 	       "us, then the completion %.1f us)\n",
-	       hop ? "hop" : "direct", hop ? (asker_yields ? " yield" : " pause") : "", size, iters,
-	       lat[iters / 2] / 1e3, lat[iters * 99 / 100] / 1e3,
+	       hop ? "hop" : "direct",
+	       hop ? (asker_yields ? (hop_pause_ns ? " pause-yield" : " yield") : " pause") : "",
+	       size, iters, lat[iters / 2] / 1e3, lat[iters * 99 / 100] / 1e3,
 	       g_split.writes ? (double)g_split.post_ns / (double)g_split.writes / 1e3 : 0.0,
 	       g_split.writes ? (double)g_split.wait_ns / (double)g_split.writes / 1e3 : 0.0);
 	return 0;
