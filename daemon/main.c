@@ -315,7 +315,7 @@ static void on_signal(uv_signal_t *handle, int signum)
 /* Passes between two clock reads: in a guest without a TSC a read is a syscall. */
 #define SPIN_CLOCK_EVERY 16
 /* When the spin gives the CPU away (spin_yield.h); what it learnt lasts across spins. */
-static struct spin_yield g_spin_yield = {.every = SPIN_YIELD_MAX};
+static struct spin_yield g_spin_yield = {.every = SPIN_YIELD_MAX, .backoff = 1};
 /* engine.loop_cpus and worker_cpus keep the loop apart from the copies (set at start-up). */
 static bool g_loop_isolated;
 
@@ -370,6 +370,7 @@ static void busy_idle_cb(uv_idle_t *idle)
 		return;
 	}
 	uint64_t clock_at = start;
+	uint64_t yielded = 0; /* time in yields since clock_at: not the passes' cost */
 	g_spin_yield.idle_passes = 0;
 	for (uint32_t pass = 1;; pass++) {
 		bool moved = poll_pass(daemon, now) > 0;
@@ -381,18 +382,25 @@ static void busy_idle_cb(uv_idle_t *idle)
 			 * Nothing moved for about SPIN_YIELD_IDLE_NS: give the CPU to a
 			 * runnable process (a client, the peer daemon, the kernel's
 			 * socket work, an emulated NIC's), as the library's spin does;
-			 * with a CPU to spare this returns at once. Not on every empty
-			 * pass where passes are cheap: a ring entry arriving during
-			 * the system call waits for it.
+			 * with a CPU to spare this returns at once, and the next one
+			 * waits longer (spin_yield.h). Not on every empty pass where
+			 * passes are cheap: a ring entry arriving during the system
+			 * call waits for it.
 			 */
+			uint64_t before = now_ns();
 			sched_yield();
+			now = now_ns();
+			spin_yield_done(&g_spin_yield, now - before);
+			yielded += now - before;
 		}
 		if (pass % SPIN_CLOCK_EVERY) {
 			continue;
 		}
 		now = now_ns();
-		spin_yield_learn(&g_spin_yield, now - clock_at, SPIN_CLOCK_EVERY);
+		spin_yield_learn(&g_spin_yield, now - clock_at - MIN(yielded, now - clock_at),
+				 SPIN_CLOCK_EVERY);
 		clock_at = now;
+		yielded = 0;
 		if (now - start >= (uint64_t)budget_us * 1000) {
 			break;
 		}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The daemon spin's yield rule (spin_yield.h): how many empty passes in a
- * row it waits before sched_yield(), learnt from what its passes cost.
+ * row it waits before sched_yield(), learnt from what its passes cost and
+ * from whether its yields ran anyone.
  */
 #include <check.h>
 
@@ -69,6 +70,48 @@ START_TEST(spin_yield_counts_empty_passes_in_a_row)
 }
 END_TEST
 
+START_TEST(spin_yield_backs_off_while_no_one_runs)
+{
+	struct spin_yield y;
+
+	spin_yield_init(&y);
+	spin_yield_learn(&y, 16 * 400, 16); /* 10 passes */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 10);
+	spin_yield_done(&y, 300); /* the system call alone: no one ran */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 20);
+	spin_yield_done(&y, 400); /* as cheap, give or take: no one ran again */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 40);
+	for (int i = 0; i < 10; i++) {
+		spin_yield_done(&y, 300);
+	}
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 100000), 10 * SPIN_YIELD_BACKOFF_MAX);
+	/* Longer than twice the cheapest and SPIN_YIELD_RAN_NS: another task ran. */
+	spin_yield_done(&y, 2 * 300 + SPIN_YIELD_RAN_NS + 1);
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 10);
+	spin_yield_done(&y, 2 * 300 + SPIN_YIELD_RAN_NS); /* not longer: no one */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 20);
+}
+END_TEST
+
+START_TEST(spin_yield_cheapest_yield_is_the_measure)
+{
+	struct spin_yield y;
+
+	spin_yield_init(&y);
+	spin_yield_learn(&y, 16 * 2000, 16); /* an emulator: 2 passes make 4 us */
+	spin_yield_done(&y, 50000);          /* the first yield has only itself to go by: no one */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 4);
+	spin_yield_done(&y, 3000); /* a cheaper one: the system call under the emulator */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 8);
+	spin_yield_done(&y, 2 * 3000 + SPIN_YIELD_RAN_NS + 1); /* measured by the cheaper */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 2);
+	spin_yield_done(&y, 0); /* a clock too coarse to tell: no one ran */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 4);
+	spin_yield_done(&y, SPIN_YIELD_RAN_NS + 3); /* beyond twice the new cheapest (1 ns) */
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 2);
+}
+END_TEST
+
 Suite *spin_yield_suite(void)
 {
 	Suite *s = suite_create("spin_yield");
@@ -77,6 +120,8 @@ Suite *spin_yield_suite(void)
 	tcase_add_test(tc, spin_yield_host_waits_the_most_passes);
 	tcase_add_test(tc, spin_yield_follows_the_cost_of_a_pass);
 	tcase_add_test(tc, spin_yield_counts_empty_passes_in_a_row);
+	tcase_add_test(tc, spin_yield_backs_off_while_no_one_runs);
+	tcase_add_test(tc, spin_yield_cheapest_yield_is_the_measure);
 	suite_add_tcase(s, tc);
 	return s;
 }
