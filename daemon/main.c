@@ -370,7 +370,6 @@ static void busy_idle_cb(uv_idle_t *idle)
 		return;
 	}
 	uint64_t clock_at = start;
-	uint64_t yielded = 0; /* time in yields since clock_at: not the passes' cost */
 	g_spin_yield.idle_passes = 0;
 	for (uint32_t pass = 1;; pass++) {
 		bool moved = poll_pass(daemon, now) > 0;
@@ -391,16 +390,13 @@ static void busy_idle_cb(uv_idle_t *idle)
 			sched_yield();
 			now = now_ns();
 			spin_yield_done(&g_spin_yield, now - before);
-			yielded += now - before;
 		}
 		if (pass % SPIN_CLOCK_EVERY) {
 			continue;
 		}
 		now = now_ns();
-		spin_yield_learn(&g_spin_yield, now - clock_at - MIN(yielded, now - clock_at),
-				 SPIN_CLOCK_EVERY);
+		spin_yield_learn(&g_spin_yield, now - clock_at, SPIN_CLOCK_EVERY);
 		clock_at = now;
-		yielded = 0;
 		if (now - start >= (uint64_t)budget_us * 1000) {
 			break;
 		}

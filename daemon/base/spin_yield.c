@@ -9,10 +9,13 @@ void spin_yield_init(struct spin_yield *y)
 	y->backoff = 1;
 	y->idle_passes = 0;
 	y->yield_min_ns = 0;
+	y->yielded_ns = 0;
 }
 
 void spin_yield_learn(struct spin_yield *y, uint64_t elapsed_ns, uint32_t passes)
 {
+	elapsed_ns -= MIN(y->yielded_ns, elapsed_ns); /* a pass's cost, not the yields' */
+	y->yielded_ns = 0;
 	uint64_t per_pass = passes ? elapsed_ns / passes : 0;
 	uint64_t every = per_pass ? SPIN_YIELD_IDLE_NS / per_pass : SPIN_YIELD_MAX;
 
@@ -21,6 +24,7 @@ void spin_yield_learn(struct spin_yield *y, uint64_t elapsed_ns, uint32_t passes
 
 void spin_yield_done(struct spin_yield *y, uint64_t took_ns)
 {
+	y->yielded_ns += took_ns;
 	if (y->yield_min_ns == 0 || took_ns < y->yield_min_ns) {
 		y->yield_min_ns = MAX(took_ns, 1);
 	}

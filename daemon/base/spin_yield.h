@@ -33,10 +33,11 @@ struct spin_yield {
 	uint32_t backoff;      /* times every before a yield: 1 .. SPIN_YIELD_BACKOFF_MAX */
 	uint32_t idle_passes;  /* empty passes since the last move or yield */
 	uint64_t yield_min_ns; /* the cheapest yield seen: the system call, no one run */
+	uint64_t yielded_ns;   /* time in yields since the last spin_yield_learn() */
 };
 
 void spin_yield_init(struct spin_yield *y);
-/* The last `passes` passes took elapsed_ns, yields not included. */
+/* The last `passes` passes took elapsed_ns, the yields among them included (left out here). */
 void spin_yield_learn(struct spin_yield *y, uint64_t elapsed_ns, uint32_t passes);
 /* A yield took took_ns: whether it ran another task decides when the next one comes. */
 void spin_yield_done(struct spin_yield *y, uint64_t took_ns);

@@ -93,6 +93,25 @@ START_TEST(spin_yield_backs_off_while_no_one_runs)
 }
 END_TEST
 
+START_TEST(spin_yield_learns_without_the_yields)
+{
+	struct spin_yield y;
+
+	spin_yield_init(&y);
+	spin_yield_done(&y, 3000);
+	spin_yield_done(&y, 3000);
+	/* 16 passes in 16 * 250 + 6000 ns, 6000 of them in two yields: 250 ns a pass. */
+	spin_yield_learn(&y, 16 * 250 + 6000, 16);
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 16 * 4); /* back-off 4 after two */
+	/* The yields were counted once: the next window is the passes' own. */
+	spin_yield_learn(&y, 16 * 1000, 16);
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), 4 * 4);
+	spin_yield_done(&y, 50000); /* longer than the window it falls in: no pass cost left */
+	spin_yield_learn(&y, 20000, 16);
+	ck_assert_uint_eq(empty_passes_to_yield(&y, 10000), SPIN_YIELD_MAX);
+}
+END_TEST
+
 START_TEST(spin_yield_cheapest_yield_is_the_measure)
 {
 	struct spin_yield y;
@@ -122,6 +141,7 @@ Suite *spin_yield_suite(void)
 	tcase_add_test(tc, spin_yield_counts_empty_passes_in_a_row);
 	tcase_add_test(tc, spin_yield_backs_off_while_no_one_runs);
 	tcase_add_test(tc, spin_yield_cheapest_yield_is_the_measure);
+	tcase_add_test(tc, spin_yield_learns_without_the_yields);
 	suite_add_tcase(s, tc);
 	return s;
 }
