@@ -448,6 +448,7 @@ static void busy_check_cb(uv_prepare_t *prepare)
 	} else if (!busy && uv_is_active((uv_handle_t *)&g_signals.busy_idle)) {
 		uv_idle_stop(&g_signals.busy_idle);
 	}
+	daemon->spinning = busy;
 }
 
 static void note_dmabuf(void *arg, const struct transport_port_info *info)

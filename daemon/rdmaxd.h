@@ -61,6 +61,11 @@ struct rdmaxd {
 	 */
 	uint32_t io_offloaded;
 	uint64_t io_offload_ns;
+	/*
+	 * The loop spins (main.c's busy window): it cannot sleep, so the
+	 * transports poll their completion queues instead of arming them.
+	 */
+	bool spinning;
 };
 
 /* Read cfg.auth_key_file (must not be group/world readable). */

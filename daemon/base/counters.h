@@ -76,6 +76,7 @@ struct counters {
 	uint64_t tcp_io_thread_sent;             /* TCP payload bytes sent by the I/O threads */
 	uint64_t tcp_io_thread_received;         /* and received by them */
 	uint64_t verbs_post_thread_wrs;          /* verbs WRs handed to the posting thread */
+	uint64_t verbs_cq_events;                /* completion events the loop woke for */
 	uint64_t imm_writes;                     /* jobs carrying an imm that completed OK here */
 	uint64_t imm_fired;                      /* ExpectImm claims that reached their count */
 	/* RingNotify datagrams sent to clients asleep on unread completions. */

@@ -538,6 +538,10 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 	       "posted by the loop (software devices while a latency lane is open).");
 	text_printf(&t, "rdmaxd_verbs_post_thread_wrs_total %" PRIu64 "\n",
 		    m->verbs_post_thread_wrs);
+	family(&t, "rdmaxd_verbs_cq_events_total", "counter",
+	       "Completion events the loop woke for from the verbs completion queues; none "
+	       "while the loop spins, which polls them instead.");
+	text_printf(&t, "rdmaxd_verbs_cq_events_total %" PRIu64 "\n", m->verbs_cq_events);
 	struct conn_count counts[ENDPOINT_MAX] = {0};
 	for (size_t k = 0; k < ENDPOINT_MAX; k++) {
 		struct transport *tr = daemon->transports[k];
@@ -741,6 +745,7 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 	json_u64(j, "tcp_io_thread_bytes_sent", m->tcp_io_thread_sent);
 	json_u64(j, "tcp_io_thread_bytes_received", m->tcp_io_thread_received);
 	json_u64(j, "verbs_post_thread_wrs", m->verbs_post_thread_wrs);
+	json_u64(j, "verbs_cq_events_total", m->verbs_cq_events);
 	json_u64(j, "regions", metrics->daemon->regions.count);
 	json_u64(j, "registered_bytes", metrics->daemon->regions.total_bytes);
 	json_u64(j, "registrations_total",

@@ -20,7 +20,7 @@
  *   verbs-hop -b SRC_ADDR ADDR [-p PORT] [-n ITERS] [-s SIZE] [--hop] [--yield]
  *             [--pause-ns N]
  *
- * Prints one line: mode, iterations, p50 and p99 of a write in µs, as seen by
+ * Prints one line: mode, iterations, p50, p99, p99.9, max and mean of a write in µs, as seen by
  * the process that asked for it. The server prints "listening" once it
  * listens and exits when the client has gone.
  */
@@ -356,12 +356,18 @@ int main(int argc, char **argv)
 	rdma_dereg_mr(mr);
 	rdma_destroy_ep(id);
 	rdma_freeaddrinfo(res);
+	uint64_t sum = 0;
+	for (size_t i = 0; i < iters; i++) {
+		sum += lat[i];
+	}
 	qsort(lat, iters, sizeof(*lat), hop_cmp_u64);
-	printf("verbs-hop %s%s %zu B x %zu: p50 %.1f us p99 %.1f us (poster: post call mean %.1f "
-	       "us, then the completion %.1f us)\n",
+	printf("verbs-hop %s%s %zu B x %zu: p50 %.1f us p99 %.1f us p999 %.1f us max %.1f us "
+	       "mean %.1f us (poster: post call mean %.1f us, then the completion %.1f us)\n",
 	       hop ? "hop" : "direct",
 	       hop ? (asker_yields ? (hop_pause_ns ? " pause-yield" : " yield") : " pause") : "",
 	       size, iters, lat[iters / 2] / 1e3, lat[iters * 99 / 100] / 1e3,
+	       lat[iters * 999 / 1000] / 1e3, lat[iters - 1] / 1e3,
+	       (double)sum / (double)iters / 1e3,
 	       g_split.writes ? (double)g_split.post_ns / (double)g_split.writes / 1e3 : 0.0,
 	       g_split.writes ? (double)g_split.wait_ns / (double)g_split.writes / 1e3 : 0.0);
 	return 0;

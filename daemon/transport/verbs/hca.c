@@ -210,6 +210,9 @@ static void on_comp(uv_poll_t *handle, int status, int events)
 		}
 		hca->cq_events++;
 		hca->armed = false;
+		if (hca->table->events) {
+			(*hca->table->events)++;
+		}
 	}
 	if (hca->cq_events >= ACK_EVERY) {
 		verbs_ack_cq_events(hca->cq, hca->cq_events);

@@ -100,6 +100,7 @@ struct hca_table {
 	uint32_t n;
 	uint32_t handles; /* libuv handles of all devices not yet closed */
 	bool busy;        /* the user busy-polls: completion events need no re-arm */
+	uint64_t *events; /* where completion events are counted (NULL: nowhere) */
 	struct log_ratelimit rl;
 };
 

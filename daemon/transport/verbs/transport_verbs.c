@@ -902,6 +902,7 @@ int transport_verbs_create(struct rdmaxd *daemon, struct transport **ret_transpo
 	list_init(&vt->imm_writes);
 	cb.ctx = vt;
 	hca_table_init(&vt->hcas, daemon->loop, &cb);
+	vt->hcas.events = &daemon->counters.verbs_cq_events;
 
 	ret = verbs_get_devices(&vt->devices);
 	if (ret <= 0) {

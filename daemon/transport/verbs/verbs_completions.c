@@ -178,7 +178,10 @@ static int poll_devices(struct verbs_transport *vt)
  * long as WRs are out: the WRs of a large transfer complete milliseconds
  * apart, and spinning through that costs a core (with Soft-RoCE, the very CPU
  * the emulated NIC needs). Once the window has passed, the CQs are armed and
- * the loop may sleep.
+ * the loop may sleep. Not while the daemon's loop spins (rdmaxd.spinning):
+ * there the CQs stay unarmed between two jobs and the spin polls them, since
+ * an armed CQ costs a completion event per completion and a read and a
+ * re-arm per loop turn.
  */
 void vt_on_check(uv_check_t *check)
 {
@@ -190,12 +193,13 @@ void vt_on_check(uv_check_t *check)
 	}
 	/* The clock only while it matters: without a TSC (emulation) a read is a syscall. */
 	if (vt->hcas.busy &&
-	    ((vt->conns.outstanding_wrs == 0 && !backlog) || now_ns() >= vt->busy_until_ns)) {
+	    ((vt->conns.outstanding_wrs == 0 && !backlog && !vt->daemon->spinning) ||
+	     now_ns() >= vt->busy_until_ns)) {
 		/* Busy-polling ends: completions must wake the loop again. */
 		vt->hcas.busy = false;
 	}
 	/* Polling when the loop turns anyway costs little and finds completions early. */
-	if ((vt->conns.outstanding_wrs > 0 || backlog) && poll_devices(vt) > 0) {
+	if ((vt->conns.outstanding_wrs > 0 || backlog || vt->hcas.busy) && poll_devices(vt) > 0) {
 		busy_renew(vt);
 	}
 	if (!vt->hcas.busy) {
@@ -216,8 +220,9 @@ void vt_on_check(uv_check_t *check)
 
 /*
  * transport_ops.poll, from the daemon's spin between loop iterations: the
- * CQs while WRs are out, then what was submitted since is posted (the kick
- * would post it only at the next loop turn). Arming is left to on_check.
+ * CQs while WRs are out or the CQs are left unarmed, then what was submitted
+ * since is posted (the kick would post it only at the next loop turn).
+ * Arming is left to on_check.
  */
 int vt_poll(struct transport *transport)
 {
@@ -231,7 +236,7 @@ int vt_poll(struct transport *transport)
 	for (uint32_t i = 0; i < vt->hcas.n; i++) {
 		backlog |= vt->hcas.hcas[i]->backlog;
 	}
-	if (vt->conns.outstanding_wrs > 0 || backlog) {
+	if (vt->conns.outstanding_wrs > 0 || backlog || vt->hcas.busy) {
 		n = poll_devices(vt);
 		if (n > 0) {
 			busy_renew(vt);
@@ -292,11 +297,13 @@ void vt_progress(struct verbs_transport *vt)
 		backlog |= vt->hcas.hcas[i]->backlog;
 	}
 	/*
-	 * While busy-polling with WRs out the loop must not sleep: the CQs are not
-	 * re-armed then (see on_check), and WRs can outlive their job (deadline,
-	 * cancel, drain), so the engine's own busy-poll does not cover them.
+	 * While busy-polling the loop must not sleep: the CQs are not re-armed
+	 * then (see on_check), and WRs can outlive their job (deadline, cancel,
+	 * drain), so the engine's own busy-poll does not cover them; nor can the
+	 * daemon's spin, which may stop before on_check arms them.
 	 */
-	bool busy = backlog || (vt->hcas.busy && vt->conns.outstanding_wrs > 0);
+	bool busy = backlog ||
+		    (vt->hcas.busy && (vt->conns.outstanding_wrs > 0 || vt->daemon->spinning));
 	if (vt->handles_open && !vt->conns.dirty && vt->conns.n_results == 0 && !busy &&
 	    uv_is_active((uv_handle_t *)&vt->kick)) {
 		uv_idle_stop(&vt->kick);
