@@ -64,11 +64,15 @@ def parse_iperf3(path):
 
 
 def parse_hop(path):
-    """The line of tests/bench/verbs-hop: `verbs-hop hop ... p50 X us p99 Y us ...`."""
+    """The line of tests/bench/verbs-hop: `verbs-hop hop ... p50 X us p99 Y us ... mean Z us`."""
     for line in open(path, errors="replace"):
         m = re.match(r"^verbs-hop .* p50 ([0-9.]+) us p99 ([0-9.]+) us", line)
         if m:
-            return {"p50_us": float(m.group(1)), "p99_us": float(m.group(2))}
+            val = {"p50_us": float(m.group(1)), "p99_us": float(m.group(2))}
+            mean = re.search(r" mean ([0-9.]+) us \(", line)
+            if mean:
+                val["mean_us"] = float(mean.group(1))
+            return val
     return None
 
 
@@ -235,8 +239,8 @@ def metric_rows(part, test, size, sides, tool):
     """Rows of one (part, test, size) against one reference tool ("" = the default one)."""
     rows = []
     for field, unit, lower_better in METRICS.get(test, []):
-        if (tool.startswith("ucx") or tool == "hop") and field != "p50_us" and lower_better:
-            continue  # ucx_perftest prints no p99; write_rtt's hop row compares p50 only
+        if tool.startswith("ucx") and field != "p50_us" and lower_better:
+            continue  # ucx_perftest prints no p99
         if test == "write_rtt" and not tool and field != "mean_us":
             continue  # ib_write_bw -t 1 gives a mean only: mean against mean
         if test.startswith("write_bw") and field == "jobs_per_s" and size > 4096:
@@ -419,6 +423,7 @@ def main():
     line = "ratios: " + " ".join(f"{k}={r(v)}" for k, v in summary.items())
     rtt = find(rows, "guest", "write_rtt", 64, "mean us", "verbs")
     hop = find(rows, "guest", "write_rtt", 64, "p50 us", "verbs", "hop")
+    hop_mean = find(rows, "guest", "write_rtt", 64, "mean us", "verbs", "hop")
     if rtt is not None:
         # lat_p50 compares a completed job with half a ping-pong; this compares like with like.
         print(f"latency against one raw write waited for (ib_write_bw -t 1, mean against mean): "
@@ -427,11 +432,12 @@ def main():
         # The same raw write asked for through shared memory by a second process, waiting
         # as librdmax does: rdmaxd's process layout without its code, on the same NIC.
         print(f"latency against that write through a process hop (verbs-hop --hop, p50 against "
-              f"p50): hop_rtt={r(hop)}")
+              f"p50): hop_rtt={r(hop)}, mean against mean: {r(hop_mean)}")
     scale_rows, rss = scaling(out_dir)
     print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump({"rows": rows, "ratios": summary, "line": line, "lat_rtt": rtt, "hop_rtt": hop,
+                   "hop_rtt_mean": hop_mean,
                    "scaling": scale_rows, "rss": rss}, f, indent=1)
     print(line)
 
