@@ -97,6 +97,14 @@ int itest_daemon_resume_quiet(struct itest_daemon *d)
 	return kill(d->pid, SIGCONT) == 0 ? 0 : -errno;
 }
 
+bool itest_verbs_post_thread_forced(void)
+{
+	const char *v = getenv("RDMAXD_TEST_VERBS_POST_THREAD");
+
+	/* As daemon/transport/verbs/transport_verbs.c reads it: any other value is off. */
+	return v && strcmp(v, "1") == 0;
+}
+
 double itest_scale(void)
 {
 	const char *v = getenv("RDMAX_TEST_SCALE");
@@ -905,6 +913,17 @@ void itest_open_latency_lane(struct rdmax_client *ca, struct rdmax_client *cb)
 		      rdmax_err_name(ev.status), ev.reason);
 	ck_assert_int_eq(rdmax_region_free(ca, src), 0);
 	ck_assert_int_eq(rdmax_region_free(cb, dst), 0);
+}
+
+void itest_pair_start(struct itest_daemon **a, struct itest_daemon **b, struct rdmax_client **ca,
+		      const char *name_a, struct rdmax_client **cb, const char *name_b)
+{
+	*a = itest_daemon_new("a", itest_addr_a());
+	*b = itest_daemon_new("b", itest_addr_b());
+	itest_daemon_start(*a);
+	itest_daemon_start(*b);
+	*ca = itest_client(*a, name_a);
+	*cb = itest_client(*b, name_b);
 }
 
 void itest_pair_end(struct rdmax_client *ca, struct rdmax_client *cb, struct itest_daemon *a,

@@ -35,6 +35,14 @@ const char *itest_addr_a(void);
 const char *itest_addr_b(void);
 /* RDMAX_TEST_TRANSPORT (default tcp), passed to every daemon as --transport. */
 const char *itest_transport(void);
+/*
+ * Whether RDMAXD_TEST_VERBS_POST_THREAD is "1", the one value rdmaxd itself
+ * reads it as: its verbs transport then hands every bulk post list to the
+ * posting thread, where otherwise the loop posts them (the thread takes them
+ * only on software devices while a latency lane is open). tests/run-verbs-suite
+ * sets it for its second pass over the suite.
+ */
+bool itest_verbs_post_thread_forced(void);
 /* RDMAX_TEST_SCALE (default 1). */
 double itest_scale(void);
 /* n scaled by RDMAX_TEST_SCALE, never below min. */
@@ -173,6 +181,14 @@ struct rdmax_event itest_run_job(struct rdmax_client *c, const struct rdmax_job 
  * device) leave the loops. Both regions are freed again.
  */
 void itest_open_latency_lane(struct rdmax_client *ca, struct rdmax_client *cb);
+
+/*
+ * The start of a two-node test: daemon "a" on itest_addr_a() and "b" on
+ * itest_addr_b(), created without options and started in that order, then a
+ * client named name_a of a and one named name_b of b. itest_pair_end() ends it.
+ */
+void itest_pair_start(struct itest_daemon **a, struct itest_daemon **b, struct rdmax_client **ca,
+		      const char *name_a, struct rdmax_client **cb, const char *name_b);
 
 /*
  * The end of a two-node test: both clients closed, then both daemons

@@ -432,13 +432,10 @@ END_TEST
 
 START_TEST(deadline)
 {
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "initiator");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "initiator", &cb, "target");
 	struct rdmax_region *src = itest_alloc(ca, MiB, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *dst = itest_alloc(cb, MiB, ACCESS_RW);
 	struct rdmax_desc desc = itest_desc(dst);

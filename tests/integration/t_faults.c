@@ -335,13 +335,10 @@ START_TEST(sigterm_cancels_outstanding)
 	const size_t k = 10;
 	struct rdmax_job jobs[10];
 	struct rdmax_event evs[10];
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "initiator");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "initiator", &cb, "target");
 	struct rdmax_region *local = itest_alloc(ca, k * MiB, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *remote = itest_alloc(cb, k * MiB, ACCESS_RW);
 	struct rdmax_desc desc = itest_desc(remote);

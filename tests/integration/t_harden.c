@@ -636,13 +636,10 @@ static void run_after_abort(struct rdmax_client *c, const struct rdmax_job *job)
 START_TEST(final_completion_mid_stream)
 {
 	const uint64_t len = itest_scaled(32 * MiB, 16 * MiB);
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "writer");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "writer", &cb, "target");
 	struct rdmax_region *dst = itest_alloc(cb, len, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_region *src = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *src2 = itest_alloc(ca, 4096, RDMAX_ACCESS_LOCAL);
@@ -709,13 +706,10 @@ START_TEST(final_completion_imm_write)
 {
 	const uint64_t len = 256 * KiB;
 	const uint32_t imm = 77;
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "writer");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "writer", &cb, "target");
 	struct rdmax_region *dst = itest_alloc(cb, len, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_region *src = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_desc desc = itest_desc(dst);

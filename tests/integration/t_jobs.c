@@ -129,12 +129,9 @@ END_TEST
 
 START_TEST(jobs_paged_write_errors)
 {
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "sender");
-	struct rdmax_client *cb = itest_client(b, "receiver");
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
+	itest_pair_start(&a, &b, &ca, "sender", &cb, "receiver");
 	struct rdmax_region *src = itest_alloc(ca, 64 * KiB, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *dst = itest_alloc(cb, 64 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_desc desc = itest_desc(dst);
@@ -405,12 +402,9 @@ END_TEST
  */
 START_TEST(jobs_barrier_checks_region)
 {
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "sender");
-	struct rdmax_client *cb = itest_client(b, "receiver");
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
+	itest_pair_start(&a, &b, &ca, "sender", &cb, "receiver");
 	struct rdmax_region *gone = itest_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_region *ro = itest_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_READ);
 	struct rdmax_region *ok = itest_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_WRITE);
@@ -635,12 +629,9 @@ END_TEST
 START_TEST(jobs_mixed_batch)
 {
 	const uint64_t len = 128 * KiB;
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "sender");
-	struct rdmax_client *cb = itest_client(b, "receiver");
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
+	itest_pair_start(&a, &b, &ca, "sender", &cb, "receiver");
 	struct rdmax_region *src = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *back = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *dst =

@@ -156,12 +156,9 @@ START_TEST(mailbox_scoped_per_uid)
 			itest_transport());
 		return;
 	}
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *sender = itest_client(a, "sender");
-	struct rdmax_client *owner = itest_client(b, "owner");
+	struct itest_daemon *a, *b;
+	struct rdmax_client *sender, *owner;
+	itest_pair_start(&a, &b, &sender, "sender", &owner, "owner");
 	struct rdmax_client *peer = itest_client(b, "same-uid");
 	struct rdmax_desc kv, kv2, wrong, theirs;
 	char scoped[96], victim[32];

@@ -155,12 +155,9 @@ END_TEST
 
 START_TEST(paged_read_errors)
 {
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "owner");
-	struct rdmax_client *cb = itest_client(b, "reader");
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
+	itest_pair_start(&a, &b, &ca, "owner", &cb, "reader");
 	struct rdmax_region *src = itest_alloc(ca, 64 * KiB, RDMAX_ACCESS_REMOTE_READ);
 	struct rdmax_region *wo = itest_alloc(ca, 64 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_region *dst = itest_alloc(cb, 64 * KiB, RDMAX_ACCESS_LOCAL);

@@ -119,10 +119,9 @@ static void write_then_read(struct rdmax_client *ca, struct rdmax_client *cb, ui
 static bool verbs_posts_on_thread(void)
 {
 	const char *guest = getenv("RDMAX_GUEST");
-	const char *forced = getenv("RDMAXD_TEST_VERBS_POST_THREAD");
 
 	return strcmp(itest_transport(), "verbs") == 0 &&
-	       ((guest && strcmp(guest, "1") == 0) || (forced && strcmp(forced, "1") == 0));
+	       ((guest && strcmp(guest, "1") == 0) || itest_verbs_post_thread_forced());
 }
 
 /*
@@ -196,15 +195,12 @@ END_TEST
 START_TEST(write_read_batched)
 {
 	const uint64_t len = itest_scaled(4 * MiB, MiB), n = 6;
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 	struct rdmax_job jobs[12];
 	struct rdmax_event evs[12];
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "writer");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "writer", &cb, "target");
 	struct rdmax_region *src = itest_alloc(ca, n * len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *sink = itest_alloc(ca, n * len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *dst = itest_alloc(cb, n * len, RDMAX_ACCESS_REMOTE_WRITE);
@@ -247,7 +243,7 @@ START_TEST(write_read_batched)
 		ck_assert_uint_eq(itest_stats_field(a, "tcp_io_thread_bytes_sent"), 0);
 		ck_assert_uint_eq(itest_stats_field(b, "tcp_io_thread_bytes_received"), 0);
 	}
-	if (strcmp(itest_transport(), "verbs") == 0 && !getenv("RDMAXD_TEST_VERBS_POST_THREAD")) {
+	if (strcmp(itest_transport(), "verbs") == 0 && !itest_verbs_post_thread_forced()) {
 		ck_assert_uint_eq(itest_stats_field(a, "verbs_post_thread_wrs"), 0);
 	}
 	itest_pair_end(ca, cb, a, b);
@@ -362,13 +358,10 @@ TCase *itest_tcase_same_node(void)
 START_TEST(dereg_waits_for_job)
 {
 	const uint64_t len = itest_scaled(64 * MiB, 8 * MiB);
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "writer");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "writer", &cb, "target");
 	struct rdmax_region *dst = itest_alloc(cb, len, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_region *src = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_desc desc = itest_desc(dst);
@@ -432,13 +425,10 @@ END_TEST
 START_TEST(dereg_target_during_write)
 {
 	const uint64_t len = itest_scaled(64 * MiB, 8 * MiB);
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "writer");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "writer", &cb, "target");
 	struct rdmax_region *src = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *dst = itest_alloc(cb, len, RDMAX_ACCESS_REMOTE_WRITE);
 	struct rdmax_desc desc = itest_desc(dst);

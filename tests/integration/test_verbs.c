@@ -63,13 +63,10 @@ END_TEST
 
 START_TEST(verbs_nic_refuses_access)
 {
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "initiator");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "initiator", &cb, "target");
 	struct rdmax_region *src = itest_alloc(ca, 64 * KiB, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *ro = itest_alloc(cb, 64 * KiB, RDMAX_ACCESS_REMOTE_READ);
 	struct rdmax_region *wo = itest_alloc(cb, 64 * KiB, RDMAX_ACCESS_REMOTE_WRITE);
@@ -158,13 +155,10 @@ END_TEST
 START_TEST(verbs_deadline_cancel_progress)
 {
 	const uint64_t big = 64 * MiB;
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "initiator");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "initiator", &cb, "target");
 	struct rdmax_region *src = itest_alloc(ca, big, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *dst = itest_alloc(cb, big, ACCESS_RW);
 	struct rdmax_desc desc = itest_desc(dst);
@@ -212,21 +206,16 @@ END_TEST
 /* Whether the daemons post their own WRs (not every post list forced to the posting thread). */
 static bool loop_posts(void)
 {
-	const char *forced = getenv("RDMAXD_TEST_VERBS_POST_THREAD");
-
-	return !(forced && strcmp(forced, "1") == 0);
+	return !itest_verbs_post_thread_forced();
 }
 
 START_TEST(verbs_spin_leaves_cq_unarmed)
 {
 	enum { JOBS = 400, LEN = 64 };
-	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
-	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
 
-	itest_daemon_start(a);
-	itest_daemon_start(b);
-	struct rdmax_client *ca = itest_client(a, "initiator");
-	struct rdmax_client *cb = itest_client(b, "target");
+	itest_pair_start(&a, &b, &ca, "initiator", &cb, "target");
 	struct rdmax_region *src = itest_alloc(ca, 4096, RDMAX_ACCESS_LOCAL);
 	struct rdmax_region *dst = itest_alloc(cb, (size_t)JOBS * LEN, ACCESS_RW);
 	struct rdmax_desc desc = itest_desc(dst);
