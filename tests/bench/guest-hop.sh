@@ -16,10 +16,13 @@
 # RDMAX_HOP_WRITES=1 (also, in the same rotation: tests/bench/verbs-hop, a
 # raw 64 B write from rxe0 to rxe1 with one in flight, posted by the timing
 # process itself (`direct`) or by a second process it asks through shared
-# memory (`hop`, pause or yield), its post call's mean time beside it, and
+# memory (`hop`, pause or yield), its post call's mean, p50 and p90 beside it, and
 # rdmax-bench's completed 64 B write between two verbs daemons, with the
 # client's mean against the daemon's own (rdmaxd_job_duration_seconds): the
 # NIC work with and without a process hop),
+# RDMAX_HOP_CODE (with RDMAX_HOP_WRITES=1; e.g. "256 512"): also the direct raw
+# write with verbs-hop --code N, N calls of scattered code before each post
+# (the code a daemon runs per job, without a daemon),
 # RDMAX_BENCH_OUT (build/bench-hop): one line per run in hop.txt there;
 # RDMAX_BENCH_PERF=1 keeps whole-guest profiles of the last round.
 set -uo pipefail
@@ -83,7 +86,7 @@ measure() { # NAME COMMAND...: one line into hop.txt
 	else
 		line=$(/usr/bin/python3 -c 'import json,sys
 r=json.load(open(sys.argv[1]))["results"][0]["lat_us"]
-print("p50 %.1f us p99 %.1f us" % (r["p50"], r["p99"]))' "$run/hop.json" 2>/dev/null ||
+print("p50 %.1f us p99 %.1f us mean %.1f us" % (r["p50"], r["p99"], r["mean"]))' "$run/hop.json" 2>/dev/null ||
 			tail -n 2 "$run/out" | tr '\n' ' ')
 	fi
 	echo "round $r $name: $line (load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out/hop.txt"
@@ -155,7 +158,12 @@ verbs_hop() {
 
 read -r -a vs <<<"$variants"
 jobs=("shm-pause" "shm-yield")
-[ "$writes" = 1 ] && jobs+=("raw-direct" "raw-hop-pause" "raw-hop-yield" "rdmax-write")
+if [ "$writes" = 1 ]; then
+	jobs+=("raw-direct" "raw-hop-pause" "raw-hop-yield" "rdmax-write")
+	for n in ${RDMAX_HOP_CODE:-}; do
+		jobs+=("raw-direct-code-$n")
+	done
+fi
 for v in "${vs[@]}"; do
 	for d in "${daemons[@]}"; do
 		jobs+=("$d/$v")
@@ -169,6 +177,7 @@ for r in $(seq "$rounds"); do
 		shm-pause) measure "$j" "$build/tests/bench/shm-pingpong" --lines 1 -n "$iters" ;;
 		shm-yield) measure "$j" "$build/tests/bench/shm-pingpong" --lines 1 -n "$iters" --yield ;;
 		raw-direct) measure "$j" verbs_hop ;;
+		raw-direct-code-*) measure "$j" verbs_hop --code "${j#raw-direct-code-}" ;;
 		raw-hop-pause) measure "$j" verbs_hop --hop ;;
 		raw-hop-yield) measure "$j" verbs_hop --hop --yield ;;
 		rdmax-write)
