@@ -242,6 +242,7 @@ struct tcp_conn {
 	uint8_t *rx_segtab;       /* WIRE_SEGS_MAX * WIRE_SEG_BYTES, on first use */
 	struct wire_seg *rx_segs; /* WIRE_SEGS_MAX, on first use */
 	uint32_t rx_seg;
+	uint64_t rx_segs_after; /* payload bytes of the segments after rx_seg */
 	/*
 	 * Receive-ahead: headers and small frames are read many at a time into
 	 * rx_stage and parsed from there; a large payload is read straight into

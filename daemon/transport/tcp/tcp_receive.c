@@ -46,12 +46,7 @@ static uint64_t rx_payload_rest(const struct tcp_conn *conn)
 		return 0;
 	}
 	uint64_t rest = conn->rx_len - conn->rx_got;
-	if (conn->rx_state == RX_SEGDATA) {
-		for (uint32_t k = conn->rx_seg + 1; k < conn->rx_h.offset; k++) {
-			rest += conn->rx_segs[k].length;
-		}
-	}
-	return rest;
+	return conn->rx_state == RX_SEGDATA ? rest + conn->rx_segs_after : rest;
 }
 
 /*

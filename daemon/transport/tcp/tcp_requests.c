@@ -359,6 +359,10 @@ void tcp_on_segtab(struct tcp_conn *conn)
 	}
 	conn->rx_region = region;
 	conn->rx_seg = 0;
+	conn->rx_segs_after = 0;
+	for (uint32_t k = 1; k < n; k++) {
+		conn->rx_segs_after += segs[k].length;
+	}
 	tcp_rx_expect(conn, RX_SEGDATA, region->addr + segs[0].offset, segs[0].length);
 }
 
@@ -369,6 +373,7 @@ bool tcp_next_seg(struct tcp_conn *conn)
 		return false;
 	}
 	const struct wire_seg *seg = &conn->rx_segs[++conn->rx_seg];
+	conn->rx_segs_after -= seg->length;
 	tcp_rx_expect(conn, RX_SEGDATA, conn->rx_region->addr + seg->offset, seg->length);
 	return true;
 }
