@@ -45,6 +45,8 @@ static struct signals g_signals;
 /* The command line, re-parsed on SIGHUP so its overrides keep applying. */
 static int g_argc;
 static char **g_argv;
+/* engine.loop_cpus and worker_cpus keep the loop apart from the copies (start-up, reload). */
+static bool g_loop_isolated;
 
 int rdmaxd_load_auth_key(struct rdmaxd *daemon, char *err, size_t err_size)
 {
@@ -281,6 +283,41 @@ static void stop_daemon(struct rdmaxd *daemon, const char *why)
 	uv_close((uv_handle_t *)&g_signals.busy_idle, handle_close_noop);
 }
 
+/* Where the loop and the workers run, as applied now (start-up, reload). */
+static void log_cpus(const struct config *cfg, const char *prefix)
+{
+	g_loop_isolated = cpu_affinity_loop_isolated();
+	log_notice("%sloop on CPUs %s, workers on CPUs %s%s", prefix,
+		   cfg->loop_cpus[0] ? cfg->loop_cpus : "(any)",
+		   cfg->worker_cpus[0] ? cfg->worker_cpus : "(any)",
+		   g_loop_isolated ? " (apart: the loop spins while they copy)" : "");
+}
+
+/*
+ * Reload: [engine] loop_cpus and worker_cpus move the loop and every worker
+ * thread now; lists the daemon may not use leave both as they were.
+ */
+static void reload_cpus(struct rdmaxd *daemon, struct config *next)
+{
+	char err[256];
+
+	if (strcmp(next->loop_cpus, daemon->cfg.loop_cpus) == 0 &&
+	    strcmp(next->worker_cpus, daemon->cfg.worker_cpus) == 0) {
+		return;
+	}
+	int ret = cpu_affinity_reconfigure(next->loop_cpus, next->worker_cpus, err, sizeof(err));
+	if (ret < 0) {
+		log_err("reload: %s; the loop and workers keep their CPUs", err);
+		memcpy(next->loop_cpus, daemon->cfg.loop_cpus, sizeof(next->loop_cpus));
+		memcpy(next->worker_cpus, daemon->cfg.worker_cpus, sizeof(next->worker_cpus));
+		return;
+	}
+	if (ret > 0) {
+		log_warn("reload: %s (%d worker%s not moved)", err, ret, ret == 1 ? "" : "s");
+	}
+	log_cpus(next, "reload: ");
+}
+
 /* SIGHUP: the configuration file and the start-up command line, parsed again. */
 static void reload_config(struct rdmaxd *daemon)
 {
@@ -293,6 +330,7 @@ static void reload_config(struct rdmaxd *daemon)
 		svc_reload_failed(daemon, "the configuration is invalid (see the message above)");
 		return;
 	}
+	reload_cpus(daemon, &next);
 	svc_reload(daemon, &next, rdmaxd_load_auth_key);
 }
 
@@ -316,9 +354,6 @@ static void on_signal(uv_signal_t *handle, int signum)
 #define SPIN_CLOCK_EVERY 16
 /* When the spin gives the CPU away (spin_yield.h); what it learnt lasts across spins. */
 static struct spin_yield g_spin_yield = {.every = SPIN_YIELD_MAX, .backoff = 1};
-/* engine.loop_cpus and worker_cpus keep the loop apart from the copies (set at start-up). */
-static bool g_loop_isolated;
-
 /*
  * Bulk copies are on the transports' I/O threads, or were within
  * busy_poll_us (between two of them the loop waits for socket readiness):
@@ -586,10 +621,7 @@ int main(int argc, char **argv)
 	}
 	g_loop_isolated = cpu_affinity_loop_isolated();
 	if (daemon->cfg.loop_cpus[0] || daemon->cfg.worker_cpus[0]) {
-		log_notice("loop on CPUs %s, workers on CPUs %s%s",
-			   daemon->cfg.loop_cpus[0] ? daemon->cfg.loop_cpus : "(any)",
-			   daemon->cfg.worker_cpus[0] ? daemon->cfg.worker_cpus : "(any)",
-			   g_loop_isolated ? " (apart: the loop spins while they copy)" : "");
+		log_cpus(&daemon->cfg, "");
 	}
 	ret = svc_start(daemon);
 	if (ret < 0) {

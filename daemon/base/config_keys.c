@@ -178,12 +178,12 @@ const struct config_key g_keys[] = {
 	 "After the last activity the daemon keeps polling this long before it sleeps, in "
 	 "microseconds; lower latency for more CPU time. Polls that keep finding nothing yield "
 	 "the CPU to any other runnable process. 0 never busy-polls."},
-	{"engine", "loop_cpus", KEY_CPUS, FIELD(loop_cpus), 0, 0, KEY_EMPTY,
+	{"engine", "loop_cpus", KEY_CPUS, FIELD(loop_cpus), 0, 0, KEY_EMPTY | KEY_RELOAD,
 	 "CPUs the daemon's loop thread runs on, as a list such as 0-1,4 (it serves clients, "
 	 "small frames and latency-class connections). Empty: not pinned. Give it CPUs that "
 	 "worker_cpus does not name so that a latency job never waits behind a bulk copy "
 	 "(docs/operations.md, \"CPUs\")."},
-	{"engine", "worker_cpus", KEY_CPUS, FIELD(worker_cpus), 0, 0, KEY_EMPTY,
+	{"engine", "worker_cpus", KEY_CPUS, FIELD(worker_cpus), 0, 0, KEY_EMPTY | KEY_RELOAD,
 	 "CPUs of the threads that move bulk bytes (the TCP transport's I/O threads, the verbs "
 	 "posting thread), as a list such as 2-7. Empty: every CPU the daemon started with."},
 

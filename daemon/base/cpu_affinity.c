@@ -2,15 +2,30 @@
 #include "cpu_affinity.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-/* Written once at start-up, before the threads that read it exist. */
+/*
+ * The lists and the CPUs the daemon started with (allowed, read at start-up:
+ * allowed_read). Written at start-up before any worker exists, and on
+ * reload under g_workers.lock, which a worker holds while it reads them.
+ */
 static struct {
-	bool loop_set, workers_set;
+	bool loop_set, workers_set, allowed_read;
 	cpu_set_t allowed, loop, workers;
 } g_aff;
+
+/* Worker threads alive (kernel thread ids), for a reload to move. */
+#define WORKERS_MAX 256
+static struct {
+	pthread_mutex_t lock;
+	pid_t tids[WORKERS_MAX];
+	unsigned n;
+} g_workers = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* A decimal CPU number at *p, advanced past it. \return 0 or -EINVAL / -ERANGE */
 static int parse_cpu(const char **p, unsigned *ret, const char **ret_why)
@@ -131,17 +146,32 @@ static int take_list(const char *key, const char *text, cpu_set_t *set, bool *re
 	return 0;
 }
 
-int cpu_affinity_configure(const char *loop_cpus, const char *worker_cpus, char *err,
-			   size_t err_size)
+/* The CPUs the daemon started with, once (the loop thread, before it is pinned). */
+static int read_allowed(char *err, size_t err_size)
 {
-	cpu_affinity_reset();
-	if (*loop_cpus == '\0' && *worker_cpus == '\0') {
-		return 0; /* nothing pinned, nothing to read (nor a mask too small for the host) */
+	if (g_aff.allowed_read) {
+		return 0;
 	}
 	if (sched_getaffinity(0, sizeof(g_aff.allowed), &g_aff.allowed) < 0) {
 		int e = errno;
 		snprintf(err, err_size, "cannot read the daemon's CPUs: %s", strerror(e));
 		return -e;
+	}
+	g_aff.allowed_read = true;
+	return 0;
+}
+
+int cpu_affinity_configure(const char *loop_cpus, const char *worker_cpus, char *err,
+			   size_t err_size)
+{
+	cpu_affinity_reset();
+	/* Unpinned, a failure to read is no error: a reload that pins reads again. */
+	int ret = read_allowed(err, err_size);
+	if (*loop_cpus == '\0' && *worker_cpus == '\0') {
+		return 0;
+	}
+	if (ret < 0) {
+		return ret;
 	}
 	if (take_list("loop_cpus", loop_cpus, &g_aff.loop, &g_aff.loop_set, err, err_size) < 0 ||
 	    take_list("worker_cpus", worker_cpus, &g_aff.workers, &g_aff.workers_set, err,
@@ -152,9 +182,20 @@ int cpu_affinity_configure(const char *loop_cpus, const char *worker_cpus, char 
 	return 0;
 }
 
+static int pin_thread(pid_t tid, const cpu_set_t *set)
+{
+	return sched_setaffinity(tid, sizeof(*set), set) < 0 ? -errno : 0;
+}
+
 static int pin_self(const cpu_set_t *set)
 {
-	return sched_setaffinity(0, sizeof(*set), set) < 0 ? -errno : 0;
+	return pin_thread(0, set);
+}
+
+/* A worker's CPUs: worker_cpus, else (the loop pinned, or on reload) all it started with. */
+static const cpu_set_t *worker_set(void)
+{
+	return g_aff.workers_set ? &g_aff.workers : &g_aff.allowed;
 }
 
 int cpu_affinity_pin_loop(void)
@@ -164,10 +205,67 @@ int cpu_affinity_pin_loop(void)
 
 int cpu_affinity_pin_worker(void)
 {
-	if (!g_aff.loop_set && !g_aff.workers_set) {
-		return 0;
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+	int ret = 0;
+
+	pthread_mutex_lock(&g_workers.lock);
+	if (g_aff.loop_set || g_aff.workers_set) {
+		ret = pin_self(worker_set());
 	}
-	return pin_self(g_aff.workers_set ? &g_aff.workers : &g_aff.allowed);
+	if (g_workers.n < WORKERS_MAX) {
+		g_workers.tids[g_workers.n++] = tid;
+	}
+	pthread_mutex_unlock(&g_workers.lock);
+	return ret;
+}
+
+void cpu_affinity_worker_exit(void)
+{
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+
+	pthread_mutex_lock(&g_workers.lock);
+	for (unsigned i = 0; i < g_workers.n; i++) {
+		if (g_workers.tids[i] == tid) {
+			g_workers.tids[i] = g_workers.tids[--g_workers.n];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_workers.lock);
+}
+
+int cpu_affinity_reconfigure(const char *loop_cpus, const char *worker_cpus, char *err,
+			     size_t err_size)
+{
+	cpu_set_t loop, workers;
+	bool loop_set, workers_set;
+	int ret = read_allowed(err, err_size);
+
+	if (ret < 0) {
+		return ret;
+	}
+	if (take_list("loop_cpus", loop_cpus, &loop, &loop_set, err, err_size) < 0 ||
+	    take_list("worker_cpus", worker_cpus, &workers, &workers_set, err, err_size) < 0) {
+		return -EINVAL;
+	}
+	ret = pin_self(loop_set ? &loop : &g_aff.allowed);
+	if (ret < 0) {
+		snprintf(err, err_size, "cannot move the loop: %s", strerror(-ret));
+		return ret;
+	}
+	pthread_mutex_lock(&g_workers.lock);
+	g_aff.loop = loop;
+	g_aff.loop_set = loop_set;
+	g_aff.workers = workers;
+	g_aff.workers_set = workers_set;
+	for (unsigned i = 0; i < g_workers.n; i++) {
+		int r = pin_thread(g_workers.tids[i], worker_set());
+		if (r < 0 && ret++ == 0) {
+			snprintf(err, err_size, "cannot move worker thread %d: %s",
+				 (int)g_workers.tids[i], strerror(-r));
+		}
+	}
+	pthread_mutex_unlock(&g_workers.lock);
+	return ret;
 }
 
 bool cpu_affinity_loop_isolated(void)
@@ -183,5 +281,7 @@ bool cpu_affinity_loop_isolated(void)
 
 void cpu_affinity_reset(void)
 {
+	pthread_mutex_lock(&g_workers.lock);
 	memset(&g_aff, 0, sizeof(g_aff));
+	pthread_mutex_unlock(&g_workers.lock);
 }

@@ -8,9 +8,11 @@
  * preempt (docs/benchmarks.md, "A CPU of its own for the loops").
  *
  * cpu_affinity_configure() runs once at start-up, before any worker thread
- * exists; a worker calls cpu_affinity_pin_worker() first thing, and the loop
- * thread cpu_affinity_pin_loop() once its threads are started. Unconfigured
- * (unit tests, empty lists) both calls change nothing.
+ * exists; a worker calls cpu_affinity_pin_worker() first thing (and
+ * cpu_affinity_worker_exit() last), and the loop thread
+ * cpu_affinity_pin_loop() once its threads are started. Unconfigured (unit
+ * tests, empty lists) both calls change nothing. On reload the loop thread
+ * calls cpu_affinity_reconfigure(), which moves itself and every worker.
  */
 #ifndef RDMAXD_CPU_AFFINITY_H
 #define RDMAXD_CPU_AFFINITY_H
@@ -42,9 +44,24 @@ int cpu_affinity_pin_loop(void);
 /*
  * Pin the calling thread (a worker) to worker_cpus, or, without them, to all
  * the CPUs the process started with, so that it does not inherit the loop's
- * CPUs. \return 0 or a negative errno
+ * CPUs; and list it for cpu_affinity_reconfigure(). \return 0 or a negative
+ * errno (the thread is listed either way)
  */
 int cpu_affinity_pin_worker(void);
+
+/* The calling worker ends: take it off the list (before it returns). */
+void cpu_affinity_worker_exit(void);
+
+/*
+ * New lists (reload), checked as at start-up against the CPUs the daemon
+ * started with: the calling thread (the loop) and every listed worker move
+ * to them; an empty list gives its threads back every CPU the daemon started
+ * with. \return 0; a negative errno with err saying why, nothing changed
+ * (lists refused, or the loop could not move); or how many workers could not
+ * be moved (the lists apply to the others), err naming the first
+ */
+int cpu_affinity_reconfigure(const char *loop_cpus, const char *worker_cpus, char *err,
+			     size_t err_size);
 
 /*
  * Whether the loop has CPUs no worker may use (both lists given, disjoint):

@@ -10,6 +10,9 @@
  * off there is none. A
  * SIGHUP reload changes the weights (seen in the admin status) and a bad
  * [qos] value leaves them as they were; a bad class is refused by name.
+ * [engine] loop_cpus and worker_cpus put the loop and the I/O threads on
+ * their CPUs, at start-up and on reload, and decide whether the loop sleeps
+ * while bulk copies run.
  */
 #include <dirent.h>
 #include <inttypes.h>
@@ -289,6 +292,41 @@ static bool two_cpus(void)
 	return sched_getaffinity(0, sizeof(mine), &mine) == 0 && CPU_COUNT(&mine) >= 2;
 }
 
+/* Until the main thread runs on `loop` and at least `workers` other threads on `worker`. */
+static void wait_threads_on(pid_t pid, const char *loop, const char *worker, int workers)
+{
+	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
+	char main_cpus[256] = "";
+	int n;
+
+	for (;;) {
+		n = threads_on(pid, worker, main_cpus, sizeof(main_cpus));
+		if ((strcmp(main_cpus, loop) == 0 && n >= workers) || itest_now_ms() > deadline) {
+			break;
+		}
+		itest_sleep_ms(10);
+	}
+	ck_assert_str_eq(main_cpus, loop);
+	ck_assert_msg(n >= workers, "%d of %d threads on CPUs %s", n, workers, worker);
+}
+
+/* A 1 MiB write from a client of a to one of b, byte-checked; then both daemons stop. */
+static void write_and_end(struct itest_daemon *a, struct itest_daemon *b, uint8_t seed,
+			  const char *what)
+{
+	struct rdmax_client *ca = itest_client(a, "pinned");
+	struct rdmax_client *cb = itest_client(b, "sink");
+	struct rdmax_region *src = itest_alloc(ca, 1 << 20, 0);
+	struct rdmax_region *dst = itest_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc ddesc = itest_desc(dst);
+	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &ddesc, 0, 1 << 20);
+	itest_fill(itest_bytes(src), 1 << 20, seed);
+	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_int_eq(ev.status, 0);
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 1 << 20, what);
+	itest_pair_end(ca, cb, a, b);
+}
+
 START_TEST(qos_loop_and_workers_on_their_cpus)
 {
 	/*
@@ -297,7 +335,7 @@ START_TEST(qos_loop_and_workers_on_their_cpus)
 	 * the two lists are the same CPU, and the case checks the wiring only.
 	 */
 	unsigned lo, hi;
-	char loop_list[16], worker_list[16], main_cpus[256] = "";
+	char loop_list[16], worker_list[16];
 
 	cpu_range(&lo, &hi);
 	snprintf(loop_list, sizeof(loop_list), "%u", lo);
@@ -310,34 +348,49 @@ START_TEST(qos_loop_and_workers_on_their_cpus)
 	itest_daemon_start(a);
 	itest_daemon_start(b);
 	wait_log(a, "loop on CPUs");
+	/* Workers pin themselves as they start. */
+	wait_threads_on(a->pid, loop_list, worker_list,
+			strcmp(itest_transport(), "tcp") == 0 ? 2 : 0);
+	write_and_end(a, b, 11, "pinned write");
+}
+END_TEST
 
-	/* Workers pin themselves as they start: wait for both. */
-	uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
-	int workers = 0;
-	for (;;) {
-		workers = threads_on(a->pid, worker_list, main_cpus, sizeof(main_cpus));
-		if (workers >= 2 || itest_now_ms() > deadline) {
-			break;
-		}
-		itest_sleep_ms(10);
-	}
-	ck_assert_str_eq(main_cpus, loop_list);
-	if (strcmp(itest_transport(), "tcp") == 0) {
-		ck_assert_msg(workers >= 2, "%d I/O threads on CPUs %s", workers, worker_list);
-	}
+START_TEST(qos_reload_moves_loop_and_workers)
+{
+	/*
+	 * A reload with the two lists swapped moves the running loop and I/O
+	 * threads; a list with a CPU the daemon may not use changes nothing.
+	 * With one CPU the lists are the same CPU, and the case checks the wiring.
+	 */
+	unsigned lo, hi;
+	char conf[128], lo_list[16], hi_list[16];
+	int io = strcmp(itest_transport(), "tcp") == 0 ? 2 : 0;
 
-	struct rdmax_client *ca = itest_client(a, "pinned");
-	struct rdmax_client *cb = itest_client(b, "sink");
-	struct rdmax_region *src = itest_alloc(ca, 1 << 20, 0);
-	struct rdmax_region *dst = itest_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE);
-	struct rdmax_desc ddesc = itest_desc(dst);
-	struct rdmax_job job = itest_job(1, RDMAX_OP_WRITE, src, 0, &ddesc, 0, 1 << 20);
-	itest_fill(itest_bytes(src), 1 << 20, 11);
-	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
-	ck_assert_int_eq(ev.status, 0);
-	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 1 << 20, "pinned write");
+	cpu_range(&lo, &hi);
+	snprintf(lo_list, sizeof(lo_list), "%u", lo);
+	snprintf(hi_list, sizeof(hi_list), "%u", hi);
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	itest_daemon_set(a, "transport.tcp_io_threads=2");
+	snprintf(conf, sizeof(conf), "[engine]\nloop_cpus = %u\nworker_cpus = %u\n", lo, hi);
+	write_conf(a, conf);
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	wait_log(a, "loop on CPUs");
+	wait_threads_on(a->pid, lo_list, hi_list, io);
 
-	itest_pair_end(ca, cb, a, b);
+	snprintf(conf, sizeof(conf), "[engine]\nloop_cpus = %u\nworker_cpus = %u\n", hi, lo);
+	write_conf(a, conf);
+	ck_assert_int_eq(kill(a->pid, SIGHUP), 0);
+	wait_log(a, "reload: loop on CPUs");
+	wait_threads_on(a->pid, hi_list, lo_list, io);
+
+	write_conf(a, "[engine]\nloop_cpus = 1023\nworker_cpus = 0\n");
+	ck_assert_int_eq(kill(a->pid, SIGHUP), 0);
+	wait_log(a, "the loop and workers keep their CPUs");
+	wait_threads_on(a->pid, hi_list, lo_list, io);
+
+	write_and_end(a, b, 13, "write after the moves");
 }
 END_TEST
 
@@ -423,6 +476,7 @@ TCase *itest_tcase_qos(void)
 			  "spreads them over several queue pairs");
 	tcase_add_test(tc, qos_reload_and_bad_class);
 	tcase_add_test(tc, qos_loop_and_workers_on_their_cpus);
+	tcase_add_test(tc, qos_reload_moves_loop_and_workers);
 	ITEST_ADD_TEST_IF(tc, qos_loop_apart_spins_beside_copies,
 			  strcmp(itest_transport(), "tcp") == 0 && two_cpus(),
 			  "it needs bulk copies on TCP I/O threads and two CPUs to keep apart");

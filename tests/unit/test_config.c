@@ -814,7 +814,7 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 39);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 37);
 	ck_assert_str_eq(
 		names, "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
 		       "[daemon] socket_mode, "
@@ -824,8 +824,8 @@ START_TEST(restart_keys_follow_reload_rules)
 		       "[limits] max_message_bytes, [limits] max_isolation_domains, "
 		       "[peers] connect_timeout_ms, "
 		       "[peers] connect_retries, [peers] retry_backoff_ms, "
-		       "[engine] chunk_bytes, [engine] busy_poll_us, [engine] loop_cpus, "
-		       "[engine] worker_cpus, [verbs] devices, [verbs] pin, "
+		       "[engine] chunk_bytes, [engine] busy_poll_us, "
+		       "[verbs] devices, [verbs] pin, "
 		       "[verbs] qps_per_peer, [verbs] inline_threshold, "
 		       "[verbs] signal_interval, [verbs] isolation, [metrics] textfile_dir, "
 		       "[metrics] textfile_interval_s, [discovery] backend, [discovery] endpoints, "

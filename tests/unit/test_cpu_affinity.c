@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "cpu_affinity.h"
 
@@ -111,6 +113,9 @@ static void *probe_main(void *arg)
 		ck_assert_int_eq(pthread_create(&t, NULL, probe_main, p->worker), 0);
 		pthread_join(t, NULL);
 	}
+	if (p->pin == cpu_affinity_pin_worker) {
+		cpu_affinity_worker_exit();
+	}
 	return NULL;
 }
 
@@ -179,6 +184,132 @@ START_TEST(loop_and_workers_land_on_their_cpus)
 }
 END_TEST
 
+/* A worker that stays alive, listed, until told to end. */
+struct live_worker {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pid_t tid;
+	bool ready, stop;
+};
+
+static void *live_worker_main(void *arg)
+{
+	struct live_worker *w = arg;
+
+	cpu_affinity_pin_worker();
+	pthread_mutex_lock(&w->lock);
+	w->tid = (pid_t)syscall(SYS_gettid);
+	w->ready = true;
+	pthread_cond_broadcast(&w->cond);
+	while (!w->stop) {
+		pthread_cond_wait(&w->cond, &w->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	cpu_affinity_worker_exit();
+	return NULL;
+}
+
+/* What a reload does from the loop thread: reconfigure, then the loop's own CPUs. */
+struct reload {
+	const char *loop, *workers;
+	int ret;
+	char err[256];
+	cpu_set_t cpus;
+};
+
+static void *reload_main(void *arg)
+{
+	struct reload *r = arg;
+
+	r->ret = cpu_affinity_reconfigure(r->loop, r->workers, r->err, sizeof(r->err));
+	sched_getaffinity(0, sizeof(r->cpus), &r->cpus);
+	return NULL;
+}
+
+static void run_reload(struct reload *r, const char *loop, const char *workers)
+{
+	pthread_t t;
+
+	r->loop = loop;
+	r->workers = workers;
+	ck_assert_int_eq(pthread_create(&t, NULL, reload_main, r), 0);
+	pthread_join(t, NULL);
+}
+
+static void assert_thread_cpus(pid_t tid, const char *expected)
+{
+	cpu_set_t set;
+
+	ck_assert_int_eq(sched_getaffinity(tid, sizeof(set), &set), 0);
+	assert_cpus(&set, expected);
+}
+
+START_TEST(reload_moves_the_loop_and_live_workers)
+{
+	struct live_worker w = {.lock = PTHREAD_MUTEX_INITIALIZER,
+				.cond = PTHREAD_COND_INITIALIZER};
+	char err[256] = "", lo_list[16], hi_list[16], all[128];
+	struct reload r;
+	cpu_set_t allowed;
+	unsigned lo, hi;
+	pthread_t t;
+
+	allowed_bounds(&lo, &hi);
+	sched_getaffinity(0, sizeof(allowed), &allowed);
+	cpu_list_format(&allowed, all, sizeof(all));
+	snprintf(lo_list, sizeof(lo_list), "%u", lo);
+	snprintf(hi_list, sizeof(hi_list), "%u", hi);
+
+	/* Started unpinned, with a worker alive. */
+	ck_assert_msg(cpu_affinity_configure("", "", err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(pthread_create(&t, NULL, live_worker_main, &w), 0);
+	pthread_mutex_lock(&w.lock);
+	while (!w.ready) {
+		pthread_cond_wait(&w.cond, &w.lock);
+	}
+	pthread_mutex_unlock(&w.lock);
+	assert_thread_cpus(w.tid, all);
+
+	/* A reload pins both: the loop where it runs the reload, the worker from outside. */
+	run_reload(&r, hi_list, lo_list);
+	ck_assert_msg(r.ret == 0, "%s", r.err);
+	assert_cpus(&r.cpus, hi_list);
+	assert_thread_cpus(w.tid, lo_list);
+	ck_assert(cpu_affinity_loop_isolated() == (lo != hi));
+
+	/* Lists the daemon may not use change nothing. */
+	run_reload(&r, lo_list, "1023");
+	ck_assert_int_eq(r.ret, -EINVAL);
+	ck_assert_msg(strstr(r.err, "engine.worker_cpus: CPU 1023 is not one") == r.err, "%s",
+		      r.err);
+	assert_thread_cpus(w.tid, lo_list);
+	ck_assert(cpu_affinity_loop_isolated() == (lo != hi));
+
+	/* Only the loop pinned: the worker gets every CPU back. */
+	run_reload(&r, lo_list, "");
+	ck_assert_msg(r.ret == 0, "%s", r.err);
+	assert_cpus(&r.cpus, lo_list);
+	assert_thread_cpus(w.tid, all);
+
+	/* Empty lists: every thread back on every CPU the process started with. */
+	run_reload(&r, "", "");
+	ck_assert_msg(r.ret == 0, "%s", r.err);
+	assert_cpus(&r.cpus, all);
+	assert_thread_cpus(w.tid, all);
+
+	/* A worker that ended is off the list: the next reload moves no one else. */
+	pthread_mutex_lock(&w.lock);
+	w.stop = true;
+	pthread_cond_broadcast(&w.cond);
+	pthread_mutex_unlock(&w.lock);
+	pthread_join(t, NULL);
+	run_reload(&r, hi_list, hi_list);
+	ck_assert_msg(r.ret == 0, "%s", r.err);
+	assert_cpus(&r.cpus, hi_list);
+	cpu_affinity_reset();
+}
+END_TEST
+
 START_TEST(overlapping_lists_are_not_isolated)
 {
 	char err[256] = "", list[32];
@@ -202,6 +333,7 @@ Suite *cpu_affinity_suite(void)
 	tcase_add_test(tc, cpu_lists_parse_and_format);
 	tcase_add_test(tc, cpus_outside_the_process_are_refused);
 	tcase_add_test(tc, loop_and_workers_land_on_their_cpus);
+	tcase_add_test(tc, reload_moves_the_loop_and_live_workers);
 	tcase_add_test(tc, overlapping_lists_are_not_isolated);
 	suite_add_tcase(s, tc);
 	return s;

@@ -177,6 +177,7 @@ static void *io_thread(void *arg)
 		uv_async_send(&pool->async);
 	}
 	pthread_mutex_unlock(&pool->lock);
+	cpu_affinity_worker_exit();
 	return NULL;
 }
 

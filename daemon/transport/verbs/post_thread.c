@@ -112,6 +112,7 @@ static void *post_main(void *arg)
 		pthread_cond_broadcast(&pt->done);
 	}
 	pthread_mutex_unlock(&pt->lock);
+	cpu_affinity_worker_exit();
 	return NULL;
 }
 
