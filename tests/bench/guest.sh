@@ -18,6 +18,10 @@
 #                                    timing one asks through shared memory, waiting as
 #                                    librdmax does (pause 4 µs, then sched_yield()):
 #                                    rdmaxd's process layout without its code
+#   guest-ref@code-TEST-SIZE-rREP.txt tests/bench/verbs-hop --code 256 (write_rtt): the
+#                                    same raw write, posted directly after about as many
+#                                    instructions of unrelated code as rdmaxd runs per job
+#                                    (what the emulator charges for them, without a daemon)
 # The *_1qp rows run a second pair of rdmaxd with verbs.qps_per_peer=1, so
 # rdmax and UCX (one QP per endpoint) are compared at equal QP counts.
 #   guest-skip.txt                   why the rdmax side could not run (exit 77)
@@ -61,7 +65,7 @@ pids=()
 
 # Bounded work per run: the guest is emulated (about 1 Gb/s, tens of µs).
 # TEST SIZE ITERS REFERENCES [REPS] (perftest; ucx: ucx_perftest put; hop: verbs-hop
-# --hop). The rows of the ratio line come first: a run cut short by its time
+# --hop; code: verbs-hop --code). The rows of the ratio line come first: a run cut short by its time
 # limit keeps them. The completed small write (lat_rtt, ucx_lat) runs twice the
 # repetitions: one run of it and of its references moves by half under TCG.
 plan=(
@@ -69,7 +73,7 @@ plan=(
 	"write_bw 65536 1000 perftest"
 	"write_bw 64 10000 perftest"
 	"read_bw 1048576 100 perftest"
-	"write_rtt 64 2000 perftest,ucx,hop $((reps * 2))"
+	"write_rtt 64 2000 perftest,ucx,hop,code $((reps * 2))"
 	"write_1qp 1048576 150 ucx"
 	"kv 16384 4000 perftest"
 	"write_lat 64 2000 perftest"
@@ -329,24 +333,26 @@ ucx() { # TEST SIZE ITERS REP
 	log "ucx_perftest $ut $size B x $iters: $(grep '^Final:' "$file" | tr -s ' ' ' ')"
 }
 
-# verbs-hop --hop between the two devices: the raw write through a process hop.
-hop() { # TEST SIZE ITERS REP
-	local test=$1 size=$2 iters=$3 rep=$4 spid rc src
-	local file="$out/guest-ref@hop-$test-$size-r$rep.txt"
+# verbs-hop between the two devices: the raw write through a process hop (hop), or
+# posted directly after 256 calls of scattered code, about 5 600 instructions (code).
+hop() { # TEST SIZE ITERS REP [code]
+	local test=$1 size=$2 iters=$3 rep=$4 tool=${5:-hop} spid rc src
+	local file="$out/guest-ref@$tool-$test-$size-r$rep.txt" args=(--hop --yield --pause-ns 4000)
+	[ "$tool" = code ] && args=(--code 256)
 	timeout 60 "$build/tests/bench/verbs-hop" -l "$ip1" -p "$perf_port" >"$run/hop-s.out" \
 		2>&1 &
 	spid=$!
 	wait_line "$run/hop-s.out" "$spid" listening
 	timeout 60 "$build/tests/bench/verbs-hop" -b "$ip0" "$ip1" -p "$perf_port" -n "$iters" \
-		-s "$size" --hop --yield --pause-ns 4000 >"$file.tmp" 2>&1
+		-s "$size" "${args[@]}" >"$file.tmp" 2>&1
 	rc=$?
 	wait "$spid"
 	src=$?
 	perf_port=$((perf_port + 1))
-	if [ "$rc" != 0 ] || [ "$src" != 0 ] || ! grep -q '^verbs-hop hop' "$file.tmp"; then
-		log "verbs-hop --hop $size B: client exit $rc, server exit $src (left out):" \
+	if [ "$rc" != 0 ] || [ "$src" != 0 ] || ! grep -q '^verbs-hop ' "$file.tmp"; then
+		log "verbs-hop ${args[*]} $size B: client exit $rc, server exit $src (left out):" \
 			"$(tail -n 2 "$file.tmp" "$run/hop-s.out" | tr '\n' ' ')"
-		mv "$file.tmp" "$out/guest-ref@hop-$test-$size-r$rep.failed"
+		mv "$file.tmp" "$out/guest-ref@$tool-$test-$size-r$rep.failed"
 		return 1
 	fi
 	mv "$file.tmp" "$file"
@@ -360,6 +366,7 @@ refs() { # REFERENCES TEST SIZE ITERS REP
 		perftest) perftest "$2" "$3" "$4" "$5" ;;
 		ucx) ucx "$2" "$3" "$4" "$5" ;;
 		hop) hop "$2" "$3" "$4" "$5" ;;
+		code) hop "$2" "$3" "$4" "$5" code ;;
 		esac
 	done
 }
