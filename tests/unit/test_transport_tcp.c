@@ -1375,6 +1375,65 @@ START_TEST(tcp_hostile_segs)
 }
 END_TEST
 
+/*
+ * The region a WRITE_SEGS lands in is deregistered while the frame's second
+ * segment arrives: the rest of the frame (the rest of that segment and every
+ * later one) is dropped to the byte, the WRITE is answered NOT_FOUND, and the
+ * next frame on the connection is read as a frame and lands.
+ */
+START_TEST(tcp_segs_region_deregistered_midway)
+{
+	struct node b;
+	struct raw_peer p;
+	uint8_t *buf = malloc(100000);
+	static const size_t pieces[] = {1000, 7, 4096, 13};
+	struct wire_seg segs[4] = {{.offset = 100, .length = 10},
+				   {.offset = 5000, .length = 20000},
+				   {.offset = 40000, .length = 3000},
+				   {.offset = 10, .length = 3}};
+	const uint64_t total = 23013, landed = 10 + 4000; /* bytes of frame 1 before the cut */
+
+	node_start(&b, "b", NULL, 0);
+	struct region *r = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
+	struct region *r2 = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
+	size_t len = raw_hello(buf);
+	size_t cut = len + WIRE_HEADER_BYTES + 4 * WIRE_SEG_BYTES + landed;
+	len += put_segs(buf + len, 1, &b, r, 0, segs, 4, total, 1);
+	len += put_segs(buf + len, 2, &b, r2, 0, segs, 4, total, 5);
+
+	raw_open(&p, node_port(&b), 0);
+	size_t sent = 0;
+	raw_send_split(&p, buf, cut, &sent, pieces, sizeof(pieces) / sizeof(pieces[0]), true);
+	/* Until the last byte before the cut is in the region: segment 2 is under way. */
+	uint8_t last = (uint8_t)(1 + (landed - 1) * 11);
+	ck_assert_uint_ne(last, 0);
+	for (uint64_t start = now_ms(); r->addr[segs[1].offset + landed - 11] != last;) {
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+		raw_pump(&p);
+		ck_assert_msg(now_ms() - start < 8000, "segment 2 did not start landing");
+	}
+	region_deregister(&b.d.regions, r, NULL, NULL);
+
+	raw_send_split(&p, buf, len, &sent, pieces, sizeof(pieces) / sizeof(pieces[0]), true);
+	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+	raw_expect(&p, off + WIRE_HEADER_BYTES);
+	off = check_answer(&p, off, WIRE_ACK, 1, status_from_err(RDMAX_E_NOT_FOUND));
+	raw_expect(&p, off + WIRE_HEADER_BYTES);
+	off = check_answer(&p, off, WIRE_ACK, 2, 0);
+	uint64_t k = 0;
+	for (int s = 0; s < 4; s++) {
+		for (uint64_t i = 0; i < segs[s].length; i++, k++) {
+			ck_assert_uint_eq(r2->addr[segs[s].offset + i], (uint8_t)(5 + k * 11));
+		}
+	}
+	raw_close(&p);
+	free(buf);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&b);
+}
+END_TEST
+
 TCase *unit_tcp_transport_tcase(void)
 {
 	TCase *tc = tcase_create("tcp");
@@ -1394,5 +1453,6 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_frames_split_anywhere);
 	tcase_add_test(tc, tcp_write_segs);
 	tcase_add_test(tc, tcp_hostile_segs);
+	tcase_add_test(tc, tcp_segs_region_deregistered_midway);
 	return tc;
 }
