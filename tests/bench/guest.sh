@@ -65,8 +65,8 @@ pids=()
 
 # Bounded work per run: the guest is emulated (about 1 Gb/s, tens of µs).
 # TEST SIZE ITERS REFERENCES [REPS] (perftest; ucx: ucx_perftest put; hop: verbs-hop
-# --hop; code: verbs-hop --code). The rows of the ratio line come first: a run cut short by its time
-# limit keeps them. The completed small write (lat_rtt, ucx_lat) runs twice the
+# --hop; code: verbs-hop --code). The rows of the ratio line come first: a run
+# cut short by its time limit keeps them. The completed small write (lat_rtt, ucx_lat) runs twice the
 # repetitions: one run of it and of its references moves by half under TCG.
 plan=(
 	"write_bw 1048576 150 perftest"
