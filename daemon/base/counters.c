@@ -23,6 +23,17 @@ const double counters_size_bounds[] = {
 };
 const size_t counters_size_buckets = sizeof(counters_size_bounds) / sizeof(counters_size_bounds[0]);
 
+const double counters_stage_bounds[] = {
+	0.000001, 0.000002, 0.000005, 0.00001, 0.00002, 0.00005, 0.0001, 0.0002,
+	0.0005,   0.001,    0.002,    0.005,   0.01,    0.1,     1,
+};
+const size_t counters_stage_buckets =
+	sizeof(counters_stage_bounds) / sizeof(counters_stage_bounds[0]);
+const char *const counters_stage_names[COUNTERS_STAGE_MAX] = {"queue", "post", "complete"};
+_Static_assert(sizeof(counters_stage_bounds) / sizeof(counters_stage_bounds[0]) <
+		       sizeof(((struct histogram *)0)->buckets) / sizeof(uint64_t),
+	       "a stage histogram needs a bucket per bound and one for +Inf");
+
 const char *const counters_transport_names[COUNTERS_TRANSPORTS] = {"tcp", "verbs", "other"};
 
 const char *const counters_conn_event_names[COUNTERS_CONN_EVENT_MAX] = {
@@ -154,7 +165,16 @@ void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes, u
 		      (double)latency_ns / 1e9);
 }
 
-double counters_quantile(const struct histogram *h, double q)
+void counters_job_stages(struct counters *c, const uint64_t stage_ns[COUNTERS_STAGE_MAX])
+{
+	for (size_t i = 0; i < COUNTERS_STAGE_MAX; i++) {
+		histogram_add(&c->job_stage[i], counters_stage_bounds, counters_stage_buckets,
+			      (double)stage_ns[i] / 1e9);
+	}
+}
+
+double counters_quantile_of(const struct histogram *h, const double *bounds, size_t n_bounds,
+			    double q)
 {
 	uint64_t seen = 0;
 
@@ -163,11 +183,16 @@ double counters_quantile(const struct histogram *h, double q)
 	}
 	uint64_t rank = (uint64_t)(q * (double)h->count + 0.999999);
 	rank = rank == 0 ? 1 : rank;
-	for (size_t i = 0; i < counters_latency_buckets; i++) {
+	for (size_t i = 0; i < n_bounds; i++) {
 		seen += h->buckets[i];
 		if (seen >= rank) {
-			return counters_latency_bounds[i];
+			return bounds[i];
 		}
 	}
-	return counters_latency_bounds[counters_latency_buckets - 1];
+	return bounds[n_bounds - 1];
+}
+
+double counters_quantile(const struct histogram *h, double q)
+{
+	return counters_quantile_of(h, counters_latency_bounds, counters_latency_buckets, q);
 }

@@ -35,11 +35,27 @@ enum counters_tls_mode {
 	COUNTERS_TLS_MODE_MAX, /* terminator */
 };
 
+/*
+ * Stages of a job over verbs, timed while [metrics] job_stages is on, for
+ * the work requests the loop posts itself (not those of the posting thread).
+ */
+enum counters_stage {
+	COUNTERS_STAGE_QUEUE,    /* accepted by the engine -> the post of its first WR begins */
+	COUNTERS_STAGE_POST,     /* that ibv_post_send() call */
+	COUNTERS_STAGE_COMPLETE, /* its last post returned -> its completion handed to the client */
+	COUNTERS_STAGE_MAX,      /* terminator */
+};
+
 /* Upper bounds of the latency (seconds) and size (bytes) buckets; +Inf is implicit. */
 extern const double counters_latency_bounds[];
 extern const size_t counters_latency_buckets;
 extern const double counters_size_bounds[];
 extern const size_t counters_size_buckets;
+/* Finer bounds (seconds) for the stages of a job: 1 µs to 1 s. */
+extern const double counters_stage_bounds[];
+extern const size_t counters_stage_buckets;
+/* "queue", "post", "complete" */
+extern const char *const counters_stage_names[COUNTERS_STAGE_MAX];
 /* "tcp", "verbs", "other": the names of conn_events' first index. */
 extern const char *const counters_transport_names[COUNTERS_TRANSPORTS];
 extern const char *const counters_conn_event_names[COUNTERS_CONN_EVENT_MAX];
@@ -96,6 +112,9 @@ struct counters {
 	uint64_t class_failed[COUNTERS_CLASSES];
 	uint64_t class_bytes[COUNTERS_CLASSES];
 	struct histogram class_latency[COUNTERS_CLASSES];
+	/* [metrics] job_stages: jobs over verbs that completed OK, by stage
+	 * (counters_stage_bounds). */
+	struct histogram job_stage[COUNTERS_STAGE_MAX];
 };
 
 void counters_init(struct counters *c);
@@ -109,11 +128,16 @@ void counters_job_done(struct counters *c, int kind, int err, uint64_t bytes, ui
 		       const char *peer_addr, uint16_t peer_port, bool had_imm);
 /* The same job by traffic class (0 latency, 1 bulk); other values are not counted. */
 void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes, uint64_t latency_ns);
+/* A job over verbs that completed OK, in nanoseconds per stage. */
+void counters_job_stages(struct counters *c, const uint64_t stage_ns[COUNTERS_STAGE_MAX]);
 /*
  * The q-quantile (0 < q <= 1) of a latency histogram, in seconds: the upper
  * bound of the bucket holding it (the last finite bound for +Inf); 0 when empty.
  */
 double counters_quantile(const struct histogram *h, double q);
+/* The same for a histogram of the n_bounds bounds given (a stage histogram). */
+double counters_quantile_of(const struct histogram *h, const double *bounds, size_t n_bounds,
+			    double q);
 /* transport is the transport's name ("tcp", "verbs"). */
 void counters_conn_event(struct counters *c, const char *transport, enum counters_conn_event event);
 /* An ExpectImm of a client reached its count. */

@@ -210,6 +210,30 @@ static void refuse_unlisted(struct job *job, struct job_owner *owner, bool count
 	job_free_if_done(job);
 }
 
+void job_post_timed(struct job *job, uint64_t post_ns, uint64_t post_end_ns)
+{
+	if (!job->first_post_ns || post_ns < job->first_post_ns) {
+		job->first_post_ns = post_ns;
+		job->first_post_end_ns = post_end_ns;
+	}
+	job->last_post_end_ns = MAX(job->last_post_end_ns, post_end_ns);
+}
+
+/* A job whose posts were timed, by stage ([metrics] job_stages); now: its completion. */
+static void record_stages(struct job *job, uint64_t now)
+{
+	uint64_t stage_ns[COUNTERS_STAGE_MAX] = {
+		[COUNTERS_STAGE_QUEUE] = job->first_post_ns > job->started_ns
+						 ? job->first_post_ns - job->started_ns
+						 : 0,
+		[COUNTERS_STAGE_POST] = job->first_post_end_ns - job->first_post_ns,
+		[COUNTERS_STAGE_COMPLETE] =
+			now > job->last_post_end_ns ? now - job->last_post_end_ns : 0,
+	};
+
+	counters_job_stages(&job->engine->daemon->counters, stage_ns);
+}
+
 /*
  * The job's one completion, to its client if it is still there, and then
  * its counters: the client does not wait for the daemon's bookkeeping (the
@@ -218,7 +242,8 @@ static void refuse_unlisted(struct job *job, struct job_owner *owner, bool count
 static void deliver(struct job *job, int err, const char *message)
 {
 	struct engine *engine = job->engine;
-	uint64_t latency_ns = now_ns() - job->started_ns;
+	uint64_t now = now_ns();
+	uint64_t latency_ns = now - job->started_ns;
 	uint64_t bytes = err ? job->bytes_done : job->length;
 
 	if (job->owner) {
@@ -231,6 +256,9 @@ static void deliver(struct job *job, int err, const char *message)
 	counters_job_done(&engine->daemon->counters, job->kind, err, bytes, latency_ns,
 			  job->transport ? job->peer.addr : NULL, job->peer.port, job->has_imm);
 	counters_class_done(&engine->daemon->counters, job->cls, err, bytes, latency_ns);
+	if (err == 0 && job->first_post_ns && engine->daemon->cfg.metrics_job_stages) {
+		record_stages(job, now);
+	}
 }
 
 /* The completion job_complete() decided and held for frames on the wire; once. */

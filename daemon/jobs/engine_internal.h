@@ -183,9 +183,13 @@ struct job {
 	bool delivered; /* the deferred completion went out (at the end, or at shutdown) */
 	int final_err;
 	char *final_message;
-	bool issuing;             /* inside job_pump(): do not free */
-	uv_timer_t *deadline;     /* NULL when no deadline */
-	uint64_t started_ns;      /* submission, for metrics and the admin socket */
+	bool issuing;         /* inside job_pump(): do not free */
+	uv_timer_t *deadline; /* NULL when no deadline */
+	uint64_t started_ns;  /* submission, for metrics and the admin socket */
+	/* [metrics] job_stages: the earliest post of its xfers, its return, the latest return */
+	uint64_t first_post_ns;
+	uint64_t first_post_end_ns;
+	uint64_t last_post_end_ns;
 	uint64_t in_flight_bytes; /* bytes of the xfers in flight */
 	struct job_xfer *slots;   /* window, or an allocation of JOB_WINDOW_RUNS */
 	uint32_t n_slots;
@@ -269,6 +273,8 @@ void job_complete(struct job *job, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Frees a completed job once no xfer of it is in flight and it is not issuing. */
 void job_free_if_done(struct job *job);
+/* An xfer of the job came back with its post timed (xfer.post_ns, post_end_ns). */
+void job_post_timed(struct job *job, uint64_t post_ns, uint64_t post_end_ns);
 
 /* ---- engine_pump.c: issuing the plan, and the traffic-class scheduler */
 

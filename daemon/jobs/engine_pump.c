@@ -130,6 +130,9 @@ static void xfer_done(struct xfer *xfer, int err, const char *message)
 	job->in_flight--;
 	job->in_flight_bytes -= xfer->length;
 	node->in_flight--;
+	if (xfer->post_ns) {
+		job_post_timed(job, xfer->post_ns, xfer->post_end_ns);
+	}
 	if (err == 0) {
 		job->bytes_done += xfer->length;
 	} else {

@@ -93,6 +93,13 @@ struct xfer {
 	 * queues behind bulk frames or their bytes in the socket buffers.
 	 */
 	bool urgent;
+	/*
+	 * Set by a transport that times its posts ([metrics] job_stages): when
+	 * the post call carrying the xfer's first work request began and
+	 * returned (now_ns()); 0 when not timed.
+	 */
+	uint64_t post_ns;
+	uint64_t post_end_ns;
 	/* transport-private */
 	struct list_node link;
 	uint64_t wire_id;

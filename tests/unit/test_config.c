@@ -204,6 +204,7 @@ static const char g_every_key[] = "; all keys\n"
 				  "[metrics]\n"
 				  "textfile_dir = /var/lib/node-exporter\n"
 				  "textfile_interval_s = 60\n"
+				  "job_stages = true\n"
 				  "[discovery]\n"
 				  "backend = etcd\n"
 				  "endpoints = https://10.0.0.1:2379,https://10.0.0.2:2379\n"
@@ -298,6 +299,7 @@ START_TEST(every_key_is_parsed)
 	ck_assert_str_eq(cfg.discovery_password_file, "/etc/rdmaxd/etcd.password");
 	ck_assert_int_eq(cfg.gpu_registration, CONFIG_GPU_REG_PEERMEM);
 	ck_assert_uint_eq(cfg.gpu_pool_bytes, 2ull << 30);
+	ck_assert(cfg.metrics_job_stages);
 	ck_assert(cfg.qos_enabled);
 	ck_assert_uint_eq(cfg.qos_weight[0], 1000);
 	ck_assert_uint_eq(cfg.qos_weight[1], 3);
@@ -319,7 +321,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 75);
+	ck_assert_int_eq(keys, 76);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -978,7 +980,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 75);
+	ck_assert_int_eq(keys, 76);
 	free(printed);
 	free(man);
 }

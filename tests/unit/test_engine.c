@@ -284,6 +284,69 @@ START_TEST(engine_error_completes_early_once)
 }
 END_TEST
 
+/* Spin until the clock has passed t (now_ns()): stamps before it lie in the past. */
+static void clock_past(uint64_t t)
+{
+	while (now_ns() <= t) {
+	}
+}
+
+/*
+ * [metrics] job_stages: a job's stages come from its xfers' post stamps (the
+ * earliest post and its return, the latest return) and its completion; for
+ * jobs that completed OK, with stamps, while the key is on.
+ */
+START_TEST(engine_job_stages_from_post_stamps)
+{
+	const struct histogram *st = F.d.counters.job_stage;
+	F.d.cfg.metrics_job_stages = true;
+
+	uint64_t before = now_ns();
+	submit_write(1, 0, 4096 * 3, 0, -1);
+	uint64_t after = now_ns();
+	ck_assert_int_eq(F.ft.n, 3);
+	/* xfer 1 was posted first (3 us), xfer 2's post returned last. */
+	uint64_t post[3] = {after + 20000, after + 10000, after + 30000};
+	uint64_t end[3] = {after + 60000, after + 13000, after + 90000};
+	for (int i = 0; i < 3; i++) {
+		F.ft.xfers[i]->post_ns = post[i];
+		F.ft.xfers[i]->post_end_ns = end[i];
+	}
+	clock_past(after + 100000);
+	finish(0, 0);
+	finish(2, 0);
+	uint64_t done_before = now_ns();
+	finish(1, 0);
+	uint64_t done_after = now_ns();
+	ck_assert_int_eq(g_n_done, 1);
+	for (int s = 0; s < COUNTERS_STAGE_MAX; s++) {
+		ck_assert_uint_eq(st[s].count, 1);
+	}
+	ck_assert_double_ge(st[COUNTERS_STAGE_QUEUE].sum, (double)(post[1] - after) / 1e9);
+	ck_assert_double_le(st[COUNTERS_STAGE_QUEUE].sum, (double)(post[1] - before) / 1e9);
+	ck_assert_double_eq_tol(st[COUNTERS_STAGE_POST].sum, 3000 / 1e9, 1e-12);
+	ck_assert_double_ge(st[COUNTERS_STAGE_COMPLETE].sum, (double)(done_before - end[2]) / 1e9);
+	ck_assert_double_le(st[COUNTERS_STAGE_COMPLETE].sum, (double)(done_after - end[2]) / 1e9);
+
+	/* Not recorded: a failed job, a job without stamps, any job with the key off. */
+	submit_write(2, 0, 100, 0, -1);
+	F.ft.xfers[3]->post_ns = now_ns();
+	F.ft.xfers[3]->post_end_ns = F.ft.xfers[3]->post_ns + 1;
+	finish(3, RDMAX_E_TRANSPORT_ERROR);
+	submit_write(3, 0, 100, 0, -1);
+	finish(4, 0);
+	F.d.cfg.metrics_job_stages = false;
+	submit_write(4, 0, 100, 0, -1);
+	F.ft.xfers[5]->post_ns = now_ns();
+	F.ft.xfers[5]->post_end_ns = F.ft.xfers[5]->post_ns + 1;
+	finish(5, 0);
+	ck_assert_int_eq(g_n_done, 4);
+	for (int s = 0; s < COUNTERS_STAGE_MAX; s++) {
+		ck_assert_uint_eq(st[s].count, 1);
+	}
+}
+END_TEST
+
 START_TEST(engine_validation_errors)
 {
 	/* Local range. */
@@ -859,6 +922,7 @@ Suite *validate_suite(void)
 	tcase_add_test(tc, engine_unordered_holds_imm_chunk);
 	tcase_add_test(tc, engine_groups_runs_per_xfer);
 	tcase_add_test(tc, engine_error_completes_early_once);
+	tcase_add_test(tc, engine_job_stages_from_post_stamps);
 	tcase_add_test(tc, engine_validation_errors);
 	tcase_add_test(tc, engine_duplicate_and_limits);
 	tcase_add_test(tc, engine_cancel_progress_leave);

@@ -285,6 +285,22 @@ void vt_poster_stop(struct verbs_transport *vt)
 
 /* ------------------------------------------------------- posting */
 
+/*
+ * [metrics] job_stages: the post call that carried each RDMA WR's xfer, the
+ * first one where an xfer took several (its job's engine times the stages).
+ */
+static void stamp_posted(const struct wr_desc *wrs, size_t n, uint64_t post_ns,
+			 uint64_t post_end_ns)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct xfer *x = wrs[i].xfer;
+		if (wrs[i].kind != WR_MARKER && wrs[i].kind != WR_SEND && x && !x->post_ns) {
+			x->post_ns = post_ns;
+			x->post_end_ns = post_end_ns;
+		}
+	}
+}
+
 static int link_post(void *ctx, struct conn_link *link, const struct wr_desc *wrs, size_t n,
 		     char *why, size_t why_size)
 {
@@ -377,10 +393,14 @@ static int link_post(void *ctx, struct conn_link *link, const struct wr_desc *wr
 		}
 		/* Nothing of the QP is on the thread: posting here keeps the order. */
 	}
+	bool timed = vt->daemon->cfg.metrics_job_stages;
+	uint64_t post_ns = timed ? now_ns() : 0;
 	int ret = verbs_post_send(lc->id->qp, vt->wrs);
 	if (ret < 0) {
 		snprintf(why, why_size, "ibv_post_send() on '%s' failed: %s", hca->name,
 			 strerror(-ret));
+	} else if (timed) {
+		stamp_posted(wrs, n, post_ns, now_ns());
 	}
 	return ret;
 }
