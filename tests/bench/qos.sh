@@ -367,6 +367,17 @@ def perftest(test):
                 p99.append(float(v[7]))
                 break
     return typ, p99
+def rawbulk_share():
+    # The bulk target's floor under equal conditions: the same rdmax bulk load
+    # beside latency traffic that never enters the daemons.
+    alone = [x * 1000 for x in vals("on", "bulk", "GBps")]
+    beside = [x * 1000 for x in vals("on", "rawbulk", "GBps")]
+    mixed = [x * 1000 for x in vals("on", "mixedbulk", "GBps")]
+    r, m = ratio(beside, alone), ratio(mixed, beside)
+    if r is not None and m is not None:
+        print("  [qos] on: rdmax bulk with the raw ping-pongs / alone = %.2f (what latency "
+              "traffic that never enters the daemons costs the bulk load); bulk with rdmax's "
+              "latency writes / with the raw ping-pongs = %.2f" % (r, m))
 if pre != "host-qos":
     print("raw reference (perftest): 64K ping-pongs, ib_write_lat (ends spin) and "
           "ib_send_lat -e (ends sleep on completion events); half a round trip, typical "
@@ -392,6 +403,7 @@ if pre != "host-qos":
     print("  ib_write_bw 8M -q 2 with the ping-pongs      %s" % fmt(bw, "MB/s"))
     print("  rdmax bulk 8M with the ping-pongs            %s" %
           fmt([x * 1000 for x in vals("on", "rawbulk", "GBps")], "MB/s"))
+    rawbulk_share()
     sys.exit(0)
 print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between two other "
       "processes, or rdmax's 8M bulk writes")
@@ -415,6 +427,7 @@ for load in ("block", "spin"):
           fmt([x * 1000 for x in vals("raw", "load" + load, "GBps")], "MB/s")))
 print("  rdmax bulk 8M with the raw ping-pongs %s" %
       fmt([x * 1000 for x in vals("on", "rawbulk", "GBps")], "MB/s"))
+rawbulk_share()
 on = (ratio(vals("on", "mixedlat", "p50"), vals("on", "idle", "p50")),
       ratio(vals("on", "mixedlat", "p99"), vals("on", "idle", "p99")))
 if on[1] is not None:
