@@ -112,8 +112,7 @@ struct config {
 	/* [metrics] */
 	char metrics_textfile_dir[256]; /* node_exporter textfile directory; empty = off */
 	uint32_t metrics_textfile_interval_s;
-	bool metrics_job_stages; /* time the stages of verbs jobs (rdmaxd_verbs_job_stage_seconds)
-				  */
+	bool metrics_job_stages; /* time the stages of jobs (rdmaxd_job_stage_seconds) */
 
 	/* [discovery] (docs/discovery.md) */
 	char discovery_backend[8];     /* "none" or "etcd" */

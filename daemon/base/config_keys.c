@@ -216,10 +216,11 @@ const struct config_key g_keys[] = {
 	{"metrics", "textfile_interval_s", KEY_UINT, FIELD(metrics_textfile_interval_s), 1, 3600, 0,
 	 "Seconds between two writes of the metrics textfile."},
 	{"metrics", "job_stages", KEY_BOOL, FIELD(metrics_job_stages), 0, 1, KEY_RELOAD,
-	 "true: jobs over verbs are timed in three stages (queue: accepted to the post of their "
-	 "first work request; post: that ibv_post_send() call; complete: their last post to the "
-	 "completion handed to the client), as rdmaxd_verbs_job_stage_seconds. Two clock reads "
-	 "per post call the loop makes; work requests on the posting thread are not timed."},
+	 "true: jobs to other daemons are timed in three stages (queue: accepted to the call "
+	 "that hands their first bytes to the NIC or the socket, ibv_post_send() or sendmsg(); "
+	 "post: that call; complete: its return to the completion handed to the client), as "
+	 "rdmaxd_job_stage_seconds. Two clock reads per such call the loop makes; what the "
+	 "verbs posting thread or the TCP I/O threads send is not timed."},
 
 	{"discovery", "backend", KEY_TEXT, FIELD(discovery_backend), 0, 0, 0,
 	 "Node membership: none (named regions are still looked up by ADDR:PORT, with no "

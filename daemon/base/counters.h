@@ -36,13 +36,15 @@ enum counters_tls_mode {
 };
 
 /*
- * Stages of a job over verbs, timed while [metrics] job_stages is on, for
- * the work requests the loop posts itself (not those of the posting thread).
+ * Stages of a job to another daemon, timed while [metrics] job_stages is on,
+ * from the calls of the loop that hand its bytes to the NIC (ibv_post_send())
+ * or the socket (sendmsg()); not from the verbs posting thread or the TCP
+ * I/O threads.
  */
 enum counters_stage {
-	COUNTERS_STAGE_QUEUE,    /* accepted by the engine -> the post of its first WR begins */
-	COUNTERS_STAGE_POST,     /* that ibv_post_send() call */
-	COUNTERS_STAGE_COMPLETE, /* its last post returned -> its completion handed to the client */
+	COUNTERS_STAGE_QUEUE,    /* accepted by the engine -> the call sending its first bytes */
+	COUNTERS_STAGE_POST,     /* that ibv_post_send() or sendmsg() call */
+	COUNTERS_STAGE_COMPLETE, /* its last such call returned -> its completion to the client */
 	COUNTERS_STAGE_MAX,      /* terminator */
 };
 
@@ -112,8 +114,8 @@ struct counters {
 	uint64_t class_failed[COUNTERS_CLASSES];
 	uint64_t class_bytes[COUNTERS_CLASSES];
 	struct histogram class_latency[COUNTERS_CLASSES];
-	/* [metrics] job_stages: jobs over verbs that completed OK, by stage
-	 * (counters_stage_bounds). */
+	/* [metrics] job_stages: jobs to other daemons that completed OK, by stage (bounds:
+	 * counters_stage_bounds). */
 	struct histogram job_stage[COUNTERS_STAGE_MAX];
 };
 
@@ -128,7 +130,7 @@ void counters_job_done(struct counters *c, int kind, int err, uint64_t bytes, ui
 		       const char *peer_addr, uint16_t peer_port, bool had_imm);
 /* The same job by traffic class (0 latency, 1 bulk); other values are not counted. */
 void counters_class_done(struct counters *c, int cls, int err, uint64_t bytes, uint64_t latency_ns);
-/* A job over verbs that completed OK, in nanoseconds per stage. */
+/* A job to another daemon that completed OK, in nanoseconds per stage. */
 void counters_job_stages(struct counters *c, const uint64_t stage_ns[COUNTERS_STAGE_MAX]);
 /*
  * The q-quantile (0 < q <= 1) of a latency histogram, in seconds: the upper

@@ -542,13 +542,13 @@ int metrics_prometheus(struct metrics *metrics, char **ret_text, size_t *ret_len
 	       "Completion events the loop woke for from the verbs completion queues; none "
 	       "while the loop spins, which polls them instead.");
 	text_printf(&t, "rdmaxd_verbs_cq_events_total %" PRIu64 "\n", m->verbs_cq_events);
-	family(&t, "rdmaxd_verbs_job_stage_seconds", "histogram",
-	       "Stages of jobs over verbs that completed OK, while [metrics] job_stages is on: "
-	       "queue (accepted to the post of their first work request), post (that "
-	       "ibv_post_send() call), complete (their last post to the completion handed to "
-	       "the client).");
+	family(&t, "rdmaxd_job_stage_seconds", "histogram",
+	       "Stages of jobs to other daemons that completed OK, while [metrics] job_stages "
+	       "is on: queue (accepted to the call that hands their first bytes to the NIC or "
+	       "the socket: ibv_post_send(), sendmsg()), post (that call), complete (its return "
+	       "to the completion handed to the client).");
 	for (int s = 0; s < COUNTERS_STAGE_MAX; s++) {
-		render_histogram(&t, "rdmaxd_verbs_job_stage_seconds", &m->job_stage[s],
+		render_histogram(&t, "rdmaxd_job_stage_seconds", &m->job_stage[s],
 				 counters_stage_bounds, counters_stage_buckets, "stage",
 				 counters_stage_names[s]);
 	}
@@ -756,7 +756,7 @@ void metrics_json(struct metrics *metrics, struct json *j, const char *key)
 	json_u64(j, "tcp_io_thread_bytes_received", m->tcp_io_thread_received);
 	json_u64(j, "verbs_post_thread_wrs", m->verbs_post_thread_wrs);
 	json_u64(j, "verbs_cq_events_total", m->verbs_cq_events);
-	json_arr_open(j, "verbs_job_stages");
+	json_arr_open(j, "job_stages");
 	for (int s = 0; s < COUNTERS_STAGE_MAX; s++) {
 		const struct histogram *h = &m->job_stage[s];
 		json_obj_open(j, NULL);

@@ -94,9 +94,10 @@ struct xfer {
 	 */
 	bool urgent;
 	/*
-	 * Set by a transport that times its posts ([metrics] job_stages): when
-	 * the post call carrying the xfer's first work request began and
-	 * returned (now_ns()); 0 when not timed.
+	 * Set by a transport that times its sends ([metrics] job_stages): when
+	 * the call handing the xfer's first bytes to the NIC or the socket
+	 * (ibv_post_send(), sendmsg()) began and returned (now_ns()); 0 when
+	 * not timed.
 	 */
 	uint64_t post_ns;
 	uint64_t post_end_ns;

@@ -250,6 +250,82 @@ START_TEST(write_read_batched)
 }
 END_TEST
 
+/* The number after `key` in the first object of `reply` that begins with `object`. */
+static double reply_number(const char *reply, const char *object, const char *key)
+{
+	const char *o = strstr(reply, object);
+	ck_assert_msg(o != NULL, "no %s in the stats reply", object);
+	const char *k = strstr(o, key);
+	const char *end = strchr(o, '}');
+	ck_assert_msg(k != NULL && end != NULL && k < end, "no %s in %s", key, object);
+	return strtod(k + strlen(key), NULL);
+}
+
+/*
+ * [metrics] job_stages: every write to the other daemon is timed in its
+ * three stages (queue, the call that sends its first bytes, complete), each
+ * no longer than the job itself on average. Over verbs, post lists handed
+ * to the posting thread are not timed: with RDMAXD_TEST_VERBS_POST_THREAD=1
+ * every bulk post list is, and no job is. Over TCP every frame here is below
+ * the I/O threads' minimum, so the loop sends them all in both passes.
+ */
+START_TEST(job_stages_timed)
+{
+	enum { JOBS = 64, LEN = 64 };
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	char reply[65536];
+
+	itest_daemon_set(a, "metrics.job_stages=true");
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *ca = itest_client(a, "timed");
+	struct rdmax_client *cb = itest_client(b, "target");
+	struct rdmax_region *src = itest_alloc(ca, 64 * KiB, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *dst = itest_alloc(cb, 64 * KiB, ACCESS_RW);
+	struct rdmax_desc desc = itest_desc(dst);
+
+	itest_fill(itest_bytes(src), 64 * KiB, 11);
+	for (uint64_t i = 0; i < JOBS; i++) {
+		struct rdmax_job job =
+			itest_job(1 + i, RDMAX_OP_WRITE, src, i * LEN, &desc, i * LEN, LEN);
+		struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+		ck_assert_msg(ev.status == 0, "write %" PRIu64 " failed: %s", i, ev.reason);
+	}
+	/* One job of several chunks (and work requests, over verbs). */
+	struct rdmax_job job = itest_job(JOBS + 1, RDMAX_OP_WRITE, src, 0, &desc, 0, 64 * KiB);
+	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "64 KiB write failed: %s", ev.reason);
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 64 * KiB, "timed writes");
+
+	ck_assert_int_ge(itest_admin_reply(a, "stats", reply, sizeof(reply)), 0);
+	bool thread = strcmp(itest_transport(), "verbs") == 0 && itest_verbs_post_thread_forced();
+	uint64_t want = thread ? 0 : JOBS + 1;
+	const char *latency = strstr(reply, "\"latency\":[");
+	ck_assert_ptr_nonnull(latency);
+	double job_mean = reply_number(latency, "{\"op\":\"write\"", "\"mean_s\":");
+	double stages = 0;
+	for (int s = 0; s < 3; s++) {
+		static const char *const names[] = {"{\"stage\":\"queue\"", "{\"stage\":\"post\"",
+						    "{\"stage\":\"complete\""};
+		uint64_t count = (uint64_t)reply_number(reply, names[s], "\"count\":");
+		ck_assert_msg(count == want, "%s: %" PRIu64 " jobs timed, %" PRIu64 " expected",
+			      names[s], count, want);
+		double mean = reply_number(reply, names[s], "\"mean_s\":");
+		ck_assert_msg(mean >= 0 && mean <= job_mean, "%s: mean %g s, the job's %g s",
+			      names[s], mean, job_mean);
+		stages += mean;
+	}
+	if (want) {
+		/* A system call (rxe: the whole round trip inside it): never 0. */
+		ck_assert(reply_number(reply, "{\"stage\":\"post\"", "\"mean_s\":") > 0);
+		ck_assert_msg(stages <= job_mean * 1.001, "stages %g s against the job's %g s",
+			      stages, job_mean);
+	}
+	itest_pair_end(ca, cb, a, b);
+}
+END_TEST
+
 TCase *itest_tcase_transfer(void)
 {
 	TCase *tc = tcase_create("transfer");
@@ -258,6 +334,7 @@ TCase *itest_tcase_transfer(void)
 	tcase_add_test(tc, write_read_sizes);
 	tcase_add_test(tc, write_read_sizes_on_loop);
 	tcase_add_test(tc, write_read_batched);
+	tcase_add_test(tc, job_stages_timed);
 	return tc;
 }
 

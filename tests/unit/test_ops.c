@@ -235,27 +235,26 @@ START_TEST(metrics_job_stages_render)
 	ns[COUNTERS_STAGE_POST] = 150000;
 	counters_job_stages(&f.d.counters, ns);
 	ck_assert_int_eq(metrics_prometheus(f.m, &text, &len), 0);
-	ck_assert(has_line(text, "# TYPE rdmaxd_verbs_job_stage_seconds histogram"));
-	ck_assert(has_line(
-		text, "rdmaxd_verbs_job_stage_seconds_bucket{stage=\"queue\",le=\"2e-06\"} 0"));
-	ck_assert(has_line(
-		text, "rdmaxd_verbs_job_stage_seconds_bucket{stage=\"queue\",le=\"5e-06\"} 2"));
+	ck_assert(has_line(text, "# TYPE rdmaxd_job_stage_seconds histogram"));
+	ck_assert(
+		has_line(text, "rdmaxd_job_stage_seconds_bucket{stage=\"queue\",le=\"2e-06\"} 0"));
+	ck_assert(
+		has_line(text, "rdmaxd_job_stage_seconds_bucket{stage=\"queue\",le=\"5e-06\"} 2"));
+	ck_assert(has_line(text, "rdmaxd_job_stage_seconds_bucket{stage=\"post\",le=\"5e-05\"} 1"));
+	ck_assert(
+		has_line(text, "rdmaxd_job_stage_seconds_bucket{stage=\"post\",le=\"0.0001\"} 1"));
+	ck_assert(
+		has_line(text, "rdmaxd_job_stage_seconds_bucket{stage=\"post\",le=\"0.0002\"} 2"));
 	ck_assert(has_line(text,
-			   "rdmaxd_verbs_job_stage_seconds_bucket{stage=\"post\",le=\"5e-05\"} 1"));
-	ck_assert(has_line(
-		text, "rdmaxd_verbs_job_stage_seconds_bucket{stage=\"post\",le=\"0.0001\"} 1"));
-	ck_assert(has_line(
-		text, "rdmaxd_verbs_job_stage_seconds_bucket{stage=\"post\",le=\"0.0002\"} 2"));
-	ck_assert(has_line(
-		text, "rdmaxd_verbs_job_stage_seconds_bucket{stage=\"complete\",le=\"+Inf\"} 2"));
-	ck_assert(has_line(text, "rdmaxd_verbs_job_stage_seconds_sum{stage=\"post\"} 0.00019"));
-	ck_assert(has_line(text, "rdmaxd_verbs_job_stage_seconds_count{stage=\"complete\"} 2"));
+			   "rdmaxd_job_stage_seconds_bucket{stage=\"complete\",le=\"+Inf\"} 2"));
+	ck_assert(has_line(text, "rdmaxd_job_stage_seconds_sum{stage=\"post\"} 0.00019"));
+	ck_assert(has_line(text, "rdmaxd_job_stage_seconds_count{stage=\"complete\"} 2"));
 	free(text);
 
 	json_init(&j, 1 << 20);
 	metrics_json(f.m, &j, NULL);
 	const char *doc = finish(&j);
-	ck_assert_ptr_nonnull(strstr(doc, "\"verbs_job_stages\":[{\"stage\":\"queue\",\"count\":2,"
+	ck_assert_ptr_nonnull(strstr(doc, "\"job_stages\":[{\"stage\":\"queue\",\"count\":2,"
 					  "\"mean_s\":3e-06,\"p50_le_s\":5e-06"));
 	ck_assert_ptr_nonnull(strstr(doc, "{\"stage\":\"post\",\"count\":2,\"mean_s\":9.5e-05,"
 					  "\"p50_le_s\":5e-05,\"p99_le_s\":0.0002}"));

@@ -607,9 +607,32 @@ static bool offload_tx(struct tcp_conn *conn)
 	return true;
 }
 
+/*
+ * [metrics] job_stages: the sendmsg() that handed the first bytes of each
+ * request frame among its `sent` bytes to the kernel (the engine times the
+ * stages of its job from it).
+ */
+static void stamp_sent(struct tcp_conn *conn, uint64_t sent, uint64_t post_ns, uint64_t post_end_ns)
+{
+	uint64_t offset = conn->out_sent;
+
+	for (struct list_node *pos = conn->outq.next; pos != &conn->outq && sent > 0;
+	     pos = pos->next) {
+		struct frame *frame = container_of(pos, struct frame, link);
+		uint64_t left = frame->head_len + frame->payload_len - offset;
+		if (offset == 0 && frame->xfer && !frame->xfer->post_ns) {
+			frame->xfer->post_ns = post_ns;
+			frame->xfer->post_end_ns = post_end_ns;
+		}
+		sent -= MIN(sent, left);
+		offset = 0;
+	}
+}
+
 /* Send what the socket takes; false when the connection failed. */
 bool tcp_flush(struct tcp_conn *conn)
 {
+	bool timed = conn->tt->daemon->cfg.metrics_job_stages;
 	uint64_t start = conn->bytes_sent;
 
 	if (conn->tx_op.busy || (!list_empty(&conn->outq) && offload_tx(conn))) {
@@ -628,6 +651,7 @@ bool tcp_flush(struct tcp_conn *conn)
 				break;
 			}
 		}
+		uint64_t post_ns = timed ? now_ns() : 0;
 		ssize_t sent = tcp_io_send(conn, iov, (size_t)n);
 		if (sent < 0) {
 			if (errno == EINTR) {
@@ -642,6 +666,9 @@ bool tcp_flush(struct tcp_conn *conn)
 		}
 		conn->tx_full = false;
 		conn->last_io_ms = now_ms();
+		if (timed) {
+			stamp_sent(conn, (uint64_t)sent, post_ns, now_ns());
+		}
 		tcp_advance_out(conn, (uint64_t)sent);
 	}
 	return true;
