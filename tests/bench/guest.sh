@@ -379,31 +379,6 @@ refs() { # REFERENCES TEST SIZE ITERS REP
 
 tx_bytes() { cat "/sys/class/net/$1/statistics/tx_bytes" 2>/dev/null || echo 0; }
 
-# stage_sums NAME: daemon NAME's job-stage histograms ([metrics] job_stages), as
-# "stage_sum S stage_count N" pairs on one line (nothing when it cannot answer).
-stage_sums() {
-	"$build/rdmaxctl" --socket "$run/$1-admin.sock" stats --prometheus 2>/dev/null |
-		sed -n 's/^rdmaxd_verbs_job_stage_seconds_\(sum\|count\){stage="\([a-z]*\)"} /\2_\1 /p' |
-		tr '\n' ' '
-}
-
-# stage_means BEFORE AFTER FILE: the mean of each stage over the jobs between two
-# stage_sums readings (µs), as JSON in FILE: where daemon a's share of a job went.
-stage_means() {
-	awk -v before="$1" -v after="$2" 'BEGIN {
-		n = split(before, b, " "); for (i = 1; i < n; i += 2) v0[b[i]] = b[i + 1]
-		n = split(after, a, " "); for (i = 1; i < n; i += 2) v1[a[i]] = a[i + 1]
-		jobs = v1["post_count"] - v0["post_count"]
-		if (jobs <= 0) exit 1
-		printf "{\"jobs\": %d", jobs
-		split("queue post complete", st, " ")
-		for (i = 1; i <= 3; i++)
-			printf ", \"%s_us\": %.3f", st[i], (v1[st[i] "_sum"] - v0[st[i] "_sum"]) / jobs * 1e6
-		print "}"
-	}' >"$3.tmp" && mv "$3.tmp" "$3"
-	rm -f "$3.tmp"
-}
-
 rdmax() { # TEST SIZE ITERS REP
 	local test=$1 size=$2 iters=$3 rep=$4 rc netdev='' before=0 sent
 	local file="$out/guest-rdmax-$test-$size-r$rep.json"
@@ -436,12 +411,13 @@ rdmax() { # TEST SIZE ITERS REP
 	fi
 	local c0 stages0=''
 	c0=$(stats_now)
-	[ "$test" = write_rtt ] && stages0=$(stage_sums "$a")
+	[ "$test" = write_rtt ] && stages0=$(stage_sums "$run/$a-admin.sock")
 	profiled "rdmax-$test-$size-r$rep" timeout 120 "$build/rdmax-bench" "${args[@]}" \
 		>"$run/bench.out" 2>&1
 	rc=$?
 	if [ "$rc" = 0 ] && [ -n "$stages0" ]; then
-		stage_means "$stages0" "$(stage_sums "$a")" "$out/guest-stages-$test-$size-r$rep.json" &&
+		stage_means "$stages0" "$(stage_sums "$run/$a-admin.sock")" \
+			"$out/guest-stages-$test-$size-r$rep.json" &&
 			log "rdmax $test $size B, daemon a per stage (µs, means): $(cat \
 				"$out/guest-stages-$test-$size-r$rep.json")"
 	fi

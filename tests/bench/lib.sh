@@ -88,3 +88,28 @@ gid_index() {
 		fi
 	done
 }
+
+# stage_sums ADMIN_SOCKET: that daemon's job-stage histograms ([metrics] job_stages),
+# as "stage_sum S stage_count N" pairs on one line (nothing when it cannot answer).
+stage_sums() {
+	"$build/rdmaxctl" --socket "$1" stats --prometheus 2>/dev/null |
+		sed -n 's/^rdmaxd_job_stage_seconds_\(sum\|count\){stage="\([a-z]*\)"} /\2_\1 /p' |
+		tr '\n' ' '
+}
+
+# stage_means BEFORE AFTER FILE: the mean of each stage over the jobs between two
+# stage_sums readings (µs), as JSON in FILE: where the daemon's share of a job went.
+stage_means() {
+	awk -v before="$1" -v after="$2" 'BEGIN {
+		n = split(before, b, " "); for (i = 1; i < n; i += 2) v0[b[i]] = b[i + 1]
+		n = split(after, a, " "); for (i = 1; i < n; i += 2) v1[a[i]] = a[i + 1]
+		jobs = v1["post_count"] - v0["post_count"]
+		if (jobs <= 0) exit 1
+		printf "{\"jobs\": %d", jobs
+		split("queue post complete", st, " ")
+		for (i = 1; i <= 3; i++)
+			printf ", \"%s_us\": %.3f", st[i], (v1[st[i] "_sum"] - v0[st[i] "_sum"]) / jobs * 1e6
+		print "}"
+	}' >"$3.tmp" && mv "$3.tmp" "$3"
+	rm -f "$3.tmp"
+}

@@ -378,12 +378,12 @@ def print_scaling(rows, rss):
               f"{rss.get('after_kib', 0) / 1024:.1f} MiB idle after")
 
 
-def stages(runs, out_dir):
-    """The write_rtt row's rdmax runs by stage ([metrics] job_stages on daemon a, guest.sh):
-    medians over the runs of each stage's mean, the rest of rdmax's mean, and the raw
-    posters' post call means; None without stage files."""
+def stages(runs, out_dir, part, test):
+    """A latency row's rdmax runs by stage ([metrics] job_stages on daemon a; guest.sh's
+    write_rtt, run.sh's tcp_lat): medians over the runs of each stage's mean, the rest of
+    rdmax's mean, and (guest) the raw posters' post call means; None without stage files."""
     per = []
-    for path in sorted(glob.glob(os.path.join(out_dir, "guest-stages-write_rtt-64-r*.json"))):
+    for path in sorted(glob.glob(os.path.join(out_dir, f"{part}-stages-{test}-64-r*.json"))):
         try:
             per.append(json.load(open(path)))
         except (OSError, ValueError):
@@ -392,7 +392,7 @@ def stages(runs, out_dir):
         return None
     got = {k: statistics.median(p[k + "_us"] for p in per) for k in ("queue", "post", "complete")}
     got["runs"] = len(per)
-    row = runs.get(("guest", "write_rtt", 64), {})
+    row = runs.get((part, test, 64), {})
     mean = med(row.get("rdmax", []), "mean_us")
     got["rest"] = mean - sum(got[k] for k in ("queue", "post", "complete")) if mean else None
     for tool in ("hop", "code"):
@@ -468,23 +468,30 @@ def main():
         print(f"latency against that write after about 5 600 instructions of other code "
               f"(verbs-hop --code 256, p50 against p50): code_rtt={r(code)}, mean against mean: "
               f"{r(code_mean)}")
-    st = stages(runs, out_dir)
+    def us(v):
+        return "n/a" if v is None else f"{v:.1f}"
+    st = stages(runs, out_dir, "guest", "write_rtt")
     if st is not None:
         # Daemon a's share of rdmax's write, timed in the daemon: the post call is where rxe
         # runs the whole round trip, against the same call in the raw posters.
-        def us(v):
-            return "n/a" if v is None else f"{v:.1f}"
         print(f"rdmax's completed write by stage (daemon a, mean µs, median of {st['runs']} runs): "
               f"queue {us(st['queue'])}, post call {us(st['post'])}, complete "
               f"{us(st['complete'])}; the rest of its mean (client, ring both ways) "
               f"{us(st['rest'])}; the raw post call's mean: {us(st['hop_post'])} (process hop), "
               f"{us(st['code_post'])} (after the code)")
+    tst = stages(runs, out_dir, "host", "tcp_lat")
+    if tst is not None:
+        # The same over TCP on loopback: the send call includes the loopback receive path.
+        print(f"rdmax's completed 64 B write over TCP by stage (daemon a, mean µs, median of "
+              f"{tst['runs']} runs): queue {us(tst['queue'])}, sendmsg {us(tst['post'])}, "
+              f"complete {us(tst['complete'])}; the rest of its mean (client, ring both ways) "
+              f"{us(tst['rest'])}")
     scale_rows, rss = scaling(out_dir)
     print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump({"rows": rows, "ratios": summary, "line": line, "lat_rtt": rtt, "hop_rtt": hop,
                    "hop_rtt_mean": hop_mean, "code_rtt": code, "code_rtt_mean": code_mean,
-                   "write_rtt_stages": st,
+                   "write_rtt_stages": st, "tcp_lat_stages": tst,
                    "scaling": scale_rows, "rss": rss}, f, indent=1)
     print(line)
 

@@ -231,6 +231,8 @@ rdmax() { # TEST SIZE REP
 		fi
 		;;
 	esac
+	local stages0=''
+	[ "$test" = tcp_lat ] && stages0=$(stage_sums "$run/a-admin.sock")
 	if ! timeout 120 "$build/rdmax-bench" "${args[@]}" >"$run/bench.out" 2>&1; then
 		echo "host: rdmax-bench $test $size B failed: $(tail -n 3 "$run/bench.out" | tr '\n' ' ')"
 		rm -f "$file.tmp"
@@ -238,6 +240,10 @@ rdmax() { # TEST SIZE REP
 		return 1
 	fi
 	mv "$file.tmp" "$file"
+	# Where daemon a's share of the completed 64 B write went ([metrics] job_stages).
+	[ -n "$stages0" ] && stage_means "$stages0" "$(stage_sums "$run/a-admin.sock")" \
+		"$out/host-stages-$test-$size-r$rep.json"
+	return 0
 }
 
 # The cost of tcp_encryption = on: WRITEs between a second pair of daemons with TLS
@@ -314,7 +320,10 @@ available() { # TOOLS: those installed
 	echo "$keep"
 }
 
-if start_daemon a "host part" && start_daemon b "host part"; then
+# Both with their own admin socket; a's job stages are read around the tcp_lat runs.
+stage_set=(--set metrics.job_stages=true)
+if start_daemon a "host part" --set "daemon.admin_socket=$run/a-admin.sock" "${stage_set[@]}" &&
+	start_daemon b "host part" --set "daemon.admin_socket=$run/b-admin.sock" "${stage_set[@]}"; then
 	"$build/rdmax-bench" serve --socket "$run/b.sock" --desc "$run/b.desc" --size 8M \
 		2>"$run/serve.log" &
 	serve_pid=$!
