@@ -1112,11 +1112,7 @@ START_TEST(tcp_frames_split_anywhere)
 	ck_assert_uint_eq(r->addr[0], 0); /* the refused write touched nothing */
 	ck_assert_uint_eq(r->addr[65535], 0);
 	ck_assert_uint_eq(imm_count(&b.d.imm, &b, 77), 1);
-	raw_close(&p);
-	free(buf);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&b);
+	raw_done(&p, buf, &b);
 }
 END_TEST
 
@@ -1426,11 +1422,7 @@ START_TEST(tcp_segs_region_deregistered_midway)
 			ck_assert_uint_eq(r2->addr[segs[s].offset + i], (uint8_t)(5 + k * 11));
 		}
 	}
-	raw_close(&p);
-	free(buf);
-	node_stop(&b);
-	uv_run(&g_loop, UV_RUN_DEFAULT);
-	node_free(&b);
+	raw_done(&p, buf, &b);
 }
 END_TEST
 
