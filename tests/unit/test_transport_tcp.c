@@ -267,6 +267,52 @@ START_TEST(tcp_write_read_imm_in_order)
 }
 END_TEST
 
+/*
+ * [metrics] job_stages: every request frame's xfer carries the sendmsg()
+ * that sent its first bytes, also one that began inside an earlier frame;
+ * frames go out in queue order, so their stamps do too. With the key off
+ * nothing is stamped.
+ */
+START_TEST(tcp_sends_timed)
+{
+	struct node a, b;
+	struct tx t[21];
+	const uint64_t mib = 1 << 20;
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	struct region *local = node_region(&a, 32 * mib, RDMAX_ACCESS_LOCAL);
+	struct region *remote = node_region(&b, 32 * mib, RDMAX_ACCESS_REMOTE_WRITE);
+	for (int on = 1; on >= 0; on--) {
+		a.d.cfg.metrics_job_stages = on;
+		/* A frame of many sendmsg() calls, and small ones queued behind it. */
+		uint64_t before = now_ns();
+		tx_prep(&t[0], XFER_WRITE, &b, remote, local, 0, 0, 24 * mib);
+		tx_submit(&a, &t[0]);
+		for (int i = 1; i < 21; i++) {
+			tx_prep(&t[i], XFER_WRITE, &b, remote, local, 24 * mib + (uint64_t)i * 64,
+				(uint64_t)i * 64, 64);
+			tx_submit(&a, &t[i]);
+		}
+		run_until_done();
+		for (int i = 0; i < 21; i++) {
+			tx_check(&t[i], 0, NULL);
+			if (!on) {
+				ck_assert_uint_eq(t[i].x.post_ns, 0);
+				continue;
+			}
+			ck_assert_msg(t[i].x.post_ns >= before, "xfer %d: no send stamped", i);
+			ck_assert_uint_ge(t[i].x.post_end_ns, t[i].x.post_ns);
+			if (i > 0) {
+				ck_assert_uint_ge(t[i].x.post_ns, t[i - 1].x.post_ns);
+			}
+		}
+		ck_assert_int_eq(memcmp(remote->addr, local->addr, 24 * mib), 0);
+	}
+	nodes_end(&a, &b);
+}
+END_TEST
+
 START_TEST(tcp_refusals)
 {
 	struct node a, b;
@@ -1432,6 +1478,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_set_timeout(tc, 15);
 	tcase_add_checked_fixture(tc, tcp_setup, tcp_teardown);
 	tcase_add_test(tc, tcp_write_read_imm_in_order);
+	tcase_add_test(tc, tcp_sends_timed);
 	tcase_add_test(tc, tcp_refusals);
 	tcase_add_test(tc, tcp_unreachable_and_limits);
 	tcase_add_test(tc, tcp_authentication);
