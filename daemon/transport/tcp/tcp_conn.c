@@ -270,6 +270,7 @@ void tcp_conn_fail(struct tcp_conn *conn, int err, const char *message)
 	drain_queue(conn, &conn->pendq, &dead);
 	conn->n_out = 0;
 	conn->state = TCP_CONN_CLOSED;
+	tcp_flush_unlist(conn);
 	list_del(&conn->link);
 	tt->n_conns--;
 	tt->n_in -= conn->outgoing ? 0 : 1;

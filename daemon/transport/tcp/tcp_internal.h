@@ -223,8 +223,13 @@ struct tcp_conn {
 	/*
 	 * The last send found the socket full: the spin (tcp_poll) leaves outq
 	 * to the writable event instead of retrying sendmsg() on every pass.
+	 * Only then does the connection wait for that event: frames queued on a
+	 * socket with room go out from tt->flush_idle (or the spin) instead, with
+	 * no epoll_ctl() per frame.
 	 */
 	bool tx_full;
+	bool flush_listed;           /* in tt->flush_list */
+	struct list_node flush_link; /* in tt->flush_list while flush_listed */
 
 	enum rx_state rx_state;
 	struct wire_header rx_h;
@@ -265,7 +270,13 @@ struct tcp_transport {
 	int listen_fd;
 	uv_poll_t listen_poll;
 	uv_timer_t timer;
-	uint32_t handles; /* listener + timer + conns not yet freed */
+	/*
+	 * Connections with frames queued and room in the socket, sent from the
+	 * next loop iteration (an idle handle: the loop does not block before).
+	 */
+	uv_idle_t flush_idle;
+	struct list_node flush_list;
+	uint32_t handles; /* listener + timer + flush_idle + conns not yet freed */
 	uint16_t port;
 	bool shut;
 	struct list_node conns;
@@ -417,6 +428,9 @@ void tcp_receive(struct tcp_conn *conn);
 void tcp_on_connected(struct tcp_conn *conn);
 void tcp_on_poll(uv_poll_t *handle, int status, int events);
 void tcp_update_poll(struct tcp_conn *conn);
+/* The flush list and its idle handle (tcp_update_poll); a conn leaves it before it closes. */
+void tcp_flush_init(struct tcp_transport *tt);
+void tcp_flush_unlist(struct tcp_conn *conn);
 int tcp_poll(struct transport *transport);
 /* Credit n bytes received straight into the current part. */
 void tcp_rx_landed(struct tcp_conn *conn, uint64_t n);

@@ -564,6 +564,55 @@ int tcp_poll(struct transport *transport)
 	return moved;
 }
 
+/*
+ * The connections with frames queued and room in the socket, from the loop's
+ * idle phase: tcp_flush() sends them (where the socket fills, tx_full leaves
+ * the rest to the writable event), then the connection's interest is set
+ * anew. The idle handle stops when no connection is left listed.
+ */
+static void on_flush_idle(uv_idle_t *idle)
+{
+	struct tcp_transport *tt = idle->data;
+	struct list_node todo;
+
+	list_init(&todo);
+	while (!list_empty(&tt->flush_list)) {
+		struct list_node *n = tt->flush_list.next;
+		list_del(n);
+		list_add_tail(&todo, n);
+	}
+	while (!list_empty(&todo)) {
+		struct tcp_conn *conn = container_of(todo.next, struct tcp_conn, flush_link);
+		list_del(&conn->flush_link);
+		conn->flush_listed = false;
+		if (tcp_usable(conn) && !list_empty(&conn->outq) && !conn->tx_full &&
+		    !tcp_flush(conn)) {
+			continue; /* failed: its xfers completed */
+		}
+		if (tcp_usable(conn)) {
+			tcp_update_poll(conn);
+		}
+	}
+	if (list_empty(&tt->flush_list)) {
+		uv_idle_stop(&tt->flush_idle);
+	}
+}
+
+void tcp_flush_unlist(struct tcp_conn *conn)
+{
+	if (conn->flush_listed) {
+		list_del(&conn->flush_link);
+		conn->flush_listed = false;
+	}
+}
+
+void tcp_flush_init(struct tcp_transport *tt)
+{
+	list_init(&tt->flush_list);
+	uv_idle_init(tt->daemon->loop, &tt->flush_idle);
+	tt->flush_idle.data = tt;
+}
+
 void tcp_update_poll(struct tcp_conn *conn)
 {
 	int events = 0;
@@ -580,7 +629,23 @@ void tcp_update_poll(struct tcp_conn *conn)
 		events = tcp_reading_paused(conn) || conn->rx_op.busy || tcp_reads_wait_for_tx(conn)
 				 ? 0
 				 : UV_READABLE;
-		events |= list_empty(&conn->outq) || conn->tx_op.busy ? 0 : UV_WRITABLE;
+		/*
+		 * Frames to send wait for the writable event only where the socket
+		 * was full; otherwise the next iteration sends them, and a request
+		 * costs no epoll_ctl() to watch for room and none to stop.
+		 */
+		if (!list_empty(&conn->outq) && !conn->tx_op.busy) {
+			if (conn->tx_full) {
+				events |= UV_WRITABLE;
+			} else if (!conn->flush_listed && !conn->tt->shut) {
+				struct tcp_transport *tt = conn->tt;
+				if (list_empty(&tt->flush_list)) {
+					uv_idle_start(&tt->flush_idle, on_flush_idle);
+				}
+				list_add_tail(&tt->flush_list, &conn->flush_link);
+				conn->flush_listed = true;
+			}
+		}
 	}
 	if (events == conn->poll_events) {
 		return;

@@ -304,6 +304,7 @@ static void tcp_shutdown(struct transport *transport)
 	close(tt->listen_fd);
 	tt->listen_fd = -1;
 	uv_close((uv_handle_t *)&tt->timer, on_transport_handle_closed);
+	uv_close((uv_handle_t *)&tt->flush_idle, on_transport_handle_closed);
 	tt->backoff.timer.data = tt; /* for on_transport_handle_closed() */
 	listen_backoff_close(&tt->backoff, on_transport_handle_closed);
 	while (!list_empty(&tt->conns)) {
@@ -626,7 +627,8 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	uv_timer_init(daemon->loop, &tt->timer);
 	tt->timer.data = tt;
 	listen_backoff_init(&tt->backoff, daemon->loop, &tt->listen_poll, tcp_on_listen);
-	tt->handles = 3;
+	tcp_flush_init(tt);
+	tt->handles = 4;
 	err = tcp_offload_start(tt, daemon->cfg.tcp_io_threads);
 	tt->handles += tt->offload.async_open;
 	if (err < 0) {
