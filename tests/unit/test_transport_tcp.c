@@ -1114,6 +1114,60 @@ START_TEST(tcp_answers_wait_for_the_sending_thread)
 }
 END_TEST
 
+/* b's end of a connection the loop read: the socket whose local port is b's listener. */
+static int responder_fd(struct node *b)
+{
+	int fd_b = -1;
+
+	for (int fd = 0; fd < WRAP_FDS; fd++) {
+		struct sockaddr_in sa;
+		socklen_t sl = sizeof(sa);
+		if (g_loop_reads[fd] && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+		    sa.sin_family == AF_INET && ntohs(sa.sin_port) == node_port(b)) {
+			fd_b = fd;
+		}
+	}
+	ck_assert_int_ge(fd_b, 0);
+	return fd_b;
+}
+
+/*
+ * Requests one at a time (a latency client's pattern): the responder reads
+ * each with one recvmsg() and answers, without a second call that would only
+ * hear EAGAIN; every byte lands.
+ */
+START_TEST(tcp_responder_reads_once_per_request)
+{
+	enum { N = 64 };
+	struct node a, b;
+	struct tx t;
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	struct region *local = node_region(&a, N * 64, RDMAX_ACCESS_LOCAL);
+	struct region *remote = node_region(&b, N * 64, RDMAX_ACCESS_REMOTE_WRITE);
+	for (uint64_t i = 0; i < N * 64; i++) {
+		local->addr[i] = (uint8_t)(i * 11 + 1);
+	}
+	tx_prep(&t, XFER_WRITE, &b, remote, local, 0, 0, 64);
+	tx_submit(&a, &t);
+	run_until_done();
+	tx_check(&t, 0, NULL);
+	memset(g_loop_reads, 0, sizeof(g_loop_reads));
+	for (int i = 0; i < N; i++) {
+		tx_prep(&t, XFER_WRITE, &b, remote, local, (uint64_t)i * 64, (uint64_t)i * 64, 64);
+		tx_submit(&a, &t);
+		run_until_done();
+		tx_check(&t, 0, NULL);
+	}
+	ck_assert_int_eq(memcmp(remote->addr, local->addr, N * 64), 0);
+	int fd_b = responder_fd(&b);
+	ck_assert_msg(g_loop_reads[fd_b] <= N + N / 8, "b read its socket %u times for %d requests",
+		      g_loop_reads[fd_b], N);
+	nodes_end(&a, &b);
+}
+END_TEST
+
 /*
  * A stream of large writes received on I/O threads: the thread that reads
  * a payload's last bytes also takes what is there of the next frame's
@@ -1147,17 +1201,7 @@ START_TEST(tcp_receiving_thread_reads_the_next_header)
 	}
 	ck_assert_int_eq(memcmp(remote->addr, local->addr, (uint64_t)N * len), 0);
 	ck_assert_uint_ge(b.d.counters.tcp_io_thread_received, (uint64_t)N * len / 2);
-	/* b's end of the connection: the socket whose local port is b's listener. */
-	int fd_b = -1;
-	for (int fd = 0; fd < WRAP_FDS; fd++) {
-		struct sockaddr_in sa;
-		socklen_t sl = sizeof(sa);
-		if (g_loop_reads[fd] && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
-		    sa.sin_family == AF_INET && ntohs(sa.sin_port) == node_port(&b)) {
-			fd_b = fd;
-		}
-	}
-	ck_assert_int_ge(fd_b, 0);
+	int fd_b = responder_fd(&b);
 	/* Without the read-ahead the receiving loop reads each of the N headers itself. */
 	ck_assert_msg(g_loop_reads[fd_b] < N / 2, "b's loop read its socket %u times for %d frames",
 		      g_loop_reads[fd_b], N);
@@ -1547,6 +1591,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_write_read_imm_in_order);
 	tcase_add_test(tc, tcp_sends_timed);
 	tcase_add_test(tc, tcp_requests_skip_the_writable_watch);
+	tcase_add_test(tc, tcp_responder_reads_once_per_request);
 	tcase_add_test(tc, tcp_refusals);
 	tcase_add_test(tc, tcp_unreachable_and_limits);
 	tcase_add_test(tc, tcp_authentication);
