@@ -262,16 +262,17 @@ static double reply_number(const char *reply, const char *object, const char *ke
 }
 
 /*
- * [metrics] job_stages: every write to the other daemon is timed in its
- * three stages (queue, the call that sends its first bytes, complete), each
- * no longer than the job itself on average. Over verbs, post lists handed
- * to the posting thread are not timed: with RDMAXD_TEST_VERBS_POST_THREAD=1
- * every bulk post list is, and no job is. Over TCP every frame here is below
- * the I/O threads' minimum, so the loop sends them all in both passes.
+ * [metrics] job_stages: every write and SEND to the other daemon is timed in
+ * its three stages (queue, the call that sends its first bytes, complete),
+ * each no longer than the jobs themselves on average. Over verbs, post lists
+ * handed to the posting thread are not timed: with
+ * RDMAXD_TEST_VERBS_POST_THREAD=1 every post list is, and no job is.
+ * Over TCP every frame here is below the I/O threads' minimum, so the loop
+ * sends them all in both passes.
  */
 START_TEST(job_stages_timed)
 {
-	enum { JOBS = 64, LEN = 64 };
+	enum { JOBS = 64, LEN = 64, SENDS = 8 };
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
 	char reply[65536];
@@ -297,13 +298,33 @@ START_TEST(job_stages_timed)
 	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
 	ck_assert_msg(ev.status == 0, "64 KiB write failed: %s", ev.reason);
 	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), 64 * KiB, "timed writes");
+	/* Messages to a mailbox of the other daemon (the transports that carry them). */
+	bool sends =
+		strcmp(itest_transport(), "tcp") == 0 || strcmp(itest_transport(), "verbs") == 0;
+	if (sends) {
+		struct rdmax_desc box;
+		ck_assert_int_eq(rdmax_mailbox_open_addr(cb, "stages.in", &box), 0);
+		for (uint64_t i = 0; i < SENDS; i++) {
+			job = itest_job(JOBS + 2 + i, RDMAX_OP_SEND, NULL, 0, &box, 0, 0);
+			job.u.send.payload = itest_bytes(src) + i * LEN;
+			job.u.send.length = LEN;
+			ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+			ck_assert_msg(ev.status == 0, "SEND %" PRIu64 " failed: %s", i, ev.reason);
+		}
+	}
 
 	ck_assert_int_ge(itest_admin_reply(a, "stats", reply, sizeof(reply)), 0);
 	bool thread = strcmp(itest_transport(), "verbs") == 0 && itest_verbs_post_thread_forced();
-	uint64_t want = thread ? 0 : JOBS + 1;
+	uint64_t want = thread ? 0 : JOBS + 1 + (sends ? SENDS : 0);
 	const char *latency = strstr(reply, "\"latency\":[");
 	ck_assert_ptr_nonnull(latency);
-	double job_mean = reply_number(latency, "{\"op\":\"write\"", "\"mean_s\":");
+	/* The mean over the jobs timed, writes and SENDs. */
+	double write_n = reply_number(latency, "{\"op\":\"write\"", "\"count\":");
+	double send_n = reply_number(latency, "{\"op\":\"send\"", "\"count\":");
+	ck_assert_msg(send_n == (sends ? SENDS : 0), "%g SENDs counted", send_n);
+	double job_mean = (write_n * reply_number(latency, "{\"op\":\"write\"", "\"mean_s\":") +
+			   send_n * reply_number(latency, "{\"op\":\"send\"", "\"mean_s\":")) /
+			  (write_n + send_n);
 	double stages = 0;
 	for (int s = 0; s < 3; s++) {
 		static const char *const names[] = {"{\"stage\":\"queue\"", "{\"stage\":\"post\"",

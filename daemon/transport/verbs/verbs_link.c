@@ -286,15 +286,16 @@ void vt_poster_stop(struct verbs_transport *vt)
 /* ------------------------------------------------------- posting */
 
 /*
- * [metrics] job_stages: the post call that carried each RDMA WR's xfer, the
- * first one where an xfer took several (its job's engine times the stages).
+ * [metrics] job_stages: the post call that carried each WR's xfer, the first
+ * one where an xfer took several (its job's engine times the stages). A
+ * SEND's xfer is the message's own (verbs_msg.c hands its stamps on).
  */
 static void stamp_posted(const struct wr_desc *wrs, size_t n, uint64_t post_ns,
 			 uint64_t post_end_ns)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct xfer *x = wrs[i].xfer;
-		if (wrs[i].kind != WR_MARKER && wrs[i].kind != WR_SEND && x && !x->post_ns) {
+		if (wrs[i].kind != WR_MARKER && x && !x->post_ns) {
 			x->post_ns = post_ns;
 			x->post_end_ns = post_end_ns;
 		}

@@ -85,6 +85,9 @@ static void msg_done(struct xfer *wire, int err, const char *message)
 	struct xfer *user = s->user;
 
 	user->reply_len = err ? 0 : wire->reply_len;
+	/* [metrics] job_stages: the post that sent the message is the job's. */
+	user->post_ns = wire->post_ns;
+	user->post_end_ns = wire->post_end_ns;
 	slot_free(vt, s);
 	user->bytes_done = err ? 0 : user->length;
 	msg_pump(vt);
