@@ -203,6 +203,11 @@ int cpu_affinity_pin_loop(void)
 	return g_aff.loop_set ? pin_self(&g_aff.loop) : 0;
 }
 
+int cpu_affinity_lend_loop(void)
+{
+	return g_aff.loop_set ? pin_self(worker_set()) : 0;
+}
+
 int cpu_affinity_pin_worker(void)
 {
 	pid_t tid = (pid_t)syscall(SYS_gettid);

@@ -49,6 +49,16 @@ int cpu_affinity_pin_loop(void);
  */
 int cpu_affinity_pin_worker(void);
 
+/*
+ * The loop is about to call a library that may start a thread of its own
+ * (libcurl's resolver threads): move the calling thread (the loop) to the
+ * workers' CPUs, as cpu_affinity_pin_worker() would place a worker, so that a
+ * thread started now inherits those instead of loop_cpus. The loop takes its
+ * own back with cpu_affinity_pin_loop() once the call returned. Without
+ * loop_cpus nothing changes. \return 0 or a negative errno
+ */
+int cpu_affinity_lend_loop(void);
+
 /* The calling worker ends: take it off the list (before it returns). */
 void cpu_affinity_worker_exit(void);
 

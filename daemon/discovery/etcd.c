@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_affinity.h"
 #include "etcd.h"
 #include "log.h"
 #include "rdmax.h"
@@ -57,6 +58,7 @@ struct etcd {
 	bool closed;
 	bool delivering;
 	bool close_pending; /* etcd_close() from a callback: done when delivery ends */
+	bool lent;          /* the loop runs on the workers' CPUs until libcurl returns */
 	struct list_node reqs;
 	char *endpoints[ETCD_ENDPOINTS_MAX];
 	uint32_t n_endpoints;
@@ -68,6 +70,44 @@ struct etcd {
 };
 
 static void run_pending(struct etcd *etcd);
+
+/*
+ * libcurl resolves a name on a thread it starts from the thread that drives
+ * it: the loop, which [engine] loop_cpus keeps on CPUs of its own, and a
+ * thread inherits its creator's CPUs. For the call that starts a resolve the
+ * loop runs on the workers' CPUs, so the resolver does too, and end_call()
+ * takes the loop back once libcurl returned.
+ */
+static int on_resolver_start(void *resolver_state, void *reserved, void *userp)
+{
+	struct etcd *etcd = userp;
+
+	(void)resolver_state;
+	(void)reserved;
+	if (!etcd->lent) {
+		etcd->lent = true;
+		int err = cpu_affinity_lend_loop();
+		if (err < 0) {
+			log_warn("discovery: cannot move the loop off its CPUs for a name "
+				 "resolution: %s",
+				 strerror(-err));
+		}
+	}
+	return 0;
+}
+
+/* After every call into libcurl: the loop back on its own CPUs. */
+static void end_call(struct etcd *etcd)
+{
+	if (etcd->lent) {
+		etcd->lent = false;
+		int err = cpu_affinity_pin_loop();
+		if (err < 0) {
+			log_warn("discovery: cannot move the loop back to [engine] loop_cpus: %s",
+				 strerror(-err));
+		}
+	}
+}
 
 static void sock_closed(uv_handle_t *handle)
 {
@@ -87,6 +127,7 @@ static void on_poll(uv_poll_t *poll, int status, int events)
 		flags |= events & UV_WRITABLE ? CURL_CSELECT_OUT : 0;
 	}
 	curl_multi_socket_action(etcd->multi, s->fd, flags, &running);
+	end_call(etcd);
 	run_pending(etcd);
 }
 
@@ -126,6 +167,7 @@ static void on_timer(uv_timer_t *timer)
 	int running;
 
 	curl_multi_socket_action(etcd->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	end_call(etcd);
 	run_pending(etcd);
 }
 
@@ -422,6 +464,8 @@ int etcd_post(struct etcd *etcd, const char *path, json_t *body, bool stream, ui
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_RESOLVER_START_FUNCTION, on_resolver_start);
+	curl_easy_setopt(e, CURLOPT_RESOLVER_START_DATA, etcd);
 	if (timeout_ms) {
 		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
 	}
@@ -432,7 +476,9 @@ int etcd_post(struct etcd *etcd, const char *path, json_t *body, bool stream, ui
 		curl_easy_setopt(e, CURLOPT_SSLCERT, etcd->cert_file);
 		curl_easy_setopt(e, CURLOPT_SSLKEY, etcd->key_file[0] ? etcd->key_file : NULL);
 	}
-	if (curl_multi_add_handle(etcd->multi, e) != CURLM_OK) {
+	CURLMcode added = curl_multi_add_handle(etcd->multi, e);
+	end_call(etcd);
+	if (added != CURLM_OK) {
 		curl_easy_cleanup(e);
 		req->easy = NULL;
 		req_free(req);

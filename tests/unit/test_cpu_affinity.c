@@ -4,15 +4,22 @@
  * against the CPUs the process may use, and where the loop and the workers
  * end up. Pinning happens on helper threads, so the runner keeps its CPUs.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "cpu_affinity.h"
+#include "etcd.h"
 
 Suite *cpu_affinity_suite(void);
 
@@ -184,6 +191,114 @@ START_TEST(loop_and_workers_land_on_their_cpus)
 }
 END_TEST
 
+/*
+ * getaddrinfo(), in place of libc's for libcurl too (an executable's symbol
+ * comes first): the test's host name resolves to 127.0.0.1, and the CPUs of
+ * the thread that resolved it are kept. Every other name goes to libc.
+ */
+#define RESOLVE_NAME "rdmax-affinity.test"
+static pthread_mutex_t g_resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_resolves;
+static cpu_set_t g_resolve_cpus;
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+		struct addrinfo **res)
+{
+	static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+
+	if (!real) {
+		*(void **)&real = dlsym(RTLD_NEXT, "getaddrinfo");
+	}
+	if (node && strcmp(node, RESOLVE_NAME) == 0) {
+		pthread_mutex_lock(&g_resolve_lock);
+		g_resolves++;
+		sched_getaffinity(0, sizeof(g_resolve_cpus), &g_resolve_cpus);
+		pthread_mutex_unlock(&g_resolve_lock);
+		node = "127.0.0.1";
+	}
+	return real(node, service, hints, res);
+}
+
+struct etcd_probe {
+	uint16_t port; /* nothing listens there */
+	bool done;
+	int err;
+	cpu_set_t loop_cpus; /* the loop thread's once the request ended */
+};
+
+static void etcd_probe_done(void *arg, int err, const char *why, json_t *doc)
+{
+	struct etcd_probe *p = arg;
+
+	p->done = true;
+	p->err = err;
+}
+
+/* The loop: pinned, it runs one etcd request to a name libcurl must resolve. */
+static void *etcd_probe_main(void *arg)
+{
+	struct etcd_probe *p = arg;
+	char url[64];
+	uv_loop_t loop;
+	struct etcd *etcd;
+
+	ck_assert_int_eq(cpu_affinity_pin_loop(), 0);
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	snprintf(url, sizeof(url), "http://" RESOLVE_NAME ":%u", p->port);
+	struct etcd_options opt = {.endpoints = url};
+	ck_assert_int_eq(etcd_create(&loop, &opt, &etcd), 0);
+	json_t *body = json_object();
+	ck_assert_int_eq(
+		etcd_post(etcd, "/v3/kv/range", body, false, 5000, etcd_probe_done, p, NULL), 0);
+	json_decref(body);
+	while (!p->done) {
+		uv_run(&loop, UV_RUN_ONCE);
+	}
+	sched_getaffinity(0, sizeof(p->loop_cpus), &p->loop_cpus);
+	etcd_close(etcd);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	etcd_destroy(etcd);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+	return NULL;
+}
+
+/*
+ * Discovery's libcurl resolves names on threads it starts from the loop, and
+ * a thread inherits its creator's CPUs: the resolver runs on the workers'
+ * CPUs, not on the loop's, and the loop is back on its own afterwards.
+ */
+START_TEST(resolver_threads_leave_the_loop_cpus)
+{
+	char err[256] = "", lo_list[16], hi_list[16];
+	struct etcd_probe p = {0};
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	unsigned lo, hi;
+	pthread_t t;
+
+	allowed_bounds(&lo, &hi);
+	snprintf(lo_list, sizeof(lo_list), "%u", lo);
+	snprintf(hi_list, sizeof(hi_list), "%u", hi);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	p.port = ntohs(sa.sin_port);
+	close(fd); /* a port nothing listens on: the request ends refused */
+
+	ck_assert_msg(cpu_affinity_configure(lo_list, hi_list, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(pthread_create(&t, NULL, etcd_probe_main, &p), 0);
+	pthread_join(t, NULL);
+	ck_assert_int_ne(p.err, 0);
+	pthread_mutex_lock(&g_resolve_lock);
+	ck_assert_int_ge(g_resolves, 1);
+	assert_cpus(&g_resolve_cpus, hi_list);
+	pthread_mutex_unlock(&g_resolve_lock);
+	assert_cpus(&p.loop_cpus, lo_list);
+	cpu_affinity_reset();
+}
+END_TEST
+
 /* A worker that stays alive, listed, until told to end. */
 struct live_worker {
 	pthread_mutex_t lock;
@@ -333,6 +448,7 @@ Suite *cpu_affinity_suite(void)
 	tcase_add_test(tc, cpu_lists_parse_and_format);
 	tcase_add_test(tc, cpus_outside_the_process_are_refused);
 	tcase_add_test(tc, loop_and_workers_land_on_their_cpus);
+	tcase_add_test(tc, resolver_threads_leave_the_loop_cpus);
 	tcase_add_test(tc, reload_moves_the_loop_and_live_workers);
 	tcase_add_test(tc, overlapping_lists_are_not_isolated);
 	suite_add_tcase(s, tc);
