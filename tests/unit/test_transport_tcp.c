@@ -128,6 +128,16 @@ static struct region *node_region(struct node *n, uint64_t len, uint32_t access)
 	return region;
 }
 
+/* Nodes a and b, a local region on a and a writable one on b, both of len bytes. */
+static void write_pair(struct node *a, struct node *b, uint64_t len, struct region **local,
+		       struct region **remote)
+{
+	node_start(a, "a", NULL, 0);
+	node_start(b, "b", NULL, 0);
+	*local = node_region(a, len, RDMAX_ACCESS_LOCAL);
+	*remote = node_region(b, len, RDMAX_ACCESS_REMOTE_WRITE);
+}
+
 static void tx_done(struct xfer *xfer, int err, const char *message)
 {
 	struct tx *t = container_of(xfer, struct tx, x);
@@ -281,10 +291,9 @@ START_TEST(tcp_sends_timed)
 	struct tx t[21];
 	const uint64_t mib = 1 << 20;
 
-	node_start(&a, "a", NULL, 0);
-	node_start(&b, "b", NULL, 0);
-	struct region *local = node_region(&a, 32 * mib, RDMAX_ACCESS_LOCAL);
-	struct region *remote = node_region(&b, 32 * mib, RDMAX_ACCESS_REMOTE_WRITE);
+	struct region *local, *remote;
+
+	write_pair(&a, &b, 32 * mib, &local, &remote);
 	for (int on = 1; on >= 0; on--) {
 		a.d.cfg.metrics_job_stages = on;
 		/* A frame of many sendmsg() calls, and small ones queued behind it. */
@@ -311,71 +320,6 @@ START_TEST(tcp_sends_timed)
 		}
 		ck_assert_int_eq(memcmp(remote->addr, local->addr, 24 * mib), 0);
 	}
-	nodes_end(&a, &b);
-}
-END_TEST
-
-/*
- * libuv's epoll_ctl() calls, counted: this definition takes the place of
- * libc's for libuv too (an executable's symbol comes first).
- */
-static uint64_t g_epoll_ctl_calls;
-
-int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
-{
-	__atomic_fetch_add(&g_epoll_ctl_calls, 1, __ATOMIC_RELAXED);
-	return (int)syscall(SYS_epoll_ctl, epfd, op, fd, event);
-}
-
-/*
- * A request on a socket with room goes out from the next loop iteration
- * without watching for the writable event: small writes one at a time (a
- * latency client's pattern) cost no epoll_ctl() each, where watching for room
- * and stopping again cost two per request. A frame that fills the socket
- * still waits for that event and lands whole.
- */
-START_TEST(tcp_requests_skip_the_writable_watch)
-{
-	enum { N = 64 };
-	struct node a, b;
-	struct tx t[2];
-	const uint64_t mib = 1 << 20;
-
-	node_start(&a, "a", NULL, 0);
-	node_start(&b, "b", NULL, 0);
-	struct region *local = node_region(&a, 32 * mib, RDMAX_ACCESS_LOCAL);
-	struct region *remote = node_region(&b, 32 * mib, RDMAX_ACCESS_REMOTE_WRITE);
-	for (uint64_t i = 0; i < 32 * mib; i++) {
-		local->addr[i] = (uint8_t)(i * 7 + 3);
-	}
-	/* The connection first: its set-up watches the socket as it must. */
-	tx_prep(&t[0], XFER_WRITE, &b, remote, local, 0, 0, 64);
-	tx_submit(&a, &t[0]);
-	run_until_done();
-	tx_check(&t[0], 0, NULL);
-
-	uint64_t calls = __atomic_load_n(&g_epoll_ctl_calls, __ATOMIC_RELAXED);
-	for (int i = 0; i < N; i++) {
-		tx_prep(&t[0], XFER_WRITE, &b, remote, local, (uint64_t)i * 64, (uint64_t)i * 64,
-			64);
-		tx_submit(&a, &t[0]);
-		run_until_done();
-		tx_check(&t[0], 0, NULL);
-	}
-	calls = __atomic_load_n(&g_epoll_ctl_calls, __ATOMIC_RELAXED) - calls;
-	ck_assert_msg(calls <= 4, "%" PRIu64 " epoll_ctl() calls for %d small writes", calls, N);
-	ck_assert_int_eq(memcmp(remote->addr, local->addr, N * 64), 0);
-
-	/* 24 MiB fill both sockets' buffers: the rest waits for room, then lands. */
-	tx_prep(&t[0], XFER_WRITE, &b, remote, local, mib, mib, 24 * mib);
-	tx_submit(&a, &t[0]);
-	tx_prep(&t[1], XFER_WRITE, &b, remote, local, 0, 0, 64);
-	tx_submit(&a, &t[1]);
-	run_until_done();
-	tx_check(&t[0], 0, NULL);
-	tx_check(&t[1], 0, NULL);
-	ck_assert_int_lt(t[0].order, t[1].order);
-	ck_assert_int_eq(memcmp(remote->addr + mib, local->addr + mib, 24 * mib), 0);
 	nodes_end(&a, &b);
 }
 END_TEST
@@ -684,10 +628,9 @@ START_TEST(tcp_peer_restart)
 	struct tx t[2];
 	const uint64_t len = 32 << 20;
 
-	node_start(&a, "a", NULL, 0);
-	node_start(&b, "b", NULL, 0);
-	struct region *local = node_region(&a, len, RDMAX_ACCESS_LOCAL);
-	struct region *remote = node_region(&b, len, RDMAX_ACCESS_REMOTE_WRITE);
+	struct region *local, *remote;
+
+	write_pair(&a, &b, len, &local, &remote);
 	uint16_t port = node_port(&b);
 
 	tx_prep(&t[0], XFER_WRITE, &b, remote, local, 0, 0, len);
@@ -1132,38 +1075,70 @@ static int responder_fd(struct node *b)
 }
 
 /*
- * Requests one at a time (a latency client's pattern): the responder reads
- * each with one recvmsg() and answers, without a second call that would only
- * hear EAGAIN; every byte lands.
+ * libuv's epoll_ctl() calls, counted: this definition takes the place of
+ * libc's for libuv too (an executable's symbol comes first).
  */
-START_TEST(tcp_responder_reads_once_per_request)
+static uint64_t g_epoll_ctl_calls;
+
+int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+	__atomic_fetch_add(&g_epoll_ctl_calls, 1, __ATOMIC_RELAXED);
+	return (int)syscall(SYS_epoll_ctl, epfd, op, fd, event);
+}
+
+/*
+ * Small writes one at a time (a latency client's pattern) cost no system
+ * call that does nothing for them: a request on a socket with room goes out
+ * from the next loop iteration without watching for the writable event (which
+ * cost two epoll_ctl() calls per request, to start watching and to stop), and
+ * the responder reads each request with one recvmsg() and answers, without a
+ * second call that would only hear EAGAIN. A frame that fills the socket
+ * still waits for that event and lands whole, in order.
+ */
+START_TEST(tcp_small_requests_one_at_a_time)
 {
 	enum { N = 64 };
 	struct node a, b;
-	struct tx t;
+	struct tx t[2];
+	const uint64_t mib = 1 << 20;
+	struct region *local, *remote;
 
-	node_start(&a, "a", NULL, 0);
-	node_start(&b, "b", NULL, 0);
-	struct region *local = node_region(&a, N * 64, RDMAX_ACCESS_LOCAL);
-	struct region *remote = node_region(&b, N * 64, RDMAX_ACCESS_REMOTE_WRITE);
-	for (uint64_t i = 0; i < N * 64; i++) {
-		local->addr[i] = (uint8_t)(i * 11 + 1);
+	write_pair(&a, &b, 32 * mib, &local, &remote);
+	for (uint64_t i = 0; i < 32 * mib; i++) {
+		local->addr[i] = (uint8_t)(i * 7 + 3);
 	}
-	tx_prep(&t, XFER_WRITE, &b, remote, local, 0, 0, 64);
-	tx_submit(&a, &t);
+	/* The connection first: its set-up watches the socket as it must. */
+	tx_prep(&t[0], XFER_WRITE, &b, remote, local, 0, 0, 64);
+	tx_submit(&a, &t[0]);
 	run_until_done();
-	tx_check(&t, 0, NULL);
+	tx_check(&t[0], 0, NULL);
+
 	memset(g_loop_reads, 0, sizeof(g_loop_reads));
+	uint64_t calls = __atomic_load_n(&g_epoll_ctl_calls, __ATOMIC_RELAXED);
 	for (int i = 0; i < N; i++) {
-		tx_prep(&t, XFER_WRITE, &b, remote, local, (uint64_t)i * 64, (uint64_t)i * 64, 64);
-		tx_submit(&a, &t);
+		tx_prep(&t[0], XFER_WRITE, &b, remote, local, (uint64_t)i * 64, (uint64_t)i * 64,
+			64);
+		tx_submit(&a, &t[0]);
 		run_until_done();
-		tx_check(&t, 0, NULL);
+		tx_check(&t[0], 0, NULL);
 	}
-	ck_assert_int_eq(memcmp(remote->addr, local->addr, N * 64), 0);
+	calls = __atomic_load_n(&g_epoll_ctl_calls, __ATOMIC_RELAXED) - calls;
+	ck_assert_msg(calls <= 4, "%" PRIu64 " epoll_ctl() calls for %d small writes", calls, N);
 	int fd_b = responder_fd(&b);
 	ck_assert_msg(g_loop_reads[fd_b] <= N + N / 8, "b read its socket %u times for %d requests",
 		      g_loop_reads[fd_b], N);
+	ck_assert_int_eq(memcmp(remote->addr, local->addr, N * 64), 0);
+
+	/* 24 MiB fill both sockets' buffers: the rest waits for room, then lands. */
+	tx_prep(&t[0], XFER_WRITE, &b, remote, local, mib, mib, 24 * mib);
+	tx_submit(&a, &t[0]);
+	tx_prep(&t[1], XFER_WRITE, &b, remote, local, 0, 0, 64);
+	tx_submit(&a, &t[1]);
+	run_until_done();
+	tx_check(&t[0], 0, NULL);
+	tx_check(&t[1], 0, NULL);
+	ck_assert_int_lt(t[0].order, t[1].order);
+	ck_assert_int_eq(memcmp(remote->addr + mib, local->addr + mib, 24 * mib), 0);
 	nodes_end(&a, &b);
 }
 END_TEST
@@ -1590,8 +1565,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_checked_fixture(tc, tcp_setup, tcp_teardown);
 	tcase_add_test(tc, tcp_write_read_imm_in_order);
 	tcase_add_test(tc, tcp_sends_timed);
-	tcase_add_test(tc, tcp_requests_skip_the_writable_watch);
-	tcase_add_test(tc, tcp_responder_reads_once_per_request);
+	tcase_add_test(tc, tcp_small_requests_one_at_a_time);
 	tcase_add_test(tc, tcp_refusals);
 	tcase_add_test(tc, tcp_unreachable_and_limits);
 	tcase_add_test(tc, tcp_authentication);
