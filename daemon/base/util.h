@@ -72,6 +72,19 @@ static inline void list_del(struct list_node *node)
 	node->prev = node;
 }
 
+/* Append every node of src to dst, in order, leaving src empty. */
+static inline void list_move_all(struct list_node *dst, struct list_node *src)
+{
+	if (list_empty(src)) {
+		return;
+	}
+	src->next->prev = dst->prev;
+	dst->prev->next = src->next;
+	src->prev->next = dst;
+	dst->prev = src->prev;
+	list_init(src);
+}
+
 #define list_for_each_safe(pos, tmp, head)                                                         \
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                           \
 	     (pos) = (tmp), (tmp) = (pos)->next)

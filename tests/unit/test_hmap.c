@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests of hmap: the hash map: put, get, delete, growth, reserved keys. */
+/*
+ * Unit tests of the base containers: hmap, the hash map (put, get, delete,
+ * growth, reserved keys), and the intrusive list's move of a whole list.
+ */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
@@ -7,6 +10,7 @@
 #include <string.h>
 
 #include "hmap.h"
+#include "util.h"
 
 Suite *hmap_suite(void);
 
@@ -98,6 +102,32 @@ START_TEST(hmap_churn_leaves_no_tombstones)
 }
 END_TEST
 
+/* list_move_all(): every node once, in order, after dst's own; src left empty. */
+START_TEST(list_move_all_keeps_order)
+{
+	struct list_node dst, src, nodes[6];
+
+	list_init(&dst);
+	list_init(&src);
+	list_move_all(&dst, &src); /* both empty */
+	ck_assert(list_empty(&dst) && list_empty(&src));
+	for (int i = 0; i < 6; i++) {
+		list_add_tail(i < 2 ? &dst : &src, &nodes[i]);
+	}
+	list_move_all(&dst, &src);
+	ck_assert(list_empty(&src));
+	struct list_node *pos = dst.next;
+	for (int i = 0; i < 6; i++, pos = pos->next) {
+		ck_assert_ptr_eq(pos, &nodes[i]);
+		ck_assert_ptr_eq(pos->next->prev, pos);
+	}
+	ck_assert_ptr_eq(pos, &dst);
+	ck_assert_ptr_eq(dst.prev, &nodes[5]);
+	list_move_all(&dst, &src); /* an empty src changes nothing */
+	ck_assert_ptr_eq(dst.prev, &nodes[5]);
+}
+END_TEST
+
 Suite *hmap_suite(void)
 {
 	Suite *s = suite_create("hmap");
@@ -106,6 +136,7 @@ Suite *hmap_suite(void)
 	tcase_add_test(tc, hmap_put_get_del_grow);
 	tcase_add_test(tc, hmap_reserved_keys_refused);
 	tcase_add_test(tc, hmap_churn_leaves_no_tombstones);
+	tcase_add_test(tc, list_move_all_keeps_order);
 	suite_add_tcase(s, tc);
 	return s;
 }

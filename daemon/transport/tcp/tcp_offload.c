@@ -275,11 +275,7 @@ static void on_async(uv_async_t *async)
 
 	list_init(&done);
 	pthread_mutex_lock(&pool->lock);
-	while (!list_empty(&pool->done)) {
-		struct list_node *n = pool->done.next;
-		list_del(n);
-		list_add_tail(&done, n);
-	}
+	list_move_all(&done, &pool->done);
 	pthread_mutex_unlock(&pool->lock);
 	while (!list_empty(&done)) {
 		struct tcp_offload_op *op = container_of(done.next, struct tcp_offload_op, link);

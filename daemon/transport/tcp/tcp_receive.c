@@ -597,11 +597,7 @@ static void on_flush_idle(uv_idle_t *idle)
 	struct list_node todo;
 
 	list_init(&todo);
-	while (!list_empty(&tt->flush_list)) {
-		struct list_node *n = tt->flush_list.next;
-		list_del(n);
-		list_add_tail(&todo, n);
-	}
+	list_move_all(&todo, &tt->flush_list);
 	while (!list_empty(&todo)) {
 		struct tcp_conn *conn = container_of(todo.next, struct tcp_conn, flush_link);
 		list_del(&conn->flush_link);
