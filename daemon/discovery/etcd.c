@@ -82,8 +82,6 @@ static int on_resolver_start(void *resolver_state, void *reserved, void *userp)
 {
 	struct etcd *etcd = userp;
 
-	(void)resolver_state;
-	(void)reserved;
 	if (!etcd->lent) {
 		etcd->lent = true;
 		int err = cpu_affinity_lend_loop();
