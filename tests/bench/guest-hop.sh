@@ -23,6 +23,10 @@
 # RDMAX_HOP_CODE (with RDMAX_HOP_WRITES=1; e.g. "256 512"): also the direct raw
 # write with verbs-hop --code N, N calls of scattered code before each post
 # (the code a daemon runs per job, without a daemon),
+# RDMAX_HOP_CODE_HOP (likewise): the raw write through the process hop, the
+# asker waiting as librdmax does (--hop --yield --pause-ns 4000), with N calls
+# of code before each post: a daemon design's floor with N calls of code per job,
+# RDMAX_HOP_VARIANTS=none: no ring-hop runs (`rdmax-bench local`),
 # RDMAX_BENCH_OUT (build/bench-hop): one line per run in hop.txt there;
 # RDMAX_BENCH_PERF=1 keeps whole-guest profiles of the last round.
 set -uo pipefail
@@ -163,7 +167,11 @@ if [ "$writes" = 1 ]; then
 	for n in ${RDMAX_HOP_CODE:-}; do
 		jobs+=("raw-direct-code-$n")
 	done
+	for n in ${RDMAX_HOP_CODE_HOP:-}; do
+		jobs+=("raw-hop-code-$n")
+	done
 fi
+[ "$variants" = none ] && vs=()
 for v in "${vs[@]}"; do
 	for d in "${daemons[@]}"; do
 		jobs+=("$d/$v")
@@ -178,6 +186,12 @@ for r in $(seq "$rounds"); do
 		shm-yield) measure "$j" "$build/tests/bench/shm-pingpong" --lines 1 -n "$iters" --yield ;;
 		raw-direct) measure "$j" verbs_hop ;;
 		raw-direct-code-*) measure "$j" verbs_hop --code "${j#raw-direct-code-}" ;;
+		raw-hop-code-*)
+			n=${j#raw-hop-code-}
+			span=()
+			[ "$n" != "${n%:*}" ] && span=(--code-span "${n#*:}")
+			measure "$j" verbs_hop --hop --yield --pause-ns 4000 --code "${n%:*}" "${span[@]}"
+			;;
 		raw-hop-pause) measure "$j" verbs_hop --hop ;;
 		raw-hop-yield) measure "$j" verbs_hop --hop --yield ;;
 		rdmax-write)

@@ -17,14 +17,17 @@
  *     the poster never yields.
  *   --code N: before each post the poster calls N of 512 small functions
  *     spread over 32 KiB of text (16 instructions each, in a scattered
- *     order), standing for the code a daemon runs per job.
+ *     order), standing for the code a daemon runs per job. --code-span F
+ *     (512 to 4096, a multiple of 512): the same calls go to every
+ *     (F / 512)-th of F functions (about 70 bytes of text apiece): the
+ *     same instructions over F / 512 times as much text.
  *     Under an emulator (QEMU TCG) that code does not only cost its own
  *     time: it displaces the emulator's per-CPU translation caches, and the
  *     emulated NIC's work in the next post call slows with it.
  *
  *   verbs-hop -l ADDR [-p PORT]
  *   verbs-hop -b SRC_ADDR ADDR [-p PORT] [-n ITERS] [-s SIZE] [--hop] [--yield]
- *             [--pause-ns N] [--code N]
+ *             [--pause-ns N] [--code N] [--code-span F]
  *
  * Prints one line: mode, iterations, p50, p99, p99.9, max and mean of a write in µs, as seen by
  * the process that asked for it, then the poster's post call (mean, p50, p90) and
@@ -80,10 +83,10 @@ static void hop_relax(uint64_t start_ns)
 
 /*
  * --code: HOP_CODE_FNS functions that differ in their constants only, so
- * the compiler keeps each (about 60 bytes of text apiece), named hop_fn_000
- * to hop_fn_777 (octal, so the name's digits are also a valid constant).
+ * the compiler keeps each (about 60 bytes of text apiece), named hop_fn_0000
+ * to hop_fn_7777 (the name's digits are also the function's constant).
  */
-#define HOP_CODE_FNS 512
+#define HOP_CODE_FNS 4096
 #define HOP_FN(i)                                                                                  \
 	__attribute__((noinline)) static uint64_t hop_fn_##i(uint64_t x)                           \
 	{                                                                                          \
@@ -101,22 +104,32 @@ static void hop_relax(uint64_t start_ns)
 	HOP_D8(m, p##2)                                                                            \
 	HOP_D8(m, p##3)                                                                            \
 	HOP_D8(m, p##4) HOP_D8(m, p##5) HOP_D8(m, p##6) HOP_D8(m, p##7)
-#define HOP_D512(m)                                                                                \
-	HOP_D64(m, 0)                                                                              \
-	HOP_D64(m, 1)                                                                              \
-	HOP_D64(m, 2)                                                                              \
-	HOP_D64(m, 3) HOP_D64(m, 4) HOP_D64(m, 5) HOP_D64(m, 6) HOP_D64(m, 7)
-HOP_D512(HOP_FN)
-static uint64_t (*const hop_fns[HOP_CODE_FNS])(uint64_t) = {HOP_D512(HOP_REF)};
+#define HOP_D512(m, p)                                                                             \
+	HOP_D64(m, p##0)                                                                           \
+	HOP_D64(m, p##1)                                                                           \
+	HOP_D64(m, p##2)                                                                           \
+	HOP_D64(m, p##3) HOP_D64(m, p##4) HOP_D64(m, p##5) HOP_D64(m, p##6) HOP_D64(m, p##7)
+#define HOP_D4096(m)                                                                               \
+	HOP_D512(m, 0)                                                                             \
+	HOP_D512(m, 1)                                                                             \
+	HOP_D512(m, 2)                                                                             \
+	HOP_D512(m, 3) HOP_D512(m, 4) HOP_D512(m, 5) HOP_D512(m, 6) HOP_D512(m, 7)
+HOP_D4096(HOP_FN)
+static uint64_t (*const hop_fns[HOP_CODE_FNS])(uint64_t) = {HOP_D4096(HOP_REF)};
 static volatile uint64_t hop_sink;
+static unsigned hop_span = 512; /* --code-span */
 
-/* Calls n of the functions, the k-th call to number k * 167 mod 512: scattered over the text. */
+/*
+ * Calls n of the functions, the k-th call to number k * 167 mod 512, times
+ * span / 512: scattered over 512 of them, every (span / 512)-th function,
+ * so a larger span spreads the same calls over more text.
+ */
 static void hop_run_code(unsigned n)
 {
 	uint64_t x = hop_sink;
 
 	for (unsigned k = 0; k < n; k++) {
-		x = hop_fns[(k * 167u) % HOP_CODE_FNS](x);
+		x = hop_fns[((k * 167u) % 512u) * (hop_span / 512u)](x);
 	}
 	hop_sink = x;
 }
@@ -263,6 +276,7 @@ int main(int argc, char **argv)
 					     {"yield", no_argument, NULL, 'y'},
 					     {"pause-ns", required_argument, NULL, 'P'},
 					     {"code", required_argument, NULL, 'C'},
+					     {"code-span", required_argument, NULL, 'S'},
 					     {0}};
 	const char *listen_addr = NULL, *src = NULL, *port = "18690";
 	size_t iters = 2000, size = 64;
@@ -298,10 +312,19 @@ int main(int argc, char **argv)
 		case 'C':
 			code = (unsigned)strtoul(optarg, NULL, 0);
 			break;
+		case 'S':
+			hop_span = (unsigned)strtoul(optarg, NULL, 0);
+			if (hop_span < 512 || hop_span > HOP_CODE_FNS || hop_span % 512) {
+				fprintf(stderr, "verbs-hop: --code-span is 512, 1024, ... %d\n",
+					HOP_CODE_FNS);
+				return 2;
+			}
+			break;
 		default:
 			fprintf(stderr,
 				"usage: verbs-hop -l ADDR | -b SRC ADDR [-p PORT] [-n ITERS] "
-				"[-s SIZE] [--hop] [--yield] [--pause-ns N] [--code N]\n");
+				"[-s SIZE] [--hop] [--yield] [--pause-ns N] [--code N] "
+				"[--code-span F]\n");
 			return 2;
 		}
 	}
@@ -425,9 +448,11 @@ int main(int argc, char **argv)
 	rdma_dereg_mr(mr);
 	rdma_destroy_ep(id);
 	rdma_freeaddrinfo(res);
-	char code_note[48] = "";
+	char code_note[80] = "";
 	if (code) {
-		snprintf(code_note, sizeof(code_note), "; %u calls of code before each post", code);
+		snprintf(code_note, sizeof(code_note),
+			 "; %u calls of code (%u functions apart) before each post", code,
+			 hop_span / 512);
 	}
 	uint64_t sum = 0;
 	for (size_t i = 0; i < iters; i++) {
