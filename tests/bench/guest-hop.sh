@@ -188,9 +188,13 @@ for r in $(seq "$rounds"); do
 		raw-direct-code-*) measure "$j" verbs_hop --code "${j#raw-direct-code-}" ;;
 		raw-hop-code-*)
 			n=${j#raw-hop-code-}
-			span=()
-			[ "$n" != "${n%:*}" ] && span=(--code-span "${n#*:}")
-			measure "$j" verbs_hop --hop --yield --pause-ns 4000 --code "${n%:*}" "${span[@]}"
+			more=()
+			if [ "$n" != "${n%+*}" ]; then
+				more+=(--asker-code "${n#*+}")
+				n=${n%+*}
+			fi
+			[ "$n" != "${n%:*}" ] && more+=(--code-span "${n#*:}")
+			measure "$j" verbs_hop --hop --yield --pause-ns 4000 --code "${n%:*}" "${more[@]}"
 			;;
 		raw-hop-pause) measure "$j" verbs_hop --hop ;;
 		raw-hop-yield) measure "$j" verbs_hop --hop --yield ;;

@@ -20,14 +20,16 @@
  *     order), standing for the code a daemon runs per job. --code-span F
  *     (512 to 4096, a multiple of 512): the same calls go to every
  *     (F / 512)-th of F functions (about 70 bytes of text apiece): the
- *     same instructions over F / 512 times as much text.
+ *     same instructions over F / 512 times as much text. --asker-code N
+ *     (with --hop): the asking process makes N such calls before each
+ *     request, inside the time it measures, as a client library's code.
  *     Under an emulator (QEMU TCG) that code does not only cost its own
  *     time: it displaces the emulator's per-CPU translation caches, and the
  *     emulated NIC's work in the next post call slows with it.
  *
  *   verbs-hop -l ADDR [-p PORT]
  *   verbs-hop -b SRC_ADDR ADDR [-p PORT] [-n ITERS] [-s SIZE] [--hop] [--yield]
- *             [--pause-ns N] [--code N] [--code-span F]
+ *             [--pause-ns N] [--code N] [--code-span F] [--asker-code N]
  *
  * Prints one line: mode, iterations, p50, p99, p99.9, max and mean of a write in µs, as seen by
  * the process that asked for it, then the poster's post call (mean, p50, p90) and
@@ -277,11 +279,12 @@ int main(int argc, char **argv)
 					     {"pause-ns", required_argument, NULL, 'P'},
 					     {"code", required_argument, NULL, 'C'},
 					     {"code-span", required_argument, NULL, 'S'},
+					     {"asker-code", required_argument, NULL, 'A'},
 					     {0}};
 	const char *listen_addr = NULL, *src = NULL, *port = "18690";
 	size_t iters = 2000, size = 64;
 	int hop = 0, asker_yields = 0, c;
-	unsigned code = 0;
+	unsigned code = 0, asker_code = 0;
 
 	while ((c = getopt_long(argc, argv, "l:b:p:n:s:Hy", opts, NULL)) != -1) {
 		switch (c) {
@@ -312,6 +315,9 @@ int main(int argc, char **argv)
 		case 'C':
 			code = (unsigned)strtoul(optarg, NULL, 0);
 			break;
+		case 'A':
+			asker_code = (unsigned)strtoul(optarg, NULL, 0);
+			break;
 		case 'S':
 			hop_span = (unsigned)strtoul(optarg, NULL, 0);
 			if (hop_span < 512 || hop_span > HOP_CODE_FNS || hop_span % 512) {
@@ -324,7 +330,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: verbs-hop -l ADDR | -b SRC ADDR [-p PORT] [-n ITERS] "
 				"[-s SIZE] [--hop] [--yield] [--pause-ns N] [--code N] "
-				"[--code-span F]\n");
+				"[--code-span F] [--asker-code N]\n");
 			return 2;
 		}
 	}
@@ -358,6 +364,7 @@ int main(int argc, char **argv)
 			}
 			for (uint64_t i = 0; i < iters; i++) {
 				uint64_t t0 = hop_now_ns();
+				hop_run_code(asker_code);
 				atomic_store_explicit(&sh->ping, i + 2, memory_order_release);
 				while (atomic_load_explicit(&sh->pong, memory_order_acquire) !=
 				       i + 2) {
@@ -448,11 +455,15 @@ int main(int argc, char **argv)
 	rdma_dereg_mr(mr);
 	rdma_destroy_ep(id);
 	rdma_freeaddrinfo(res);
-	char code_note[80] = "";
+	char code_note[112] = "";
 	if (code) {
 		snprintf(code_note, sizeof(code_note),
 			 "; %u calls of code (%u functions apart) before each post", code,
 			 hop_span / 512);
+	}
+	if (asker_code) {
+		size_t len = strlen(code_note);
+		snprintf(code_note + len, sizeof(code_note) - len, "; %u in the asker", asker_code);
 	}
 	uint64_t sum = 0;
 	for (size_t i = 0; i < iters; i++) {
