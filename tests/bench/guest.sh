@@ -22,6 +22,11 @@
 #                                    same raw write, posted directly after about as many
 #                                    instructions of unrelated code as rdmaxd runs per job
 #                                    (what the emulator charges for them, without a daemon)
+#   guest-ref@floor-TEST-SIZE-rREP.txt tests/bench/verbs-hop --hop ... --code 256
+#                                    --code-span 4096 --asker-code 64 (write_rtt): both, a
+#                                    daemon design's floor with rdmax's amount of code: the
+#                                    process hop, the poster's code spread over as much text
+#                                    as a program's, the asker running a client's share
 #   guest-stages-write_rtt-64-rREP.json  the rdmax run's jobs on daemon a, by stage
 #                                    ([metrics] job_stages, on in every daemon here):
 #                                    mean µs from acceptance to the post (queue), in the
@@ -78,7 +83,7 @@ plan=(
 	"write_bw 65536 1000 perftest"
 	"write_bw 64 10000 perftest"
 	"read_bw 1048576 100 perftest"
-	"write_rtt 64 2000 perftest,ucx,hop,code $((reps * 2))"
+	"write_rtt 64 2000 perftest,ucx,hop,code,floor $((reps * 2))"
 	"write_1qp 1048576 150 ucx"
 	"kv 16384 4000 perftest"
 	"write_lat 64 2000 perftest"
@@ -339,12 +344,14 @@ ucx() { # TEST SIZE ITERS REP
 	log "ucx_perftest $ut $size B x $iters: $(grep '^Final:' "$file" | tr -s ' ' ' ')"
 }
 
-# verbs-hop between the two devices: the raw write through a process hop (hop), or
-# posted directly after 256 calls of scattered code, about 5 600 instructions (code).
-hop() { # TEST SIZE ITERS REP [code]
+# verbs-hop between the two devices: the raw write through a process hop (hop), posted
+# directly after 256 calls of scattered code, about 5 600 instructions (code), or through
+# the hop with that code spread wide and 64 calls in the asker (floor).
+hop() { # TEST SIZE ITERS REP [code|floor]
 	local test=$1 size=$2 iters=$3 rep=$4 tool=${5:-hop} spid rc src
 	local file="$out/guest-ref@$tool-$test-$size-r$rep.txt" args=(--hop --yield --pause-ns 4000)
 	[ "$tool" = code ] && args=(--code 256)
+	[ "$tool" = floor ] && args+=(--code 256 --code-span 4096 --asker-code 64)
 	timeout 60 "$build/tests/bench/verbs-hop" -l "$ip1" -p "$perf_port" >"$run/hop-s.out" \
 		2>&1 &
 	spid=$!
@@ -373,6 +380,7 @@ refs() { # REFERENCES TEST SIZE ITERS REP
 		ucx) ucx "$2" "$3" "$4" "$5" ;;
 		hop) hop "$2" "$3" "$4" "$5" ;;
 		code) hop "$2" "$3" "$4" "$5" code ;;
+		floor) hop "$2" "$3" "$4" "$5" floor ;;
 		esac
 	done
 }

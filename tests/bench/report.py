@@ -11,7 +11,8 @@ Reads the files tests/bench/run.sh and guest.sh leave in OUT (build/bench):
                                   --spin (spin, spinbatch: .json), iperf3 --json
                                   (iperf3: .json), ucx_perftest output (ucx*: .txt),
                                   tests/bench/verbs-hop --hop output (hop: .txt),
-                                  verbs-hop --code output (code: .txt)
+                                  verbs-hop --code output (code: .txt), and both
+                                  with a client's share of code (floor: .txt)
 takes the median over repetitions of each side, prints the table and the
 summary line, and writes OUT/summary.json. Every ratio is "higher is better":
 rdmax/reference for bandwidth and rate, reference/rdmax for latency.
@@ -140,7 +141,7 @@ def load(out_dir):
             val = parse_ucx(path, int(size))
         elif tool == "iperf3":
             val = parse_iperf3(path)
-        elif tool in ("hop", "code"):
+        elif tool in ("hop", "code", "floor"):
             val = parse_hop(path)
         elif ext == "txt":
             val = parse_perftest(path)
@@ -221,9 +222,11 @@ TOOLS = {
     "plain": "rdmaxd plain TCP",
     "hop": "raw, process hop",
     "code": "raw, daemon's code",
+    "floor": "raw, hop and code",
 }
 LAT_TOOLS = {"ucxtag": "UCX tag_lat x2", "ucxput": "UCX put_lat x2", "ucx": "UCX put_lat x2",
-             "hop": "raw, process hop", "code": "raw, daemon's code"}
+             "hop": "raw, process hop", "code": "raw, daemon's code",
+             "floor": "raw, hop and code"}
 ORDER = list(METRICS)
 
 
@@ -395,7 +398,7 @@ def stages(runs, out_dir, part, test):
     row = runs.get((part, test, 64), {})
     mean = med(row.get("rdmax", []), "mean_us")
     got["rest"] = mean - sum(got[k] for k in ("queue", "post", "complete")) if mean else None
-    for tool in ("hop", "code"):
+    for tool in ("hop", "code", "floor"):
         got[tool + "_post"] = med(row.get("ref@" + tool, []), "post_mean_us")
     return got
 
@@ -453,6 +456,8 @@ def main():
     hop_mean = find(rows, "guest", "write_rtt", 64, "mean us", "verbs", "hop")
     code = find(rows, "guest", "write_rtt", 64, "p50 us", "verbs", "code")
     code_mean = find(rows, "guest", "write_rtt", 64, "mean us", "verbs", "code")
+    floor = find(rows, "guest", "write_rtt", 64, "p50 us", "verbs", "floor")
+    floor_mean = find(rows, "guest", "write_rtt", 64, "mean us", "verbs", "floor")
     if rtt is not None:
         # lat_p50 compares a completed job with half a ping-pong; this compares like with like.
         print(f"latency against one raw write waited for (ib_write_bw -t 1, mean against mean): "
@@ -468,6 +473,14 @@ def main():
         print(f"latency against that write after about 5 600 instructions of other code "
               f"(verbs-hop --code 256, p50 against p50): code_rtt={r(code)}, mean against mean: "
               f"{r(code_mean)}")
+    if floor is not None:
+        # Both: the process hop with that code in the poster, spread over as much text as a
+        # program's, and a client's share in the asker: a daemon design's floor on this NIC
+        # with rdmax's amount of code (docs/benchmarks.md, "A daemon's floor").
+        print(f"latency against that write through a process hop with rdmax's amount of code "
+              f"(verbs-hop --hop --code 256 --code-span 4096 --asker-code 64, p50 against p50): "
+              f"floor_rtt={r(floor)}, mean against mean: {r(floor_mean)}")
+
     def us(v):
         return "n/a" if v is None else f"{v:.1f}"
     st = stages(runs, out_dir, "guest", "write_rtt")
@@ -478,7 +491,7 @@ def main():
               f"queue {us(st['queue'])}, post call {us(st['post'])}, complete "
               f"{us(st['complete'])}; the rest of its mean (client, ring both ways) "
               f"{us(st['rest'])}; the raw post call's mean: {us(st['hop_post'])} (process hop), "
-              f"{us(st['code_post'])} (after the code)")
+              f"{us(st['code_post'])} (after the code), {us(st['floor_post'])} (both)")
     tst = stages(runs, out_dir, "host", "tcp_lat")
     if tst is not None:
         # The same over TCP on loopback: the send call includes the loopback receive path.
@@ -491,6 +504,7 @@ def main():
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump({"rows": rows, "ratios": summary, "line": line, "lat_rtt": rtt, "hop_rtt": hop,
                    "hop_rtt_mean": hop_mean, "code_rtt": code, "code_rtt_mean": code_mean,
+                   "floor_rtt": floor, "floor_rtt_mean": floor_mean,
                    "write_rtt_stages": st, "tcp_lat_stages": tst,
                    "scaling": scale_rows, "rss": rss}, f, indent=1)
     print(line)
