@@ -25,7 +25,9 @@
 # (the code a daemon runs per job, without a daemon),
 # RDMAX_HOP_CODE_HOP (likewise): the raw write through the process hop, the
 # asker waiting as librdmax does (--hop --yield --pause-ns 4000), with N calls
-# of code before each post: a daemon design's floor with N calls of code per job,
+# of code before each post: a daemon design's floor with N calls of code per job;
+# N:F spreads the calls over F functions (--code-span F), N+M adds M calls in the
+# asker before each request (--asker-code M), e.g. "0+64 64+64 256:4096+64",
 # RDMAX_HOP_VARIANTS=none: no ring-hop runs (`rdmax-bench local`),
 # RDMAX_BENCH_OUT (build/bench-hop): one line per run in hop.txt there;
 # RDMAX_BENCH_PERF=1 keeps whole-guest profiles of the last round.
