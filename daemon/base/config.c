@@ -892,6 +892,7 @@ void config_defaults(struct config *cfg)
 	cfg->qos_default_class = 1; /* bulk */
 	cfg->qos_max_in_flight = 32;
 	cfg->qos_latency_reserve = 4;
+	cfg->qos_lane_linger_ms = 1000;
 	cfg->isolation = CONFIG_ISOLATION_SHARED;
 	cfg->max_isolation_domains = 256;
 }

@@ -135,6 +135,7 @@ struct config {
 	uint32_t qos_default_class;   /* class of jobs that name none */
 	uint32_t qos_max_in_flight;   /* chunks to other daemons at once, daemon-wide */
 	uint32_t qos_latency_reserve; /* of those, kept for the latency class */
+	uint32_t qos_lane_linger_ms;  /* bulk off the loop until this long after lane traffic */
 };
 
 void config_defaults(struct config *cfg);

@@ -272,6 +272,13 @@ const struct config_key g_keys[] = {
 	{"qos", "latency_reserve", KEY_UINT, FIELD(qos_latency_reserve), 0, 65535, KEY_RELOAD,
 	 "With enabled: of max_in_flight, this many are kept for latency-class chunks, so a "
 	 "latency job never waits for a bulk chunk to return; less than max_in_flight."},
+	{"qos", "lane_linger_ms", KEY_UINT, FIELD(qos_lane_linger_ms), 0, 3600000, KEY_RELOAD,
+	 "How long after a latency-class connection last carried traffic (or opened) the daemon "
+	 "keeps its loop free for it: the TCP transport's bulk copies stay on its I/O threads "
+	 "(transport.tcp_io_threads) and bulk posts on software RDMA devices on the posting "
+	 "thread. Afterwards the loop copies and posts bulk again, which moves bulk faster when "
+	 "no latency traffic needs it. 0 keeps them off the loop while any latency-class "
+	 "connection is open."},
 };
 
 const size_t g_n_sections = ARRAY_SIZE(g_sections);

@@ -223,7 +223,10 @@ if [ "$transport" = tcp ] && [ ! -x "$stream" ]; then
 fi
 # [qos] pinned (TCP, two CPUs or more): [qos] on with each daemon's loop on CPU 0 and its
 # I/O threads on the others (engine.loop_cpus, engine.worker_cpus), the latency client on
-# CPU 0 and the bulk client on the others; docs/operations.md, "CPUs".
+# CPU 0 and the bulk client on the others; docs/operations.md, "CPUs". Pinned daemons
+# run with [qos] lane_linger_ms = 0: once the latency runs opened the lane, the bulk
+# copies stay on the I/O threads' CPUs for the relayed raw reference that follows, as
+# they were during the mixed run, though no rdmax latency job runs beside it.
 modes="off on"
 ncpu=$(nproc)
 if [ "$transport" = tcp ] && [ "$ncpu" -ge 2 ]; then
@@ -249,7 +252,8 @@ for ((rep = 1; rep <= reps; rep++)); do
 		latpin=()
 		bulkpin=()
 		if [ "$mode" = pinned ]; then
-			pin=(--set engine.loop_cpus=0 --set "engine.worker_cpus=$workers")
+			pin=(--set engine.loop_cpus=0 --set "engine.worker_cpus=$workers"
+				--set qos.lane_linger_ms=0)
 			latpin=(taskset -c 0)
 			bulkpin=(taskset -c "$workers")
 		fi
@@ -262,8 +266,26 @@ for ((rep = 1; rep <= reps; rep++)); do
 			break 2
 		fi
 		p=$out/$pre-$mode
-		lat "$p-idle-r$rep.json" || failed=1
+		# Bulk alone and the unpinned raw references beside the rdmax bulk load come
+		# before any latency-class job: the latency lane that job opens keeps bulk copies (TCP) and
+		# bulk posts on software devices (verbs) off the loop for [qos] lane_linger_ms
+		# after its last byte, so bulk alone is measured as it runs without latency
+		# traffic.
 		bulk "$p-bulk-r$rep.json" "$secs" || failed=1
+		if [ "$mode" = on ] && [ -x "$stream" ]; then
+			# The same rdmax bulk load, and the raw ping-pongs between two other
+			# processes meanwhile: what this load leaves a round trip that does
+			# not go through the daemons.
+			bulk "$p-rawbulk-r$rep.json" "$relayloadsecs" &
+			rawpair $! mixedrdmax "$rep" relay
+		elif [ "$mode" = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
+			bulk "$p-rawbulk-r$rep.json" "$vloadsecs" &
+			bpid=$!
+			sleep 1
+			verbs_rawlat mixedrdmax "$rep" "$bpid" || failed=1
+			wait $bpid || failed=1
+		fi
+		lat "$p-idle-r$rep.json" || failed=1
 		# Bulk starts first and runs past the latency writes (their warm-up, and a last
 		# job that may wait a whole queue): the timed latency jobs all meet the load.
 		bulk "$p-mixedbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 3 }')" &
@@ -271,16 +293,10 @@ for ((rep = 1; rep <= reps; rep++)); do
 		sleep 0.5
 		lat "$p-mixedlat-r$rep.json" || failed=1
 		wait $bpid || failed=1
-		if [ $mode = on ] && [ -x "$stream" ]; then
-			# The same rdmax bulk load, and the raw ping-pongs between two other
-			# processes meanwhile: what this load leaves a round trip that does
-			# not go through the daemons.
-			bulk "$p-rawbulk-r$rep.json" "$relayloadsecs" &
-			rawpair $! mixedrdmax "$rep" relay
-		elif [ "$mode" = pinned ]; then
+		if [ "$mode" = pinned ]; then
 			# The reference under equal conditions: the relayed ping-pong's three
 			# processes on CPU 0 with the latency chain, idle and beside the
-			# pinned bulk load.
+			# pinned bulk load, its copies on the I/O threads as in the mixed run.
 			rawpin=(taskset -c 0)
 			rawlat "$out/host-qos-raw-idlepinnedrelay-r$rep.json" --relay || failed=1
 			bulk "$p-rawbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
@@ -289,12 +305,6 @@ for ((rep = 1; rep <= reps; rep++)); do
 			rawlat "$out/host-qos-raw-mixedpinnedrelay-r$rep.json" --relay || failed=1
 			wait $bpid || failed=1
 			rawpin=()
-		elif [ $mode = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
-			bulk "$p-rawbulk-r$rep.json" "$vloadsecs" &
-			bpid=$!
-			sleep 1
-			verbs_rawlat mixedrdmax "$rep" "$bpid" || failed=1
-			wait $bpid || failed=1
 		fi
 		cleanup
 		echo "qos: rep $rep, [qos] $mode done"

@@ -413,6 +413,7 @@ static uint64_t sleeps_beside_copies(bool apart, bool until_one)
 	itest_daemon_set(a, "transport.tcp_io_threads=2");
 	itest_daemon_set(a, "qos.enabled=true");
 	itest_daemon_set(b, "qos.enabled=true");
+	itest_daemon_set(a, "qos.lane_linger_ms=0"); /* however long the writes take */
 	if (apart) {
 		itest_daemon_set(a, "engine.loop_cpus=%u", lo);
 		itest_daemon_set(a, "engine.worker_cpus=%u", hi);
@@ -466,6 +467,98 @@ START_TEST(qos_loop_apart_spins_beside_copies)
 }
 END_TEST
 
+#define LINGER_MS    300
+#define LINGER_BYTES (4 * MiB)
+
+/* Daemon a's bulk work that went off its loop: TCP payload bytes, or verbs post lists. */
+static uint64_t off_loop(const struct itest_daemon *a)
+{
+	uint64_t n = itest_stats_field(a, strcmp(itest_transport(), "tcp") == 0
+						  ? "tcp_io_thread_bytes_sent"
+						  : "verbs_post_thread_wrs");
+	ck_assert_uint_ne(n, UINT64_MAX);
+	return n;
+}
+
+/* One bulk write a -> b, checked byte for byte: how much of it went off a's loop. */
+static uint64_t bulk_write_off_loop(struct rdmax_client *ca, struct rdmax_region *src,
+				    struct rdmax_region *dst, const struct itest_daemon *a,
+				    uint64_t id)
+{
+	struct rdmax_desc desc = itest_desc(dst);
+	uint64_t before = off_loop(a);
+
+	itest_fill(itest_bytes(src), LINGER_BYTES, (uint32_t)id);
+	struct rdmax_job job = itest_job(id, RDMAX_OP_WRITE, src, 0, &desc, 0, LINGER_BYTES);
+	job.traffic_class = RDMAX_CLASS_BULK;
+	struct rdmax_event ev = itest_run_job(ca, &job, ITEST_WAIT_MS);
+	ck_assert_msg(ev.status == 0, "bulk write %" PRIu64 ": %s ('%s')", id,
+		      rdmax_err_name(ev.status), ev.reason);
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src), LINGER_BYTES, "bulk write");
+	return off_loop(a) - before;
+}
+
+START_TEST(qos_idle_lane_leaves_bulk_to_the_loop)
+{
+	/*
+	 * Bulk copies (TCP) and bulk posts on a software device (verbs) leave
+	 * the loop only while latency-class traffic is there to serve: right
+	 * after a latency write they go to the I/O threads or the posting
+	 * thread; once the lane, still open, has carried nothing for
+	 * lane_linger_ms they are the loop's again, which moves bulk alone
+	 * faster; the next latency write takes them off the loop once more.
+	 */
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+	uint64_t id = 1, lane_ms;
+
+	itest_daemon_set(a, "qos.enabled=true");
+	itest_daemon_set(a, "qos.lane_linger_ms=%u", LINGER_MS);
+	itest_daemon_set(b, "qos.enabled=true");
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *ca = itest_client(a, "bulk");
+	struct rdmax_client *cb = itest_client(b, "sink");
+	struct rdmax_region *src = itest_alloc(ca, LINGER_BYTES, 0);
+	struct rdmax_region *dst = itest_alloc(cb, LINGER_BYTES, RDMAX_ACCESS_REMOTE_WRITE);
+	uint64_t lanes_qps;
+
+	/* No lane yet: the loop's. */
+	ck_assert_uint_eq(bulk_write_off_loop(ca, src, dst, a, id++), 0);
+	for (int round = 0; round < 2; round++) {
+		lane_ms = itest_now_ms(); /* before the daemon's last lane byte */
+		itest_open_latency_lane(ca, cb);
+		ck_assert_int_eq(latency_lanes(a, &lanes_qps), 1);
+		ck_assert_uint_gt(bulk_write_off_loop(ca, src, dst, a, id++), 0);
+		/* The lane stays open; bulk goes back to the loop once it has idled. */
+		uint64_t deadline = itest_now_ms() + ITEST_WAIT_MS;
+		while (bulk_write_off_loop(ca, src, dst, a, id++) > 0) {
+			ck_assert_msg(itest_now_ms() < deadline,
+				      "bulk still off the loop %" PRIu64 " ms after the last "
+				      "latency write",
+				      itest_now_ms() - lane_ms);
+		}
+		ck_assert_msg(itest_now_ms() - lane_ms >= LINGER_MS,
+			      "bulk back on the loop %" PRIu64 " ms after the last latency write",
+			      itest_now_ms() - lane_ms);
+		ck_assert_int_eq(latency_lanes(a, &lanes_qps), 1);
+	}
+	itest_assert_quiet(ca, 50);
+	itest_pair_end(ca, cb, a, b);
+}
+END_TEST
+
+/* Where bulk leaves the loop beside a lane: TCP I/O threads, or a software verbs device. */
+static bool bulk_leaves_loop(void)
+{
+	const char *guest = getenv("RDMAX_GUEST");
+
+	if (strcmp(itest_transport(), "tcp") == 0) {
+		return !getenv("RDMAXD_TEST_TCP_OFFLOAD");
+	}
+	return guest && strcmp(guest, "1") == 0 && !itest_verbs_post_thread_forced();
+}
+
 TCase *itest_tcase_qos(void)
 {
 	TCase *tc = tcase_create("qos");
@@ -480,5 +573,8 @@ TCase *itest_tcase_qos(void)
 	ITEST_ADD_TEST_IF(tc, qos_loop_apart_spins_beside_copies,
 			  strcmp(itest_transport(), "tcp") == 0 && two_cpus(),
 			  "it needs bulk copies on TCP I/O threads and two CPUs to keep apart");
+	ITEST_ADD_TEST_IF(tc, qos_idle_lane_leaves_bulk_to_the_loop, bulk_leaves_loop(),
+			  "bulk leaves the loop beside a lane only over TCP or on a software verbs "
+			  "device, and not when a test variable sends it off the loop always");
 	return tc;
 }

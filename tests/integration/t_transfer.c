@@ -144,6 +144,9 @@ static void write_read_sizes_with(unsigned io_threads)
 
 	itest_daemon_set(a, "transport.tcp_io_threads=%u", io_threads);
 	itest_daemon_set(a, "qos.enabled=true");
+	/* The lane keeps bulk off the loops while open, however long the sizes take. */
+	itest_daemon_set(a, "qos.lane_linger_ms=0");
+	itest_daemon_set(b, "qos.lane_linger_ms=0");
 	itest_daemon_set(b, "transport.tcp_io_threads=%u", io_threads);
 	itest_daemon_start(a);
 	itest_daemon_start(b);

@@ -224,7 +224,8 @@ static const char g_every_key[] = "; all keys\n"
 				  "bulk_weight = 3\n"
 				  "default_class = latency\n"
 				  "max_in_flight = 65536\n"
-				  "latency_reserve = 65535\n";
+				  "latency_reserve = 65535\n"
+				  "lane_linger_ms = 0\n";
 
 START_TEST(every_key_is_parsed)
 {
@@ -306,6 +307,7 @@ START_TEST(every_key_is_parsed)
 	ck_assert_uint_eq(cfg.qos_default_class, 0);
 	ck_assert_uint_eq(cfg.qos_max_in_flight, 65536);
 	ck_assert_uint_eq(cfg.qos_latency_reserve, 65535);
+	ck_assert_uint_eq(cfg.qos_lane_linger_ms, 0);
 
 	/* The file above must change every key config_print knows, so none is left untested. */
 	config_defaults(&def);
@@ -321,7 +323,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 76);
+	ck_assert_int_eq(keys, 77);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -980,7 +982,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 76);
+	ck_assert_int_eq(keys, 77);
 	free(printed);
 	free(man);
 }

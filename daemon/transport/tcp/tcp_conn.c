@@ -667,6 +667,9 @@ bool tcp_flush(struct tcp_conn *conn)
 		}
 		conn->tx_full = false;
 		conn->last_io_ms = now_ms();
+		if (conn->urgent_lane) {
+			conn->tt->lane_io_ms = conn->last_io_ms;
+		}
 		if (timed) {
 			stamp_sent(conn, (uint64_t)sent, post_ns, now_ns());
 		}

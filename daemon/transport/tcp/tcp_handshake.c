@@ -119,6 +119,7 @@ static void conn_ready(struct tcp_conn *conn)
 	if (conn->urgent_lane) {
 		conn->lane_counted = true;
 		conn->tt->n_latency_lanes++;
+		conn->tt->lane_io_ms = now_ms();
 	}
 	if (conn->in_handshake) {
 		conn->in_handshake = false;

@@ -302,6 +302,7 @@ struct tcp_transport {
 	struct sockaddr_storage last_peer_ss;
 	struct tcp_offload offload;
 	uint32_t n_latency_lanes; /* ready latency-class connections, either direction */
+	uint64_t lane_io_ms;      /* when one of them last became ready or moved a byte */
 	/*
 	 * RDMAXD_TEST_TCP_OFFLOAD=1: bulk copies go to the I/O threads even
 	 * without a latency-class connection, so the test suites run every

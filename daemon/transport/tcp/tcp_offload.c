@@ -353,16 +353,30 @@ void tcp_offload_stop(struct tcp_transport *tt, uv_close_cb cb)
 	pool->n_threads = 0;
 }
 
+/*
+ * Whether latency-class traffic is there to serve: a latency-class
+ * connection is open and, with [qos] lane_linger_ms, moved a byte (or
+ * became ready) that recently. A lane that stays open in the connection cache
+ * after its traffic ended leaves bulk copies to the loop again.
+ */
+static bool lanes_active(const struct tcp_transport *tt)
+{
+	uint32_t linger = tt->daemon->cfg.qos_lane_linger_ms;
+
+	return tt->n_latency_lanes > 0 && (linger == 0 || now_ms() - tt->lane_io_ms < linger);
+}
+
 bool tcp_offload_usable(const struct tcp_conn *conn)
 {
 	/*
 	 * Without latency-class traffic to serve the loop copies and spins: a
 	 * hand-over per payload and a wake-up per answer cost about a fifth
-	 * more CPU per byte (docs/benchmarks.md, "Traffic classes"). OpenSSL's
-	 * state is the loop's; kernel TLS records need their control messages.
+	 * more CPU per byte, and bulk alone moved 30-60 % less through the
+	 * threads (docs/benchmarks.md, "Traffic classes"). OpenSSL's state is
+	 * the loop's; kernel TLS records need their control messages.
 	 */
 	return conn->tt->offload.n_threads > 0 &&
-	       (conn->tt->n_latency_lanes > 0 || conn->tt->offload_always) && !conn->urgent_lane &&
+	       (conn->tt->offload_always || lanes_active(conn->tt)) && !conn->urgent_lane &&
 	       !conn->tls && conn->fd >= 0;
 }
 

@@ -411,6 +411,9 @@ static void receive_some(struct tcp_conn *conn)
 		drained = got < asked;
 		conn->bytes_received += got;
 		conn->last_io_ms = now_ms();
+		if (conn->urgent_lane) {
+			conn->tt->lane_io_ms = conn->last_io_ms;
+		}
 		if (direct > 0) {
 			uint64_t part = MIN(got, direct);
 			got -= part;

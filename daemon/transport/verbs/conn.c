@@ -662,6 +662,9 @@ static void attempt_start(struct conn *conn, uint64_t now)
 		conn->lane_counted = true;
 		t->lanes_open++;
 	}
+	if (conn->latency_lane) {
+		t->lane_used_ms = now;
+	}
 	conn->links_up = 0;
 	conn->peer_instance = 0;
 	random_bytes(&conn->attempt_id, sizeof(conn->attempt_id));

@@ -238,10 +238,23 @@ static void on_post_failed(void *arg, void *owner, bool marker, int err)
 }
 
 /*
+ * Whether a latency lane is open and, with [qos] lane_linger_ms, started an
+ * attempt or posted that recently: a lane left open after its traffic ended
+ * leaves bulk posts to the loop again.
+ */
+static bool lanes_active(const struct verbs_transport *vt)
+{
+	uint32_t linger = vt->daemon->cfg.qos_lane_linger_ms;
+
+	return vt->conns.lanes_open > 0 &&
+	       (linger == 0 || now_ms() - vt->conns.lane_used_ms < linger);
+}
+
+/*
  * Whether lc's next post list goes to the thread: while any of its lists is
  * there (RC orders a QP's WRs as posted), and for a bulk connection on a
- * software device while a latency lane is open, from its first attempt on
- * (its set-up waits for the loop too), so that the loop takes the lane's
+ * software device while a latency lane is active (lanes_active()), from
+ * its first attempt on (its set-up waits for the loop too), so that the loop takes the lane's
  * events and posts its WRs without waiting behind the bulk posts' protocol
  * work. A latency lane always posts from the loop.
  */
@@ -250,8 +263,12 @@ static bool on_thread(struct verbs_transport *vt, struct link_ctx *lc)
 	if (post_qp_busy(&lc->post)) {
 		return true;
 	}
-	if (lc->link->conn->latency_lane || vt->poster_unavailable ||
-	    !(vt->post_thread_always || (lc->hca->software && vt->conns.lanes_open > 0))) {
+	if (lc->link->conn->latency_lane) {
+		vt->conns.lane_used_ms = now_ms();
+		return false;
+	}
+	if (vt->poster_unavailable ||
+	    !(vt->post_thread_always || (lc->hca->software && lanes_active(vt)))) {
 		return false;
 	}
 	if (!vt->poster) {
