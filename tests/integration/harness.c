@@ -105,6 +105,13 @@ bool itest_verbs_post_thread_forced(void)
 	return v && strcmp(v, "1") == 0;
 }
 
+bool itest_verbs_software(void)
+{
+	const char *guest = getenv("RDMAX_GUEST");
+
+	return strcmp(itest_transport(), "verbs") == 0 && guest && strcmp(guest, "1") == 0;
+}
+
 double itest_scale(void)
 {
 	const char *v = getenv("RDMAX_TEST_SCALE");

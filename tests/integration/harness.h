@@ -39,10 +39,16 @@ const char *itest_transport(void);
  * Whether RDMAXD_TEST_VERBS_POST_THREAD is "1", the one value rdmaxd itself
  * reads it as: its verbs transport then hands every bulk post list to the
  * posting thread, where otherwise the loop posts them (the thread takes them
- * only on software devices while a latency lane is open). tests/run-verbs-suite
+ * only on software devices while a latency lane is active). tests/run-verbs-suite
  * sets it for its second pass over the suite.
  */
 bool itest_verbs_post_thread_forced(void);
+/*
+ * Whether the verbs devices are software ones (Soft-RoCE in the project's
+ * guest: RDMAX_GUEST=1), where bulk post lists beside an active latency lane
+ * go to the posting thread; on a hardware NIC they stay on the loop.
+ */
+bool itest_verbs_software(void);
 /* RDMAX_TEST_SCALE (default 1). */
 double itest_scale(void);
 /* n scaled by RDMAX_TEST_SCALE, never below min. */

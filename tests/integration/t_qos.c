@@ -551,12 +551,10 @@ END_TEST
 /* Where bulk leaves the loop beside a lane: TCP I/O threads, or a software verbs device. */
 static bool bulk_leaves_loop(void)
 {
-	const char *guest = getenv("RDMAX_GUEST");
-
 	if (strcmp(itest_transport(), "tcp") == 0) {
 		return !getenv("RDMAXD_TEST_TCP_OFFLOAD");
 	}
-	return guest && strcmp(guest, "1") == 0 && !itest_verbs_post_thread_forced();
+	return itest_verbs_software() && !itest_verbs_post_thread_forced();
 }
 
 TCase *itest_tcase_qos(void)

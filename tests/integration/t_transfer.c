@@ -118,10 +118,8 @@ static void write_then_read(struct rdmax_client *ca, struct rdmax_client *cb, ui
  */
 static bool verbs_posts_on_thread(void)
 {
-	const char *guest = getenv("RDMAX_GUEST");
-
-	return strcmp(itest_transport(), "verbs") == 0 &&
-	       ((guest && strcmp(guest, "1") == 0) || itest_verbs_post_thread_forced());
+	return itest_verbs_software() ||
+	       (strcmp(itest_transport(), "verbs") == 0 && itest_verbs_post_thread_forced());
 }
 
 /*

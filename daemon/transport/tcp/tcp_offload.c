@@ -375,9 +375,8 @@ bool tcp_offload_usable(const struct tcp_conn *conn)
 	 * threads (docs/benchmarks.md, "Traffic classes"). OpenSSL's state is
 	 * the loop's; kernel TLS records need their control messages.
 	 */
-	return conn->tt->offload.n_threads > 0 &&
-	       (conn->tt->offload_always || lanes_active(conn->tt)) && !conn->urgent_lane &&
-	       !conn->tls && conn->fd >= 0;
+	return conn->tt->offload.n_threads > 0 && !conn->urgent_lane && !conn->tls &&
+	       conn->fd >= 0 && (conn->tt->offload_always || lanes_active(conn->tt));
 }
 
 void tcp_offload_submit(struct tcp_offload_op *op)

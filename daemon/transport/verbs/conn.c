@@ -861,6 +861,9 @@ static int submit(struct conn_table *t, struct xfer *xfer, uint32_t local_domain
 		/* The attempt starts from the loop: nothing here may complete an xfer. */
 		t->ops->timer_start(t->ctx, conn, 0);
 	}
+	if (conn->latency_lane) {
+		t->lane_used_ms = now; /* latency traffic flows (verbs_link: lanes_active) */
+	}
 	xfer->bytes_done = 0;
 	xfer->started_ms = now;
 	xfer->withdrawn = false;

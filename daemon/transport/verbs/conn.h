@@ -281,7 +281,7 @@ struct conn_table {
 	struct hmap msgs;         /* message id -> struct conn_msg an answer may still finish */
 	uint64_t outstanding_wrs; /* posted and not retired, all links */
 	uint32_t lanes_open;      /* latency lanes from their first attempt until closed */
-	uint64_t lane_used_ms;    /* when one of them last started an attempt or posted */
+	uint64_t lane_used_ms;    /* when one of them last started an attempt or took an xfer */
 	bool dirty;
 	bool shut;
 	struct conn_result *results; /* finished xfers not yet delivered */

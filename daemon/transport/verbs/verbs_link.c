@@ -239,8 +239,8 @@ static void on_post_failed(void *arg, void *owner, bool marker, int err)
 
 /*
  * Whether a latency lane is open and, with [qos] lane_linger_ms, started an
- * attempt or posted that recently: a lane left open after its traffic ended
- * leaves bulk posts to the loop again.
+ * attempt or took an xfer that recently (conn_table.lane_used_ms): a lane left open after its
+ * traffic ended leaves bulk posts to the loop again.
  */
 static bool lanes_active(const struct verbs_transport *vt)
 {
@@ -263,11 +263,7 @@ static bool on_thread(struct verbs_transport *vt, struct link_ctx *lc)
 	if (post_qp_busy(&lc->post)) {
 		return true;
 	}
-	if (lc->link->conn->latency_lane) {
-		vt->conns.lane_used_ms = now_ms();
-		return false;
-	}
-	if (vt->poster_unavailable ||
+	if (lc->link->conn->latency_lane || vt->poster_unavailable ||
 	    !(vt->post_thread_always || (lc->hca->software && lanes_active(vt)))) {
 		return false;
 	}
