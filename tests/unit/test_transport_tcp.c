@@ -885,6 +885,45 @@ START_TEST(tcp_pipelined_frames_resume_after_pause)
 END_TEST
 
 /*
+ * A burst of small READ_REQs whose answers fit the socket buffers, the
+ * answers read as they come: the responder pauses at its answer limit with
+ * requests staged, and the answers drain from the loop's flush, not from a
+ * writable event. It must resume the staged requests there: no new byte
+ * arrives to wake it (a paged read cut into a READ_REQ per page for a peer
+ * without READ_SEGS stalled this way until the frame deadline cut it off).
+ */
+START_TEST(tcp_staged_requests_resume_after_loop_flush)
+{
+	enum { N_READ = 4000, READ_LEN = 16 };
+	const uint64_t region_len = 65536;
+	struct node b;
+	struct raw_peer p;
+	uint8_t *buf = malloc(WIRE_HEADER_BYTES + WIRE_HELLO_BYTES + N_READ * WIRE_HEADER_BYTES);
+
+	node_start(&b, "b", NULL, 0);
+	struct region *r = node_region(&b, region_len, RDMAX_ACCESS_REMOTE_READ);
+	for (uint64_t i = 0; i < region_len; i++) {
+		r->addr[i] = (uint8_t)(i * 13 + 1);
+	}
+	size_t len = raw_hello(buf);
+	for (uint64_t i = 0; i < N_READ; i++) {
+		len += put_frame(buf + len, WIRE_READ_REQ, i + 1, &b, r,
+				 (i * 4096) % (region_len - READ_LEN), READ_LEN);
+	}
+	raw_open(&p, node_port(&b), 0);
+	size_t sent = 0;
+	raw_send_split(&p, buf, len, &sent, (size_t[]){len}, 1, true);
+	size_t want = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES +
+		      (size_t)N_READ * (WIRE_HEADER_BYTES + READ_LEN);
+	raw_expect(&p, want);
+	size_t off = check_read_answers(&p, WIRE_HEADER_BYTES + WIRE_HELLO_BYTES, 1, N_READ, r,
+					region_len, READ_LEN);
+	ck_assert_uint_eq(off, want);
+	raw_done(&p, buf, &b);
+}
+END_TEST
+
+/*
  * The unit binary links with --wrap=sendmsg,--wrap=recvmsg (Makefile):
  * every sendmsg() it makes, counted; every recvmsg() the test's own
  * thread (the loop) makes on a socket while another thread (an I/O thread)
@@ -1573,6 +1612,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_silent_peer_times_out);
 	tcase_add_test(tc, tcp_peer_restart);
 	tcase_add_test(tc, tcp_pipelined_frames_resume_after_pause);
+	tcase_add_test(tc, tcp_staged_requests_resume_after_loop_flush);
 	tcase_add_test(tc, tcp_full_socket_waits_for_writable);
 	tcase_add_test(tc, tcp_answers_wait_for_the_sending_thread);
 	tcase_add_test(tc, tcp_receiving_thread_reads_the_next_header);

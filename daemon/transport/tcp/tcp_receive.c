@@ -472,6 +472,18 @@ static int socket_error(int fd)
 
 static void serve_tail(struct tcp_conn *conn);
 
+/*
+ * A responder that paused at ANSWERS_MAX with requests staged, whose answers
+ * a flush outside serve_tail() (the loop's flush list, the spin) made room
+ * for: no readiness event announces bytes already read, so the caller reads
+ * them now, or the requester waits for answers that never come.
+ */
+static bool staged_to_resume(const struct tcp_conn *conn)
+{
+	return !conn->outgoing && rx_pending(conn) && !tcp_reading_paused(conn) &&
+	       conn->state == TCP_CONN_READY;
+}
+
 void tcp_on_poll(uv_poll_t *handle, int status, int events)
 {
 	struct tcp_conn *conn = handle->data;
@@ -577,7 +589,7 @@ int tcp_poll(struct transport *transport)
 			moved++;
 			continue;
 		}
-		if (tcp_usable(conn) && !list_empty(&conn->inflight) && !tcp_reading_paused(conn)) {
+		if (tcp_usable(conn) && (!list_empty(&conn->inflight) || staged_to_resume(conn))) {
 			tcp_receive(conn);
 		}
 		if (tcp_usable(conn)) {
@@ -608,6 +620,9 @@ static void on_flush_idle(uv_idle_t *idle)
 		if (tcp_usable(conn) && !list_empty(&conn->outq) && !conn->tx_full &&
 		    !tcp_flush(conn)) {
 			continue; /* failed: its xfers completed */
+		}
+		if (tcp_usable(conn) && staged_to_resume(conn)) {
+			tcp_receive(conn);
 		}
 		if (tcp_usable(conn)) {
 			tcp_update_poll(conn);
