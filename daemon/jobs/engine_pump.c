@@ -247,7 +247,7 @@ static uint32_t group_runs(const struct job *job, const struct job_node *node, u
 	uint32_t max = node->transport->max_runs, n = 0;
 	size_t end = job->n_runs;
 
-	if (max < 2 || job->run_offset != 0 || job->op != XFER_WRITE || job->kind == JOB_SEND) {
+	if (max < 2 || job->run_offset != 0 || job->kind == JOB_SEND) {
 		return 0;
 	}
 	if (node->has_imm && !node->transport->ordered) {

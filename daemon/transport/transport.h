@@ -72,7 +72,7 @@ struct xfer {
 	const uint8_t *payload;
 	/*
 	 * Several ranges as one transfer (transports with max_runs > 1, WRITE
-	 * only): n_runs > 0 runs (local_offset, remote_offset, length each,
+	 * or READ): n_runs > 0 runs (local_offset, remote_offset, length each,
 	 * every length > 0; dest is unused) of the one remote region, valid
 	 * until done; `length` is their sum and local_offset / remote_offset
 	 * are unused. The imm, when set, counts once after all of them landed.
@@ -243,7 +243,7 @@ struct transport {
 	 * chunk is held until every other chunk completed.
 	 */
 	bool ordered;
-	/* Runs one WRITE xfer may carry (xfer->runs); 0 or 1: one range per xfer. */
+	/* Runs one WRITE or READ xfer may carry (xfer->runs); 0 or 1: one range per xfer. */
 	uint32_t max_runs;
 };
 

@@ -154,7 +154,7 @@ ref() { # TOOL TEST SIZE REP
 		wait_listen "$port" "$spid" || rc=1
 		# Paged and KV rows (and 8 MiB) move the same bytes as iperf3 in 1 MiB writes.
 		local len=$size
-		if [ "$test" = tcp_kv ] || [ "$test" = tcp_paged ] || ((size > 1048576)); then
+		if [ "$test" = tcp_kv ] || [[ $test == tcp_paged* ]] || ((size > 1048576)); then
 			len=1048576 # also the most iperf3 takes per write
 		fi
 		((rc)) || timeout 60 iperf3 -c 127.0.0.1 -p "$port" -l "$len" -t "$iperf_secs" \
@@ -215,6 +215,8 @@ rdmax() { # TEST SIZE REP
 		--peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
 	tcp_paged) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o paged --page-len 32K
 		-w 64 -b 16 -D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
+	tcp_paged_read) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o paged_read
+		--page-len 32K -w 64 -b 16 -D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
 	same_node) args=(local --socket "$run/a.sock" -o write -w 64 -b 16 -D "$secs" "${args[@]}") ;;
 	tcp_kv) # requests of 2 MiB (16 KiB blocks) or 4 MiB (128 KiB blocks), one paged
 		# write of every layer's blocks each (the layers are one region), every byte checked;
@@ -301,6 +303,7 @@ plan=(
 	"tcp_read 65536 spin"
 	"tcp_lat 64 tcp-stream,spin,ucxtag,ucxput"
 	"tcp_paged 1048576 spin,iperf3"
+	"tcp_paged_read 1048576 spin,iperf3"
 	"tcp_kv 16384 iperf3 $((reps * 2))"
 	"tcp_kv 131072 iperf3 $((reps * 2))"
 	"same_node 1048576 -"

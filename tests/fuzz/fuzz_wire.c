@@ -31,8 +31,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint64_t small_max =
 			h.type == WIRE_ACK && h.status == 0 ? WIRE_LOOKUP_REPLY_MAX : WIRE_BODY_MAX;
 		if (h.type != WIRE_WRITE && h.type != WIRE_WRITE_SEGS && h.type != WIRE_READ_REQ &&
-		    h.type != WIRE_MESSAGE && !(h.type == WIRE_READ_RESP && h.status == 0) &&
+		    h.type != WIRE_READ_SEGS && h.type != WIRE_MESSAGE &&
+		    !(h.type == WIRE_READ_RESP && h.status == 0) &&
 		    wire_payload_bytes(&h) > small_max) {
+			abort();
+		}
+		/* A READ_SEGS carries its table and nothing else. */
+		if (h.type == WIRE_READ_SEGS &&
+		    wire_payload_bytes(&h) > (uint64_t)WIRE_SEGS_MAX * WIRE_SEG_BYTES) {
 			abort();
 		}
 		if (h.type == WIRE_MESSAGE &&

@@ -28,8 +28,24 @@ struct fixture {
 	uint64_t block, len;
 };
 
-/* old_b: the decode daemon behaves like a release without WRITE_SEGS (TCP). */
-static void fixture_start(struct fixture *f, uint64_t block, bool old_b)
+/* Start d with env_old=1 set (NULL: none), a release without some TCP frame. */
+static void start_as_old(struct itest_daemon *d, const char *env_old)
+{
+	if (env_old) {
+		ck_assert_int_eq(setenv(env_old, "1", 1), 0);
+	}
+	itest_daemon_start(d);
+	if (env_old) {
+		unsetenv(env_old);
+	}
+}
+
+/*
+ * old_a, old_b: the prefill (decode) daemon behaves like a release without
+ * WRITE_SEGS ("RDMAXD_TEST_NO_WRITE_SEGS") or READ_SEGS
+ * ("RDMAXD_TEST_NO_READ_SEGS"); NULL: this release.
+ */
+static void fixture_start(struct fixture *f, uint64_t block, const char *old_a, const char *old_b)
 {
 	uint32_t perm[BLOCKS];
 
@@ -41,12 +57,8 @@ static void fixture_start(struct fixture *f, uint64_t block, bool old_b)
 	/* Small chunks: each pair's pages travel as several xfers. */
 	itest_daemon_set(f->a, "engine.chunk_bytes=65536");
 	itest_daemon_set(f->b, "engine.chunk_bytes=65536");
-	itest_daemon_start(f->a);
-	if (old_b) {
-		ck_assert_int_eq(setenv("RDMAXD_TEST_NO_WRITE_SEGS", "1", 1), 0);
-	}
-	itest_daemon_start(f->b);
-	unsetenv("RDMAXD_TEST_NO_WRITE_SEGS");
+	start_as_old(f->a, old_a);
+	start_as_old(f->b, old_b);
 	f->ca = itest_client(f->a, "prefill");
 	f->cb = itest_client(f->b, "decode");
 	ck_assert_uint_eq(rdmax_client_info(f->ca)->max_paged_pairs, RDMAX_PAGED_PAIRS_MAX);
@@ -155,7 +167,7 @@ START_TEST(multipair_write)
 {
 	struct fixture f;
 
-	fixture_start(&f, 16 * KiB, false);
+	fixture_start(&f, 16 * KiB, NULL, NULL);
 	write_all_pairs(&f, 1, 77, itest_seed() + 30);
 	fixture_stop(&f);
 }
@@ -166,7 +178,7 @@ START_TEST(multipair_read)
 	struct fixture f;
 	struct rdmax_event ev;
 
-	fixture_start(&f, 8 * KiB, false);
+	fixture_start(&f, 8 * KiB, NULL, NULL);
 	for (int r = 0; r < PAIRS; r++) {
 		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 40 + (uint64_t)r);
 	}
@@ -188,7 +200,7 @@ START_TEST(multipair_errors)
 	struct fixture f;
 	struct rdmax_event ev;
 
-	fixture_start(&f, 4 * KiB, false);
+	fixture_start(&f, 4 * KiB, NULL, NULL);
 	for (int r = 0; r < PAIRS; r++) {
 		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 50 + (uint64_t)r);
 	}
@@ -313,7 +325,7 @@ START_TEST(multipair_write_to_peer_without_segs)
 	struct fixture f;
 	struct rdmax_event ev;
 
-	fixture_start(&f, 16 * KiB, true);
+	fixture_start(&f, 16 * KiB, NULL, "RDMAXD_TEST_NO_WRITE_SEGS");
 	write_all_pairs(&f, 1, 78, itest_seed() + 60);
 
 	/* A refused WRITE in the middle of a cut group fails the job by name, once. */
@@ -345,6 +357,56 @@ START_TEST(multipair_write_to_peer_without_segs)
 }
 END_TEST
 
+/*
+ * A peer that predates READ_SEGS does not announce them in its HELLO: the
+ * reader cuts its grouped pages into READ_REQs, each answer landing in its
+ * own local page.
+ */
+START_TEST(multipair_read_from_peer_without_read_segs)
+{
+	struct fixture f;
+	struct rdmax_event ev;
+
+	fixture_start(&f, 16 * KiB, "RDMAXD_TEST_NO_READ_SEGS", NULL);
+	for (int r = 0; r < PAIRS; r++) {
+		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 70 + (uint64_t)r);
+	}
+	struct rdmax_job job =
+		paged(&f, 2, RDMAX_OP_PAGED_READ, f.rb, f.da, f.b_ids, f.a_ids, f.pairs);
+	ev = itest_run_job(f.cb, &job, 60000);
+	ck_assert_msg(ev.status == 0, "read from an old peer: %s ('%s')", rdmax_err_name(ev.status),
+		      ev.reason);
+	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f.block);
+	check_moved(&f, f.ra, f.a_ids, f.rb, f.b_ids);
+
+	/* A refused READ_REQ in the middle of a cut group fails the job by name, once. */
+	struct rdmax_region *wo = itest_alloc(f.ca, f.len, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc wo_desc = itest_desc(wo);
+	job = paged(&f, 3, RDMAX_OP_PAGED_READ, f.rb, f.da, f.b_ids, f.a_ids, f.pairs);
+	f.pairs[3].remote = &wo_desc;
+	ck_assert_int_eq(rdmax_submit(f.cb, &job, 1), 0);
+	ck_assert_uint_eq(itest_collect(f.cb, &ev, 1, 60000, NULL), 1);
+	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_msg(strstr(ev.reason, "not registered for remote read"), "reason: '%s'",
+		      ev.reason);
+	itest_assert_quiet(f.cb, 200);
+
+	/* The connection lived on: a plain paged read still lands. */
+	job = paged(&f, 4, RDMAX_OP_PAGED_READ, f.rb, f.da, f.b_ids, f.a_ids, f.pairs);
+	job.n_pairs = 0;
+	job.pairs = NULL;
+	memset(itest_bytes(f.rb[0]), 0, f.len);
+	ev = itest_run_job(f.cb, &job, 60000);
+	ck_assert_msg(ev.status == 0, "%s ('%s')", rdmax_err_name(ev.status), ev.reason);
+	for (int i = 0; i < MOVE; i++) {
+		itest_assert_mem_eq(itest_bytes(f.rb[0]) + f.b_ids[i] * f.block,
+				    itest_bytes(f.ra[0]) + f.a_ids[i] * f.block, f.block,
+				    "block after the refusal");
+	}
+	fixture_stop(&f);
+}
+END_TEST
+
 TCase *itest_tcase_multipair(void)
 {
 	TCase *tc = tcase_create("multipair");
@@ -354,5 +416,7 @@ TCase *itest_tcase_multipair(void)
 	tcase_add_test(tc, multipair_errors);
 	ITEST_ADD_TEST_IF(tc, multipair_write_to_peer_without_segs,
 			  strcmp(itest_transport(), "tcp") == 0, "WRITE_SEGS is a TCP frame");
+	ITEST_ADD_TEST_IF(tc, multipair_read_from_peer_without_read_segs,
+			  strcmp(itest_transport(), "tcp") == 0, "READ_SEGS is a TCP frame");
 	return tc;
 }

@@ -1287,6 +1287,15 @@ START_TEST(tcp_frames_split_anywhere)
 }
 END_TEST
 
+/* A region of n that is only read (a GPU-less read-only mapping): no read may land in it. */
+static struct region *ro_local(struct node *n)
+{
+	struct region *region = node_region(n, 65536, RDMAX_ACCESS_LOCAL);
+
+	region->writable = false;
+	return region;
+}
+
 /*
  * Xfers of several runs travel as one WRITE_SEGS frame: every segment lands
  * where its run says, the imm counts once after all of them, one done per
@@ -1431,11 +1440,175 @@ START_TEST(tcp_write_segs)
 	runs[1] = (struct plan_run){.remote_offset = UINT64_MAX, .length = 2};
 	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_INVALID_ARGUMENT);
 	t[6].x.op = XFER_READ;
+	t[6].x.local = ro_local(&a);
 	runs[1] = (struct plan_run){.length = 2};
-	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_INVALID_ARGUMENT);
+	ck_assert_int_eq(a.t->ops->submit(a.t, &t[6].x), RDMAX_E_PERMISSION_DENIED);
 	ck_assert_int_eq(t[6].calls, 0);
 
 	nodes_end(&a, &b);
+}
+END_TEST
+
+static void note_requests_sent(void *arg, const struct transport_conn_info *info)
+{
+	uint64_t *sent = arg;
+
+	if (info->outgoing) {
+		*sent += info->bytes_sent;
+	}
+}
+
+/* Bytes n's outgoing connections sent: its requests (and HELLOs). */
+static uint64_t requests_sent(struct node *n)
+{
+	uint64_t sent = 0;
+
+	n->t->ops->list_conns(n->t, note_requests_sent, &sent);
+	return sent;
+}
+
+/* Read runs[0..n) of remote into local on a, as one xfer; run it and check its bytes. */
+static void read_runs(struct node *a, struct node *b, struct region *remote, struct region *local,
+		      const struct plan_run *runs, uint32_t n)
+{
+	struct tx t;
+	uint64_t total = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		total += runs[i].length;
+	}
+	memset(local->addr, 0x5a, local->length);
+	tx_prep(&t, XFER_READ, b, remote, local, 0, 0, total);
+	t.x.runs = runs;
+	t.x.n_runs = n;
+	tx_submit(a, &t);
+	run_until_done();
+	tx_check(&t, 0, NULL);
+	ck_assert_uint_eq(t.x.bytes_done, total);
+	uint64_t landed = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		ck_assert_int_eq(memcmp(local->addr + runs[i].local_offset,
+					remote->addr + runs[i].remote_offset, runs[i].length),
+				 0);
+		landed += runs[i].length;
+	}
+	/* Nothing else of the local region was written: count the untouched bytes. */
+	uint64_t untouched = 0;
+	for (uint64_t i = 0; i < local->length; i++) {
+		untouched += local->addr[i] == 0x5a;
+	}
+	uint64_t want = local->length - landed;
+	for (uint32_t i = 0; i < n; i++) {
+		for (uint64_t k = 0; k < runs[i].length; k++) {
+			want += remote->addr[runs[i].remote_offset + k] == 0x5a;
+		}
+	}
+	ck_assert_uint_eq(untouched, want);
+}
+
+/*
+ * Reads of several runs travel as one READ_SEGS frame, answered by one
+ * READ_RESP whose bytes land run by run; nothing between the runs is
+ * touched, one done per xfer. The owner checks every segment first: a
+ * refusal names the first bad one and nothing of the frame lands. A peer
+ * without READ_SEGS (a release before them) gets one READ_REQ per run, and
+ * the xfer completes once, with the first refusal among them.
+ */
+START_TEST(tcp_read_segs)
+{
+	enum { PAGES = 40, PAGE = 4096 };
+	struct node a, b, c;
+	struct tx t[4];
+	struct plan_run runs[WIRE_SEGS_MAX];
+	struct plan_run odd[3] = {
+		{.local_offset = 3, .remote_offset = 260000, .length = 5000},
+		{.local_offset = 9000, .remote_offset = 11, .length = 1},
+		{.local_offset = 20000, .remote_offset = 230001, .length = 20000}};
+
+	node_start(&a, "a", NULL, 0);
+	node_start(&b, "b", NULL, 0);
+	ck_assert_int_eq(setenv("RDMAXD_TEST_NO_READ_SEGS", "1", 1), 0);
+	node_start(&c, "c", NULL, 0);
+	unsetenv("RDMAXD_TEST_NO_READ_SEGS");
+	struct region *local = node_region(&a, 1 << 20, RDMAX_ACCESS_LOCAL);
+	struct region *rb = node_region(&b, 1 << 20, RDMAX_ACCESS_REMOTE_READ);
+	struct region *rc = node_region(&c, 1 << 20, RDMAX_ACCESS_REMOTE_READ);
+	struct region *wo = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
+	for (uint64_t i = 0; i < (1 << 20); i++) {
+		rb->addr[i] = (uint8_t)(i * 29 + 3);
+		rc->addr[i] = (uint8_t)(i * 17 + 1);
+	}
+
+	/* Reversed pages: remote page i lands in local page PAGES + 7 - i. */
+	for (int i = 0; i < PAGES; i++) {
+		runs[i] = (struct plan_run){.local_offset = (uint64_t)(PAGES + 7 - i) * PAGE,
+					    .remote_offset = (uint64_t)i * PAGE,
+					    .length = PAGE};
+	}
+	for (int round = 0; round < 2; round++) {
+		struct node *peer = round == 0 ? &b : &c;
+		struct region *remote = round == 0 ? rb : rc;
+		read_runs(&a, peer, remote, local, runs, 1); /* the connection is up */
+		uint64_t before = requests_sent(&a);
+		read_runs(&a, peer, remote, local, runs, PAGES);
+		uint64_t frames = round == 0 ? 1 : PAGES;
+		uint64_t table = round == 0 ? PAGES * WIRE_SEG_BYTES : 0;
+		/* b: one header and the table; c: one READ_REQ per page */
+		ck_assert_uint_eq(requests_sent(&a) - before, frames * WIRE_HEADER_BYTES + table);
+		read_runs(&a, peer, remote, local, odd, 3);
+	}
+
+	/* WIRE_SEGS_MAX one-byte runs, every other byte. */
+	for (int i = 0; i < WIRE_SEGS_MAX; i++) {
+		runs[i] = (struct plan_run){.local_offset = (uint64_t)i * 2,
+					    .remote_offset = (uint64_t)i * 3,
+					    .length = 1};
+	}
+	read_runs(&a, &b, rb, local, runs, WIRE_SEGS_MAX);
+	read_runs(&a, &c, rc, local, runs, WIRE_SEGS_MAX);
+
+	/* Refusals by the owner: a write-only region, a segment past the end, a wrong key. */
+	char peer[64], want[256];
+	struct plan_run past[2] = {
+		{.local_offset = 0, .remote_offset = 0, .length = 100},
+		{.local_offset = 100, .remote_offset = (1 << 20) - 50, .length = 100}};
+	memset(local->addr, 0x5a, 65536);
+	tx_prep(&t[0], XFER_READ, &b, wo, local, 0, 0, 200);
+	tx_prep(&t[1], XFER_READ, &b, rb, local, 0, 0, 200);
+	tx_prep(&t[2], XFER_READ, &b, rb, local, 0, 0, 200);
+	t[2].x.remote_key ^= 1;
+	/* cut in two READ_REQs, the second refused: the first lands (elsewhere), done once */
+	struct region *cut_local = node_region(&a, 65536, RDMAX_ACCESS_LOCAL);
+	tx_prep(&t[3], XFER_READ, &c, rc, cut_local, 0, 0, 200);
+	for (int i = 0; i < 4; i++) {
+		t[i].x.runs = past;
+		t[i].x.n_runs = 2;
+		tx_submit(&a, &t[i]);
+	}
+	run_until_done();
+	snprintf(peer, sizeof(peer), "127.0.0.1:%u", node_port(&b));
+	snprintf(want, sizeof(want), "%s: region %llu is not registered for remote read", peer,
+		 (unsigned long long)wo->id);
+	tx_check(&t[0], RDMAX_E_REMOTE_ACCESS, want);
+	snprintf(want, sizeof(want), "%s: segment 1: range %u+100 is outside region %llu", peer,
+		 (1 << 20) - 50, (unsigned long long)rb->id);
+	tx_check(&t[1], RDMAX_E_OUT_OF_RANGE, want);
+	tx_check(&t[2], RDMAX_E_NOT_FOUND, NULL);
+	snprintf(peer, sizeof(peer), "127.0.0.1:%u", node_port(&c));
+	snprintf(want, sizeof(want), "%s: range %u+100 is outside region %llu", peer,
+		 (1 << 20) - 50, (unsigned long long)rc->id);
+	tx_check(&t[3], RDMAX_E_OUT_OF_RANGE, want);
+	for (int i = 0; i < 100; i++) {
+		ck_assert_uint_eq(local->addr[i], 0x5a); /* b's valid first segment did not land */
+	}
+	for (int i = 200; i < 65536; i++) {
+		ck_assert_uint_eq(local->addr[i], 0x5a);
+	}
+	ck_assert_int_eq(memcmp(cut_local->addr, rc->addr, 100), 0);
+
+	node_stop(&c);
+	nodes_end(&a, &b);
+	node_free(&c);
 }
 END_TEST
 
@@ -1542,6 +1715,130 @@ START_TEST(tcp_hostile_segs)
 }
 END_TEST
 
+static size_t put_read_segs(uint8_t *buf, uint64_t id, const struct node *n, const struct region *r,
+			    uint64_t key_xor, const struct wire_seg *segs, uint32_t n_segs,
+			    uint64_t length)
+{
+	struct wire_header h = {.type = WIRE_READ_SEGS,
+				.request_id = id,
+				.instance = n->d.instance_id,
+				.region_id = r->id,
+				.region_key = r->key ^ key_xor,
+				.offset = n_segs,
+				.length = length};
+
+	wire_header_encode(&h, buf);
+	wire_segs_encode(segs, n_segs, buf + WIRE_HEADER_BYTES);
+	return WIRE_HEADER_BYTES + (size_t)n_segs * WIRE_SEG_BYTES;
+}
+
+/*
+ * A raw requester sends READ_SEGS frames cut anywhere: a good one is
+ * answered by one READ_RESP with the segments' bytes in table order;
+ * refused ones (a segment past the region, a wrong key, a region without
+ * remote read) by a READ_RESP that names why and carries no data; a
+ * malformed table, or an imm on a read, closes the connection.
+ */
+START_TEST(tcp_hostile_read_segs)
+{
+	struct node b;
+	struct raw_peer p;
+	uint8_t *buf = malloc(65536);
+	static const size_t pieces[] = {1, 7, 63, 64, 65, 3, 4096, 13, 100, 2, 17};
+	struct wire_seg good[3] = {{.offset = 100, .length = 10},
+				   {.offset = 5000, .length = 20000},
+				   {.offset = 10, .length = 3}};
+	struct wire_seg past[2] = {{.offset = 0, .length = 10}, {.offset = 65530, .length = 10}};
+
+	node_start(&b, "b", NULL, 0);
+	struct region *r = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_READ);
+	struct region *wo = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
+	for (int i = 0; i < 65536; i++) {
+		r->addr[i] = (uint8_t)(i * 7 + 1);
+	}
+	size_t len = raw_hello(buf);
+	len += put_read_segs(buf + len, 1, &b, r, 0, good, 3, 20013);
+	len += put_read_segs(buf + len, 2, &b, r, 0, past, 2, 20);
+	len += put_read_segs(buf + len, 3, &b, r, 1, good, 3, 20013);
+	len += put_read_segs(buf + len, 4, &b, wo, 0, good, 3, 20013);
+	len += put_read_segs(buf + len, 5, &b, r, 0, good + 2, 1, 3);
+
+	raw_open(&p, node_port(&b), 0);
+	size_t sent = 0;
+	raw_send_split(&p, buf, len, &sent, pieces, sizeof(pieces) / sizeof(pieces[0]), true);
+	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+	raw_expect(&p, off + WIRE_HEADER_BYTES + 20013);
+	off = check_answer(&p, off, WIRE_READ_RESP, 1, 0);
+	const uint8_t *data = p.in + off - 20013;
+	for (int s = 0; s < 3; s++) {
+		ck_assert_int_eq(memcmp(data, r->addr + good[s].offset, good[s].length), 0);
+		data += good[s].length;
+	}
+	static const int refused[3] = {RDMAX_E_OUT_OF_RANGE, RDMAX_E_NOT_FOUND,
+				       RDMAX_E_PERMISSION_DENIED};
+	static const char *const why[3] = {"segment 1: range 65530+10 is outside region",
+					   "not found", "is not registered for remote read"};
+	for (int i = 0; i < 3; i++) {
+		raw_expect(&p, off + WIRE_HEADER_BYTES);
+		struct wire_header h;
+		ck_assert_int_eq(wire_header_decode(p.in + off, WIRE_HEADER_BYTES, &h), 0);
+		off = check_answer(&p, off, WIRE_READ_RESP, 2 + (uint64_t)i,
+				   status_from_err(refused[i]));
+		raw_expect(&p, off + h.length);
+		char text[WIRE_MESSAGE_MAX + 1];
+		wire_text_copy(text, sizeof(text), p.in + off, h.length);
+		ck_assert_msg(strstr(text, why[i]), "answer %d: '%s'", i, text);
+		off += h.length;
+	}
+	raw_expect(&p, off + WIRE_HEADER_BYTES + 3);
+	off = check_answer(&p, off, WIRE_READ_RESP, 5, 0);
+	ck_assert_int_eq(memcmp(p.in + off - 3, r->addr + 10, 3), 0);
+	raw_close(&p);
+
+	/* Malformed: an empty segment, lengths that do not add up, too many entries, an imm. */
+	struct wire_seg empty[2] = {{.offset = 0, .length = 10}, {.offset = 20, .length = 0}};
+	for (int c = 0; c < 4; c++) {
+		len = raw_hello(buf);
+		if (c == 0) {
+			len += put_read_segs(buf + len, 1, &b, r, 0, empty, 2, 10);
+		} else if (c == 1) {
+			len += put_read_segs(buf + len, 1, &b, r, 0, past, 2, 19);
+		} else {
+			struct wire_header h = {.type = WIRE_READ_SEGS,
+						.request_id = 1,
+						.instance = b.d.instance_id,
+						.region_id = r->id,
+						.region_key = r->key,
+						.offset = c == 2 ? WIRE_SEGS_MAX + 1 : 1,
+						.length = c == 2 ? WIRE_SEGS_MAX + 1 : 3};
+			if (c == 3) {
+				h.flags = WIRE_F_HAS_IMM;
+				h.imm = 9;
+			}
+			wire_header_encode(&h, buf + len);
+			len += WIRE_HEADER_BYTES;
+			if (c == 3) {
+				wire_segs_encode(good + 2, 1, buf + len);
+				len += WIRE_SEG_BYTES;
+			}
+		}
+		int fd = raw_connect(node_port(&b));
+		ck_assert_int_eq(send(fd, buf, len, 0), (ssize_t)len);
+		bool closed = false;
+		for (uint64_t start = now_ms(); !closed && now_ms() - start < 3000;) {
+			run_for(10);
+			closed = raw_closed(fd);
+		}
+		ck_assert_msg(closed, "malformed READ_SEGS %d kept the connection", c);
+		close(fd);
+	}
+	free(buf);
+	node_stop(&b);
+	uv_run(&g_loop, UV_RUN_DEFAULT);
+	node_free(&b);
+}
+END_TEST
+
 /*
  * The region a WRITE_SEGS lands in is deregistered while the frame's second
  * segment arrives: the rest of the frame (the rest of that segment and every
@@ -1618,7 +1915,9 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_receiving_thread_reads_the_next_header);
 	tcase_add_test(tc, tcp_frames_split_anywhere);
 	tcase_add_test(tc, tcp_write_segs);
+	tcase_add_test(tc, tcp_read_segs);
 	tcase_add_test(tc, tcp_hostile_segs);
+	tcase_add_test(tc, tcp_hostile_read_segs);
 	tcase_add_test(tc, tcp_segs_region_deregistered_midway);
 	return tc;
 }

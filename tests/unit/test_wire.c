@@ -310,7 +310,7 @@ START_TEST(text_copy_bounds)
 }
 END_TEST
 
-/* WRITE_SEGS: header bounds, the table's layout, and tables a hostile peer may send. */
+/* WRITE_SEGS and READ_SEGS: header bounds, the table's layout, hostile tables. */
 START_TEST(segs_codec)
 {
 	struct wire_seg in[3] = {{.offset = 0x1000, .length = 5},
@@ -399,8 +399,34 @@ START_TEST(segs_codec)
 		.type = WIRE_WRITE_SEGS, .offset = WIRE_SEGS_MAX, .length = WIRE_SEGS_MAX};
 	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out), 0);
 	ck_assert_uint_eq(out[WIRE_SEGS_MAX - 1].offset, 2 * (WIRE_SEGS_MAX - 1));
-	/* Only WRITE_SEGS has a table. */
+	/* READ_SEGS: the same table, the same bounds, and nothing after it. */
+	max.type = WIRE_READ_SEGS;
+	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out), 0);
+	ck_assert_str_eq(wire_type_name(WIRE_READ_SEGS), "READ_SEGS");
+	for (size_t i = 0; i < sizeof(hdr) / sizeof(hdr[0]); i++) {
+		struct wire_header x = {.type = WIRE_READ_SEGS,
+					.offset = hdr[i].n,
+					.length = hdr[i].length,
+					.status = hdr[i].status};
+		wire_header_encode(&x, buf);
+		ck_assert_msg(wire_header_decode(buf, sizeof(buf), &d) == hdr[i].want,
+			      "READ_SEGS case %zu", i);
+		if (hdr[i].want == 0) {
+			ck_assert_uint_eq(wire_payload_bytes(&d), hdr[i].n * WIRE_SEG_BYTES);
+		}
+	}
+	struct wire_header rs = {.type = WIRE_READ_SEGS,
+				 .flags = WIRE_F_HAS_IMM,
+				 .imm = 3,
+				 .offset = 1,
+				 .length = 1};
+	wire_header_encode(&rs, buf);
+	ck_assert_int_eq(wire_header_decode(buf, sizeof(buf), &d), RDMAX_E_PROTOCOL_ERROR);
+	/* Only the *_SEGS frames have a table. */
 	max.type = WIRE_WRITE;
+	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out),
+			 RDMAX_E_PROTOCOL_ERROR);
+	max.type = WIRE_READ_REQ;
 	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out),
 			 RDMAX_E_PROTOCOL_ERROR);
 }

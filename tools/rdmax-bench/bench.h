@@ -169,6 +169,16 @@ int bench_parse_u64(const char *s, uint64_t *ret);
 int bench_run_serve(struct opts *o);
 int bench_shape_jobs(struct bench *b, uint64_t size);
 uint64_t bench_job_bytes(const struct bench *b, uint64_t size);
+/* PAGED_WRITE or PAGED_READ: jobs of page lists. */
+static inline bool bench_op_paged(enum rdmax_op op)
+{
+	return op == RDMAX_OP_PAGED_WRITE || op == RDMAX_OP_PAGED_READ;
+}
+/* READ or PAGED_READ: jobs that bring the peer's bytes here. */
+static inline bool bench_op_reads(enum rdmax_op op)
+{
+	return op == RDMAX_OP_READ || op == RDMAX_OP_PAGED_READ;
+}
 int bench_one_job(struct bench *b, enum rdmax_op op, uint64_t size, char *msg, size_t msg_len);
 int bench_run_jobs(struct bench *b, enum rdmax_op op, uint64_t size, uint64_t count,
 		   uint64_t until_ns, uint64_t *ret_jobs, uint64_t *ret_t1);

@@ -85,7 +85,8 @@ static void usage(FILE *out)
 		"run:   jobs against a published region. local: two clients of one daemon (the\n"
 		"       daemon copies locally) against memcpy of the same sizes.\n"
 		"\n"
-		"  -o, --op OP          write | read | paged | scatter (default write)\n"
+		"  -o, --op OP          write | read | paged | paged_read | scatter (default "
+		"write)\n"
 		"  -a, --all            sizes 2 B .. 8 MiB, powers of two\n"
 		"  -s, --sizes LIST     comma-separated sizes, K/M/G suffixes (default 64K)\n"
 		"  -w, --window N       outstanding jobs (default %u)\n"
@@ -93,8 +94,10 @@ static void usage(FILE *out)
 		"  -n, --iters N        jobs per size (default %u, at most 1 GiB per size)\n"
 		"  -D, --duration SECS  run each size this long instead of -n\n"
 		"      --warmup N       untimed jobs before each size (default %u)\n"
-		"      --page-len BYTES paged: bytes per page (default 16K); destination pages\n"
-		"                       are the source pages in reverse order (a block table)\n"
+		"      --page-len BYTES paged, paged_read: bytes per page (default 16K); "
+		"destination\n"
+		"                       pages are the source pages in reverse order (a block "
+		"table)\n"
 		"      --dests N        scatter: destinations per job, equal slices (default 4)\n"
 		"      --imm VALUE      writes carry this immediate value\n"
 		"      --lat            latency mode: window 1, batch 1\n"
@@ -218,12 +221,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			} else if (strcmp(optarg, "paged") == 0 ||
 				   strcmp(optarg, "paged_write") == 0) {
 				o->op = RDMAX_OP_PAGED_WRITE;
+			} else if (strcmp(optarg, "paged_read") == 0) {
+				o->op = RDMAX_OP_PAGED_READ;
 			} else if (strcmp(optarg, "scatter") == 0) {
 				o->op = RDMAX_OP_SCATTER;
 			} else {
 				fprintf(stderr,
 					"rdmax-bench: unknown op '%s' (write, read, paged, "
-					"scatter)\n",
+					"paged_read, scatter)\n",
 					optarg);
 				return -EINVAL;
 			}

@@ -54,7 +54,7 @@ static void verify_size(struct bench *b, uint64_t size, struct row *r)
 	uint8_t *src = rdmax_region_addr(b->src), *dst = rdmax_region_addr(b->dst);
 	int ret;
 
-	if (b->o->op != RDMAX_OP_READ) {
+	if (!bench_op_reads(b->o->op)) {
 		/* Read the destination back: it must hold this size's pattern. */
 		memset(dst, 0, size);
 		ret = bench_one_job(b, RDMAX_OP_READ, size, r->verify_msg, sizeof(r->verify_msg));
@@ -64,7 +64,7 @@ static void verify_size(struct bench *b, uint64_t size, struct row *r)
 		}
 	}
 	bool same = true;
-	if (b->o->op == RDMAX_OP_PAGED_WRITE) {
+	if (bench_op_paged(b->o->op)) {
 		for (size_t i = 0; i < b->n_pages && same; i++) {
 			same = memcmp(src + b->src_pages[i] * b->page_len,
 				      dst + b->dst_pages[i] * b->page_len, b->page_len) == 0;
@@ -113,7 +113,7 @@ static int bench_size(struct bench *b, uint64_t size, struct row *ret_row)
 	r->peer_cpu_s = -1;
 	r->verify = "off";
 	bench_fill_pattern(rdmax_region_addr(b->src), size, seed);
-	if (o->op == RDMAX_OP_READ) {
+	if (bench_op_reads(o->op)) {
 		/* The remote region must hold the pattern the reads will bring back. */
 		ret = bench_one_job(b, RDMAX_OP_WRITE, size, msg, sizeof(msg));
 		if (ret < 0) {
@@ -218,8 +218,7 @@ static void print_json(FILE *f, const struct opts *o, const struct rdmax_daemon_
 		"%" PRIu64 ", \"dests\": %u}, \"results\": [",
 		o->window, o->batch, o->iters, o->duration_s, o->warmup,
 		o->has_imm ? "true" : "false", o->lat ? "true" : "false",
-		o->op == RDMAX_OP_PAGED_WRITE ? o->page_len : 0,
-		o->op == RDMAX_OP_SCATTER ? o->dests : 0);
+		bench_op_paged(o->op) ? o->page_len : 0, o->op == RDMAX_OP_SCATTER ? o->dests : 0);
 	for (uint32_t i = 0; i < n_rows; i++) {
 		const struct row *r = &rows[i];
 		fprintf(f,
@@ -259,7 +258,7 @@ static void print_header(FILE *f, const struct opts *o, const struct rdmax_daemo
 		o->op_name, o->lat ? " --lat" : "", o->mode == MODE_LOCAL ? " same-node" : "",
 		o->window, o->batch, o->has_imm ? ", imm" : "", o->no_ring ? ", no ring" : "",
 		info->node_name, info->daemon_version, o->daemon_pid, caps);
-	if (o->op == RDMAX_OP_PAGED_WRITE) {
+	if (bench_op_paged(o->op)) {
 		fprintf(f, ", pages of %" PRIu64 " bytes", o->page_len);
 	} else if (o->op == RDMAX_OP_SCATTER) {
 		fprintf(f, ", %u destinations per job", o->dests);
@@ -400,7 +399,7 @@ int bench_run_requester(struct opts *o)
 		bench_fail("allocate", -ENOMEM);
 		goto out_close;
 	}
-	if (o->op == RDMAX_OP_PAGED_WRITE || o->op == RDMAX_OP_SCATTER) {
+	if (bench_op_paged(o->op) || o->op == RDMAX_OP_SCATTER) {
 		ret = probe_op(&b, info);
 		if (ret < 0) {
 			status = ret == RDMAX_E_UNIMPLEMENTED ? EXIT_UNAVAILABLE : 1;

@@ -93,16 +93,20 @@ static void fill_job(struct bench *b, struct rdmax_job *j, enum rdmax_op op, uin
 	memset(j, 0, sizeof(*j));
 	j->id = b->next_id++;
 	j->op = op;
-	j->local = op == RDMAX_OP_READ ? b->dst : b->src;
+	j->local = bench_op_reads(op) ? b->dst : b->src;
 	switch (op) {
 	case RDMAX_OP_PAGED_WRITE:
+	case RDMAX_OP_PAGED_READ: {
+		/* Written: src pages in order to dst pages reversed; read: the same way back. */
+		bool read = op == RDMAX_OP_PAGED_READ;
 		j->remote = &b->peer;
 		j->u.paged.page_len = b->page_len;
-		j->u.paged.local_pages.indices = b->src_pages;
+		j->u.paged.local_pages.indices = read ? b->dst_pages : b->src_pages;
 		j->u.paged.local_pages.count = b->n_pages;
-		j->u.paged.remote_pages.indices = b->dst_pages;
+		j->u.paged.remote_pages.indices = read ? b->src_pages : b->dst_pages;
 		j->u.paged.remote_pages.count = b->n_pages;
 		break;
+	}
 	case RDMAX_OP_SCATTER:
 		j->u.scatter.dests = b->dests;
 		j->u.scatter.count = b->n_dests;
@@ -112,22 +116,23 @@ static void fill_job(struct bench *b, struct rdmax_job *j, enum rdmax_op op, uin
 		j->remote = &b->peer;
 		break;
 	}
-	if (b->o->has_imm && op != RDMAX_OP_READ) {
+	if (b->o->has_imm && !bench_op_reads(op)) {
 		j->flags = RDMAX_JOB_IMM;
 		j->imm = b->o->imm;
 	}
 }
 
 /*
- * Page lists for a paged write of `size` bytes: source pages in order,
- * destination pages reversed (a block table), so no two neighbours merge
- * into one transfer. Scatter: `dests` equal slices to the same region.
+ * Page lists for a paged write (or read) of `size` bytes: source pages in
+ * order, destination pages reversed (a block table), so no two neighbours
+ * merge into one transfer; a paged read brings the peer's pages in order
+ * into the local pages reversed. Scatter: `dests` equal slices to the same region.
  */
 int bench_shape_jobs(struct bench *b, uint64_t size)
 {
 	struct opts *o = b->o;
 
-	if (o->op == RDMAX_OP_PAGED_WRITE) {
+	if (bench_op_paged(o->op)) {
 		b->page_len = MIN_U64(o->page_len, size);
 		b->n_pages = (size_t)(size / b->page_len);
 		uint32_t *s = realloc(b->src_pages, b->n_pages * sizeof(*s));
@@ -165,7 +170,7 @@ int bench_shape_jobs(struct bench *b, uint64_t size)
 /* Bytes one job of this size moves (a paged write drops a partial last page). */
 uint64_t bench_job_bytes(const struct bench *b, uint64_t size)
 {
-	return b->o->op == RDMAX_OP_PAGED_WRITE ? b->n_pages * b->page_len : size;
+	return bench_op_paged(b->o->op) ? b->n_pages * b->page_len : size;
 }
 
 /* One job, waited for; its failure message goes to `msg`. */

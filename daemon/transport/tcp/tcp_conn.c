@@ -403,6 +403,7 @@ struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *
 	frame->runs = NULL;
 	frame->n_runs = 0;
 	frame->more = false;
+	frame->read_part = false;
 	wire_header_encode(header, frame->head);
 	if (body_len > 0) {
 		memcpy(frame->head + WIRE_HEADER_BYTES, body, body_len);
@@ -412,23 +413,24 @@ struct frame *tcp_frame_new(struct tcp_transport *tt, const struct wire_header *
 }
 
 /*
- * A WRITE_SEGS as one WRITE per segment, for a peer that predates WRITE_SEGS
- * (it would close the connection on one): the same request id on each (the
- * answers come back in order), the imm on the last, whose answer alone
- * completes the xfer.
+ * A WRITE_SEGS (READ_SEGS) as one WRITE (READ_REQ) per segment, for a peer
+ * that predates them (it would close the connection on one): the same
+ * request id on each (the answers come back in order), the imm on the last,
+ * whose answer alone completes the xfer.
  */
 static int queue_cut(struct tcp_conn *conn, struct frame *segs)
 {
 	const struct xfer *xfer = segs->xfer;
+	bool write = xfer->op == XFER_WRITE;
 	struct list_node parts;
 	struct list_node *pos, *tmp;
 
 	list_init(&parts);
-	for (uint32_t i = 0; i < segs->n_runs; i++) {
-		const struct plan_run *run = &segs->runs[i];
-		bool last = i + 1 == segs->n_runs;
+	for (uint32_t i = 0; i < xfer->n_runs; i++) {
+		const struct plan_run *run = &xfer->runs[i];
+		bool last = i + 1 == xfer->n_runs;
 		struct wire_header h = {
-			.type = WIRE_WRITE,
+			.type = write ? WIRE_WRITE : WIRE_READ_REQ,
 			.flags = last && xfer->has_imm ? WIRE_F_HAS_IMM : 0,
 			.imm = last && xfer->has_imm ? xfer->imm : 0,
 			.request_id = xfer->wire_id,
@@ -448,8 +450,14 @@ static int queue_cut(struct tcp_conn *conn, struct frame *segs)
 			return -ENOMEM;
 		}
 		part->xfer = segs->xfer;
-		part->payload = segs->base + run->local_offset;
-		part->payload_len = run->length;
+		if (write) {
+			part->payload = xfer->local->addr + run->local_offset;
+			part->payload_len = run->length;
+		} else {
+			part->read_part = true;
+			part->read_offset = run->local_offset;
+			part->read_len = run->length;
+		}
 		part->more = !last;
 		list_add_tail(&parts, &part->link);
 	}
@@ -464,7 +472,13 @@ static int queue_cut(struct tcp_conn *conn, struct frame *segs)
 
 int tcp_queue_request(struct tcp_conn *conn, struct frame *frame)
 {
-	if (frame->n_runs > 0 && (!conn->peer_segs || conn->tt->no_segs)) {
+	const struct xfer *xfer = frame->xfer;
+
+	if (xfer->n_runs > 0 && xfer->op == XFER_WRITE && (!conn->peer_segs || conn->tt->no_segs)) {
+		return queue_cut(conn, frame);
+	}
+	if (xfer->n_runs > 0 && xfer->op == XFER_READ &&
+	    (!conn->peer_read_segs || conn->tt->no_read_segs)) {
 		return queue_cut(conn, frame);
 	}
 	tcp_queue_frame(conn, frame);
@@ -513,11 +527,11 @@ static bool frame_iov(const struct frame *frame, struct iovec *iov, int *n, int 
 		return false;
 	}
 	add_iov(iov, n, frame->head, frame->head_len, skip);
+	add_iov(iov, n, frame->table, frame->table_len, skip); /* none: a no-op */
 	if (frame->n_runs == 0) {
-		add_iov(iov, n, frame->payload, frame->payload_len, skip);
+		add_iov(iov, n, frame->payload, frame->payload_len - frame->table_len, skip);
 		return true;
 	}
-	add_iov(iov, n, frame->table, frame->table_len, skip);
 	for (uint32_t i = 0; i < frame->n_runs; i++) {
 		if (*n == max) {
 			return false;
@@ -553,7 +567,9 @@ void tcp_advance_out(struct tcp_conn *conn, uint64_t n)
 			uv_timer_start(&conn->timer, tcp_on_conn_timer, 0, 0);
 		}
 		if (frame->xfer) { /* a request: now it waits for its answer */
-			frame->xfer->bytes_done = frame->payload_len - frame->table_len;
+			if (frame->xfer->op == XFER_WRITE) { /* a read's progress is its answer's */
+				frame->xfer->bytes_done = frame->payload_len - frame->table_len;
+			}
 			list_add_tail(&conn->inflight, &frame->link);
 		} else {
 			frame_free(conn, frame);

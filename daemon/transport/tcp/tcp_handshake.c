@@ -61,6 +61,7 @@ bool tcp_queue_hello(struct tcp_conn *conn)
 			  : auth_on(conn) ? WIRE_HELLO_F_AUTH | WIRE_HELLO_F_BOUND
 					  : 0) |
 			 (conn->tt->no_segs ? 0 : WIRE_HELLO_F_SEGS) |
+			 (conn->tt->no_read_segs ? 0 : WIRE_HELLO_F_READ_SEGS) |
 			 (conn->outgoing && conn->urgent_lane ? WIRE_HELLO_F_LATENCY : 0),
 		.instance_id = d->instance_id,
 	};
@@ -195,6 +196,7 @@ void tcp_on_hello(struct tcp_conn *conn)
 	}
 	copy_string(conn->node_name, sizeof(conn->node_name), hello.node_name);
 	conn->peer_segs = hello.flags & WIRE_HELLO_F_SEGS;
+	conn->peer_read_segs = hello.flags & WIRE_HELLO_F_READ_SEGS;
 	if (!conn->outgoing) {
 		conn->urgent_lane = hello.flags & WIRE_HELLO_F_LATENCY;
 	}

@@ -82,8 +82,8 @@ enum rx_state {
 	RX_BODY,      /* a small body (HELLO, proof, message) into rx_body */
 	RX_DATA,      /* payload straight into region memory */
 	RX_DISCARD,   /* payload of a refused WRITE, dropped */
-	RX_SEGTAB,    /* segment table of a WRITE_SEGS into rx_segtab */
-	RX_SEGDATA,   /* one segment of a WRITE_SEGS straight into region memory */
+	RX_SEGTAB,    /* segment table of a WRITE_SEGS or READ_SEGS into rx_segtab */
+	RX_SEGDATA,   /* one segment of a WRITE_SEGS (or READ_SEGS answer) straight into memory */
 	RX_STATE_MAX, /* terminator */
 };
 
@@ -93,19 +93,31 @@ struct frame {
 	bool orphan;       /* its job completed: the answer is discarded, done is a no-op */
 	struct xfer ghost; /* an orphan's stand-in: the job's xfer may be gone */
 	bool urgent;       /* requester: a latency-class xfer, queued ahead (tcp_queue_urgent) */
-	struct region *region;  /* responder: READ_RESP source, referenced until sent */
+	struct region *region; /* responder: READ_RESP source, referenced until sent */
+	/*
+	 * Requester: a READ_REQ cut from a READ_SEGS for a peer that does not
+	 * take them; its answer lands at read_offset of the xfer's local region.
+	 */
+	bool read_part;
+	uint64_t read_offset;
+	uint64_t read_len;
 	const uint8_t *payload; /* sent after head, never copied */
 	uint8_t *owned;         /* responder: a payload of its own (lookup answer), freed with it */
 	uint64_t payload_len;   /* with WRITE_SEGS: table_len + the runs' bytes */
-	/* WRITE_SEGS: the segment table (own allocation), then the runs from base */
+	/*
+	 * WRITE_SEGS: the segment table (own allocation), then the runs from
+	 * base; READ_SEGS: the table alone (n_runs 0); READ_RESP to a
+	 * READ_SEGS: the runs from the region (in `owned`)
+	 */
 	uint8_t *table;
 	uint32_t table_len;
 	const struct plan_run *runs;
 	uint32_t n_runs;
 	const uint8_t *base;
 	/*
-	 * A WRITE cut from a WRITE_SEGS for a peer that does not take them: not
-	 * the last frame of its xfer, whose answer alone completes the xfer.
+	 * A WRITE (READ_REQ) cut from a WRITE_SEGS (READ_SEGS) for a peer that
+	 * does not take them: not the last frame of its xfer, whose answer
+	 * alone completes the xfer.
 	 */
 	bool more;
 	uint32_t head_len;
@@ -210,6 +222,8 @@ struct tcp_conn {
 	bool withdrawn_out;
 	/* requester: the peer's HELLO announced WRITE_SEGS (WIRE_HELLO_F_SEGS) */
 	bool peer_segs;
+	/* requester: the peer's HELLO announced READ_SEGS (WIRE_HELLO_F_READ_SEGS) */
+	bool peer_read_segs;
 	/* requester: the first refusal among the WRITEs of a cut xfer (wire id part_id) */
 	int part_err;
 	uint64_t part_id;
@@ -243,9 +257,16 @@ struct tcp_conn {
 	int rx_err; /* responder: why the WRITE being discarded was refused */
 	char rx_msg[WIRE_MESSAGE_MAX];
 	uint8_t *rx_msgbuf; /* responder: body of the MESSAGE being received */
-	/* responder: WRITE_SEGS table as received, decoded, and the current segment */
+	/*
+	 * Responder: a WRITE_SEGS or READ_SEGS table as received and decoded.
+	 * Both ends: the segments a payload lands in (a WRITE_SEGS's in
+	 * rx_region, a READ_SEGS answer's in the xfer's local region), from
+	 * rx_seg_base, and the current one.
+	 */
 	uint8_t *rx_segtab;       /* WIRE_SEGS_MAX * WIRE_SEG_BYTES, on first use */
 	struct wire_seg *rx_segs; /* WIRE_SEGS_MAX, on first use */
+	uint8_t *rx_seg_base;
+	uint32_t rx_n_segs;
 	uint32_t rx_seg;
 	uint64_t rx_segs_after; /* payload bytes of the segments after rx_seg */
 	/*
@@ -292,6 +313,11 @@ struct tcp_transport {
 	 * (not announced, refused as an unknown type, never sent), for tests.
 	 */
 	bool no_segs;
+	/*
+	 * RDMAXD_TEST_NO_READ_SEGS=1 (or no_segs): behave like a release
+	 * without READ_SEGS, for tests.
+	 */
+	bool no_read_segs;
 	struct log_ratelimit rl;
 	struct ssl_ctx_st *tls_ctx; /* tcp_encryption = on; else NULL */
 	char tls_reason[MSG_BYTES]; /* why the last TLS call failed, for the message */
@@ -373,9 +399,9 @@ bool tcp_flush(struct tcp_conn *conn);
 void tcp_advance_out(struct tcp_conn *conn, uint64_t n);
 
 /*
- * Queue a request frame on a ready connection; a WRITE_SEGS for a peer that
- * did not announce them goes as one WRITE per segment. 0, or -ENOMEM with
- * nothing queued (the frame stays the caller's).
+ * Queue a request frame on a ready connection; a WRITE_SEGS (READ_SEGS) for
+ * a peer that did not announce them goes as one WRITE (READ_REQ) per
+ * segment. 0, or -ENOMEM with nothing queued (the frame stays the caller's).
  */
 int tcp_queue_request(struct tcp_conn *conn, struct frame *frame);
 
@@ -409,12 +435,16 @@ void tcp_complete_request(struct tcp_conn *conn);
 void tcp_on_answer_header(struct tcp_conn *conn);
 void tcp_on_message_done(struct tcp_conn *conn, bool received);
 void tcp_on_segtab(struct tcp_conn *conn);
+/* Receive a payload into the first of n segments (rx_segs) from base on. */
+void tcp_rx_segs_start(struct tcp_conn *conn, uint8_t *base, uint32_t n);
 bool tcp_next_seg(struct tcp_conn *conn);
 void tcp_on_request(struct tcp_conn *conn);
 void tcp_on_write_done(struct tcp_conn *conn, bool landed);
 
 /* tcp_receive.c */
 uint64_t tcp_frame_deadline(const struct tcp_conn *conn, uint64_t payload);
+/* Payload bytes of the frame being received still to come (all of its segments'). */
+uint64_t tcp_rx_payload_rest(const struct tcp_conn *conn);
 void tcp_check_rx_region(struct tcp_conn *conn);
 /* Set fd's SO_RCVLOWAT for a payload with `rest` bytes to come; *lowat: its value now. */
 void tcp_rx_lowat_set(int fd, int *lowat, uint64_t rest);

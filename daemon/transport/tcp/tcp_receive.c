@@ -37,9 +37,10 @@ uint64_t tcp_frame_deadline(const struct tcp_conn *conn, uint64_t payload)
 
 /*
  * Payload bytes of the current frame still to come: the current part's and,
- * for a WRITE_SEGS, every later segment's; 0 outside a payload.
+ * for a WRITE_SEGS (or a READ_SEGS answer), every later segment's; 0
+ * outside a payload.
  */
-static uint64_t rx_payload_rest(const struct tcp_conn *conn)
+uint64_t tcp_rx_payload_rest(const struct tcp_conn *conn)
 {
 	if (conn->rx_state != RX_DATA && conn->rx_state != RX_SEGDATA &&
 	    conn->rx_state != RX_DISCARD) {
@@ -60,7 +61,7 @@ void tcp_check_rx_region(struct tcp_conn *conn)
 	    !conn->rx_region->deregistering) {
 		return;
 	}
-	uint64_t rest = rx_payload_rest(conn);
+	uint64_t rest = tcp_rx_payload_rest(conn);
 	region_put(&conn->tt->daemon->regions, conn->rx_region);
 	conn->rx_region = NULL;
 	conn->rx_err = RDMAX_E_NOT_FOUND;
@@ -89,7 +90,8 @@ static void on_header(struct tcp_conn *conn)
 	conn->frame_deadline = payload ? tcp_frame_deadline(conn, payload) : 0;
 	tcp_rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES); /* unless a body follows */
 	bool request = h->type == WIRE_WRITE || h->type == WIRE_READ_REQ ||
-		       h->type == WIRE_MESSAGE || h->type == WIRE_WRITE_SEGS;
+		       h->type == WIRE_MESSAGE || h->type == WIRE_WRITE_SEGS ||
+		       h->type == WIRE_READ_SEGS;
 	bool answer = h->type == WIRE_ACK || h->type == WIRE_READ_RESP;
 	/* Handshake frames only in their step; requests only to the acceptor, answers back. */
 	bool ok = h->type == WIRE_ERROR ||
@@ -150,8 +152,8 @@ bool tcp_reading_paused(const struct tcp_conn *conn)
 static void rx_progress(struct tcp_conn *conn, uint64_t n)
 {
 	conn->rx_got += n;
-	if (conn->rx_state == RX_DATA && conn->rx_req) {
-		conn->rx_req->xfer->bytes_done = conn->rx_got;
+	if ((conn->rx_state == RX_DATA || conn->rx_state == RX_SEGDATA) && conn->rx_req) {
+		conn->rx_req->xfer->bytes_done += n; /* a read's answer (or a part of one) */
 	}
 }
 
@@ -260,7 +262,7 @@ static void rx_lowat_follow(struct tcp_conn *conn)
 	if (conn->tls || conn->rx_op.busy || !tcp_usable(conn)) {
 		return;
 	}
-	tcp_rx_lowat_set(conn->fd, &conn->rx_op.lowat, rx_payload_rest(conn));
+	tcp_rx_lowat_set(conn->fd, &conn->rx_op.lowat, tcp_rx_payload_rest(conn));
 }
 
 bool tcp_rx_lowat_release(struct tcp_conn *conn)
@@ -352,14 +354,14 @@ static void receive_some(struct tcp_conn *conn)
 			if (conn->rx_state == RX_SEGDATA && direct == want) {
 				/* The segments behind this one, in the same call. */
 				uint32_t k = conn->rx_seg + 1;
-				for (; k < conn->rx_h.offset && n_iov <= RX_SEG_IOV; k++) {
+				for (; k < conn->rx_n_segs && n_iov <= RX_SEG_IOV; k++) {
 					const struct wire_seg *seg = &conn->rx_segs[k];
-					iov[n_iov].iov_base = conn->rx_region->addr + seg->offset;
+					iov[n_iov].iov_base = conn->rx_seg_base + seg->offset;
 					iov[n_iov].iov_len = seg->length;
 					n_iov++;
 					direct += seg->length;
 				}
-				ahead = k == conn->rx_h.offset && conn->rx_h.length <= RX_TAIL_MAX
+				ahead = k == conn->rx_n_segs && conn->rx_h.length <= RX_TAIL_MAX
 						? WIRE_HEADER_BYTES
 						: 0;
 			} else if (direct < want || conn->rx_len > RX_TAIL_MAX) {

@@ -2,7 +2,7 @@
 /*
  * Frames handled once their header is in. Requester: the answer (ACK or
  * READ_RESP) is matched to the oldest request in flight and completes its
- * xfer. Responder: WRITE, WRITE_SEGS, READ_REQ and MESSAGE are validated
+ * xfer. Responder: WRITE, WRITE_SEGS, READ_REQ, READ_SEGS and MESSAGE are validated
  * with region_get_remote() (or the mailbox and name checks) before any byte
  * of memory is touched, and every request gets exactly one answer, a refusal
  * naming why. It never writes outside a validated range.
@@ -89,6 +89,20 @@ void tcp_complete_request(struct tcp_conn *conn)
 	xfer->done(xfer, err, message);
 }
 
+/* The segment table buffers, on a connection's first segment list. */
+static int segs_memory(struct tcp_conn *conn)
+{
+	if (!conn->rx_segtab) {
+		conn->rx_segtab = malloc((size_t)WIRE_SEGS_MAX * WIRE_SEG_BYTES);
+		conn->rx_segs = malloc(WIRE_SEGS_MAX * sizeof(*conn->rx_segs));
+		if (!conn->rx_segtab || !conn->rx_segs) {
+			tcp_conn_lost(conn, LOG_ERR, "out of memory");
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
 void tcp_on_answer_header(struct tcp_conn *conn)
 {
 	const struct wire_header *h = &conn->rx_h;
@@ -105,15 +119,29 @@ void tcp_on_answer_header(struct tcp_conn *conn)
 		return;
 	}
 	struct xfer *xfer = frame->xfer;
+	/* A READ_REQ cut from a READ_SEGS reads one run; a READ_SEGS all of the xfer's. */
+	uint64_t want = frame->read_part ? frame->read_len : xfer->length;
 	conn->rx_req = frame;
 	if (h->type == WIRE_ACK || h->status != 0) {
 		tcp_rx_expect(conn, RX_BODY, conn->rx_body, h->length);
-	} else if (frame->orphan && h->length == xfer->length) {
+	} else if (frame->orphan && h->length == want) {
 		/* Its job completed: the memory is no longer the job's to write. */
 		tcp_rx_expect(conn, RX_DISCARD, NULL, h->length);
-	} else if (h->length != xfer->length) {
+	} else if (h->length != want) {
 		tcp_protocol_error(conn, "READ_RESP of %llu bytes for a read of %llu",
-				   (unsigned long long)h->length, (unsigned long long)xfer->length);
+				   (unsigned long long)h->length, (unsigned long long)want);
+	} else if (frame->read_part) {
+		tcp_rx_expect(conn, RX_DATA, xfer->local->addr + frame->read_offset, h->length);
+	} else if (xfer->n_runs > 0) {
+		/* A READ_SEGS answer: the runs' bytes in order, each into its local range. */
+		if (segs_memory(conn) < 0) {
+			return;
+		}
+		for (uint32_t i = 0; i < xfer->n_runs; i++) {
+			conn->rx_segs[i] = (struct wire_seg){.offset = xfer->runs[i].local_offset,
+							     .length = xfer->runs[i].length};
+		}
+		tcp_rx_segs_start(conn, xfer->local->addr, xfer->n_runs);
 	} else {
 		tcp_rx_expect(conn, RX_DATA,
 			      h->length ? xfer->local->addr + xfer->local_offset : NULL, h->length);
@@ -125,7 +153,7 @@ void tcp_on_answer_header(struct tcp_conn *conn)
 static void describe_refusal(char *buf, size_t size, int err, const struct wire_header *h)
 {
 	unsigned long long id = (unsigned long long)h->region_id;
-	const char *what = h->type == WIRE_READ_REQ ? "read" : "write";
+	const char *what = h->type == WIRE_READ_REQ || h->type == WIRE_READ_SEGS ? "read" : "write";
 
 	switch (err) {
 	case RDMAX_E_NOT_FOUND:
@@ -284,24 +312,56 @@ void tcp_on_message_done(struct tcp_conn *conn, bool received)
 	tcp_queue_small(conn, WIRE_ACK, 0, NULL, 0);
 }
 
-/* WRITE_SEGS: the table comes first, bounded by wire_header_decode() (4 KiB at most). */
+/* WRITE_SEGS, READ_SEGS: the table comes first, bounded by wire_header_decode() (4 KiB). */
 static void on_segs_request(struct tcp_conn *conn)
 {
-	if (!conn->rx_segtab) {
-		conn->rx_segtab = malloc((size_t)WIRE_SEGS_MAX * WIRE_SEG_BYTES);
-		conn->rx_segs = malloc(WIRE_SEGS_MAX * sizeof(*conn->rx_segs));
-		if (!conn->rx_segtab || !conn->rx_segs) {
-			tcp_conn_lost(conn, LOG_ERR, "out of memory");
-			return;
-		}
+	if (segs_memory(conn) < 0) {
+		return;
 	}
 	tcp_rx_expect(conn, RX_SEGTAB, conn->rx_segtab, conn->rx_h.offset * WIRE_SEG_BYTES);
 }
 
 /*
- * The table of a WRITE_SEGS is in: every segment is checked against the
- * region (instance, key, bounds, remote write) before any byte lands; a
- * refusal names the first bad segment, drops the data and answers one ACK.
+ * The READ_RESP to a READ_SEGS whose every segment was checked: the
+ * segments' bytes in table order, sent straight from the region, which the
+ * frame references until its last byte left.
+ */
+static void answer_read_segs(struct tcp_conn *conn, struct region *region)
+{
+	const struct wire_header *h = &conn->rx_h;
+	uint32_t n = (uint32_t)h->offset;
+	struct wire_header resp = {
+		.type = WIRE_READ_RESP, .request_id = h->request_id, .length = h->length};
+	struct frame *frame = tcp_frame_new(conn->tt, &resp, NULL, 0);
+	struct plan_run *runs = frame ? malloc(n * sizeof(*runs)) : NULL;
+
+	if (!runs) {
+		if (frame) {
+			tcp_frame_release(conn->tt, frame);
+		}
+		region_put(&conn->tt->daemon->regions, region);
+		tcp_conn_lost(conn, LOG_ERR, "out of memory");
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		runs[i] = (struct plan_run){.local_offset = conn->rx_segs[i].offset,
+					    .length = conn->rx_segs[i].length};
+	}
+	frame->region = region;
+	frame->owned = (uint8_t *)runs; /* freed with the frame */
+	frame->runs = runs;
+	frame->n_runs = n;
+	frame->base = region->addr;
+	frame->payload_len = h->length;
+	tcp_queue_frame(conn, frame);
+}
+
+/*
+ * The table of a WRITE_SEGS or READ_SEGS is in: every segment is checked
+ * against the region (instance, key, bounds, remote write or read) before
+ * any byte is touched; a refusal names the first bad segment and answers
+ * once (a WRITE_SEGS's data is dropped first), and nothing of the frame
+ * lands or leaves.
  */
 void tcp_on_segtab(struct tcp_conn *conn)
 {
@@ -310,15 +370,16 @@ void tcp_on_segtab(struct tcp_conn *conn)
 	struct wire_seg *segs = conn->rx_segs;
 	struct region *region = NULL;
 	uint32_t n = (uint32_t)h->offset, i = 0;
+	bool write = h->type == WIRE_WRITE_SEGS;
 
 	if (wire_segs_decode(h, conn->rx_segtab, conn->rx_len, segs) < 0) {
-		tcp_protocol_error(conn, "malformed WRITE_SEGS segment table");
+		tcp_protocol_error(conn, "malformed %s segment table", wire_type_name(h->type));
 		return;
 	}
-	int err =
-		region_get_remote(regions, h->instance, h->region_id, h->region_key, segs[0].offset,
-				  segs[0].length, RDMAX_ACCESS_REMOTE_WRITE, &region);
-	if (err == 0 && !region->writable) {
+	int err = region_get_remote(
+		regions, h->instance, h->region_id, h->region_key, segs[0].offset, segs[0].length,
+		write ? RDMAX_ACCESS_REMOTE_WRITE : RDMAX_ACCESS_REMOTE_READ, &region);
+	if (err == 0 && write && !region->writable) {
 		err = RDMAX_E_PERMISSION_DENIED;
 	} else if (err == 0 && !region->addr) {
 		err = RDMAX_E_GPU_NEEDS_RDMA;
@@ -329,6 +390,12 @@ void tcp_on_segtab(struct tcp_conn *conn)
 			err = RDMAX_E_OUT_OF_RANGE;
 			break;
 		}
+	}
+	if (err == 0 && !write) {
+		tcp_rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES);
+		conn->frame_deadline = 0;
+		answer_read_segs(conn, region);
+		return;
 	}
 	if (err < 0) {
 		if (region) {
@@ -343,8 +410,15 @@ void tcp_on_segtab(struct tcp_conn *conn)
 		} else {
 			describe_refusal(conn->rx_msg, sizeof(conn->rx_msg), err, h);
 		}
-		log_ratelimited(&conn->tt->rl, LOG_INFO, "refused WRITE_SEGS from %s: %s",
-				conn->name, conn->rx_msg);
+		log_ratelimited(&conn->tt->rl, LOG_INFO, "refused %s from %s: %s",
+				wire_type_name(h->type), conn->name, conn->rx_msg);
+		if (!write) {
+			tcp_rx_expect(conn, RX_HEADER, conn->rx_hdr, WIRE_HEADER_BYTES);
+			conn->frame_deadline = 0;
+			tcp_queue_small(conn, WIRE_READ_RESP, err, conn->rx_msg,
+					strlen(conn->rx_msg));
+			return;
+		}
 		if (h->length > DISCARD_MAX) {
 			/* Skipping it would take the peer's time, not ours: no frame is that big.
 			 */
@@ -358,23 +432,32 @@ void tcp_on_segtab(struct tcp_conn *conn)
 		return;
 	}
 	conn->rx_region = region;
+	tcp_rx_segs_start(conn, region->addr, n);
+}
+
+void tcp_rx_segs_start(struct tcp_conn *conn, uint8_t *base, uint32_t n)
+{
+	const struct wire_seg *segs = conn->rx_segs;
+
+	conn->rx_seg_base = base;
+	conn->rx_n_segs = n;
 	conn->rx_seg = 0;
 	conn->rx_segs_after = 0;
 	for (uint32_t k = 1; k < n; k++) {
 		conn->rx_segs_after += segs[k].length;
 	}
-	tcp_rx_expect(conn, RX_SEGDATA, region->addr + segs[0].offset, segs[0].length);
+	tcp_rx_expect(conn, RX_SEGDATA, base + segs[0].offset, segs[0].length);
 }
 
 /* The current segment is full: on to the next one. \return false after the last. */
 bool tcp_next_seg(struct tcp_conn *conn)
 {
-	if (conn->rx_seg + 1 >= conn->rx_h.offset) {
+	if (conn->rx_seg + 1 >= conn->rx_n_segs) {
 		return false;
 	}
 	const struct wire_seg *seg = &conn->rx_segs[++conn->rx_seg];
 	conn->rx_segs_after -= seg->length;
-	tcp_rx_expect(conn, RX_SEGDATA, conn->rx_region->addr + seg->offset, seg->length);
+	tcp_rx_expect(conn, RX_SEGDATA, conn->rx_seg_base + seg->offset, seg->length);
 	return true;
 }
 
@@ -389,12 +472,13 @@ void tcp_on_request(struct tcp_conn *conn)
 		on_message_request(conn);
 		return;
 	}
-	if (h->type == WIRE_WRITE_SEGS && conn->tt->no_segs) {
+	if ((h->type == WIRE_WRITE_SEGS && conn->tt->no_segs) ||
+	    (h->type == WIRE_READ_SEGS && conn->tt->no_read_segs)) {
 		tcp_protocol_error(conn, "unknown frame type %u",
-				   h->type); /* as before WRITE_SEGS */
+				   h->type); /* as a release before them */
 		return;
 	}
-	if (h->type == WIRE_WRITE_SEGS) {
+	if (h->type == WIRE_WRITE_SEGS || h->type == WIRE_READ_SEGS) {
 		on_segs_request(conn);
 		return;
 	}

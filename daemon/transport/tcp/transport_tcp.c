@@ -74,7 +74,7 @@ static int check_xfer(const struct xfer *xfer)
 		return region_check_range(xfer->local, xfer->local_offset, xfer->length);
 	}
 	uint64_t total = 0;
-	if (xfer->op != XFER_WRITE || !xfer->runs || xfer->n_runs > WIRE_SEGS_MAX) {
+	if (!xfer->runs || xfer->n_runs > WIRE_SEGS_MAX) {
 		return RDMAX_E_INVALID_ARGUMENT;
 	}
 	for (uint32_t i = 0; i < xfer->n_runs; i++) {
@@ -91,12 +91,17 @@ static int check_xfer(const struct xfer *xfer)
 	return total == xfer->length ? 0 : RDMAX_E_INVALID_ARGUMENT;
 }
 
-/* A WRITE_SEGS frame for an xfer of several runs (checked by check_xfer()). */
+/*
+ * A WRITE_SEGS (READ_SEGS) frame for an xfer of several runs (checked by
+ * check_xfer()): the table of remote ranges, then for a write the runs'
+ * bytes; a read's answer lands in the xfer's runs (tcp_on_answer_header()).
+ */
 static struct frame *segs_frame(struct tcp_transport *tt, struct xfer *xfer, struct wire_header *h)
 {
 	struct wire_seg segs[WIRE_SEGS_MAX];
+	bool write = xfer->op == XFER_WRITE;
 
-	h->type = WIRE_WRITE_SEGS;
+	h->type = write ? WIRE_WRITE_SEGS : WIRE_READ_SEGS;
 	h->offset = xfer->n_runs;
 	for (uint32_t i = 0; i < xfer->n_runs; i++) {
 		segs[i] = (struct wire_seg){.offset = xfer->runs[i].remote_offset,
@@ -113,10 +118,13 @@ static struct frame *segs_frame(struct tcp_transport *tt, struct xfer *xfer, str
 		return NULL;
 	}
 	wire_segs_encode(segs, xfer->n_runs, frame->table);
-	frame->runs = xfer->runs;
-	frame->n_runs = xfer->n_runs;
-	frame->base = xfer->local->addr;
-	frame->payload_len = frame->table_len + xfer->length;
+	frame->payload_len = frame->table_len;
+	if (write) {
+		frame->runs = xfer->runs;
+		frame->n_runs = xfer->n_runs;
+		frame->base = xfer->local->addr;
+		frame->payload_len += xfer->length;
+	}
 	return frame;
 }
 
@@ -459,7 +467,8 @@ static int tcp_withdraw(struct transport *transport, struct xfer *xfer)
 	struct tcp_transport *tt = container_of(transport, struct tcp_transport, base);
 	struct list_node *pos;
 
-	/* One frame per xfer, except a WRITE_SEGS cut into WRITEs: all on one connection. */
+	/* One frame per xfer, except a *_SEGS cut into WRITEs or READ_REQs: all on one connection.
+	 */
 	for (pos = tt->conns.next; pos != &tt->conns; pos = pos->next) {
 		struct tcp_conn *conn = container_of(pos, struct tcp_conn, link);
 		struct frame *frame;
@@ -481,8 +490,11 @@ static int tcp_withdraw(struct transport *transport, struct xfer *xfer)
 		}
 		while ((frame = find_frame(&conn->inflight, xfer))) {
 			tcp_frame_orphan(frame);
-			if (conn->rx_req == frame && conn->rx_state == RX_DATA) {
-				conn->rx_state = RX_DISCARD;
+			if (conn->rx_req == frame &&
+			    (conn->rx_state == RX_DATA || conn->rx_state == RX_SEGDATA)) {
+				/* The rest of the answer, every segment of it, is dropped. */
+				tcp_rx_expect(conn, RX_DISCARD, NULL, tcp_rx_payload_rest(conn));
+				conn->rx_segs_after = 0;
 			}
 			found = true;
 		}
@@ -592,13 +604,18 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	tt->base.kind = ENDPOINT_TCP;
 	tt->base.daemon = daemon;
 	tt->base.ordered = true;           /* one stream per peer, answered in order */
-	tt->base.max_runs = WIRE_SEGS_MAX; /* paged jobs: one WRITE_SEGS frame per chunk */
+	tt->base.max_runs = WIRE_SEGS_MAX; /* paged jobs: one *_SEGS frame per chunk */
 	tt->daemon = daemon;
 	const char *no_segs = getenv("RDMAXD_TEST_NO_WRITE_SEGS");
+	const char *no_read_segs = getenv("RDMAXD_TEST_NO_READ_SEGS");
 	tt->no_segs = no_segs && strcmp(no_segs, "1") == 0;
+	tt->no_read_segs = tt->no_segs || (no_read_segs && strcmp(no_read_segs, "1") == 0);
 	if (tt->no_segs) {
 		log_warn("RDMAXD_TEST_NO_WRITE_SEGS=1: the TCP transport behaves like a release "
-			 "without WRITE_SEGS; never set this in production");
+			 "without WRITE_SEGS or READ_SEGS; never set this in production");
+	} else if (tt->no_read_segs) {
+		log_warn("RDMAXD_TEST_NO_READ_SEGS=1: the TCP transport behaves like a release "
+			 "without READ_SEGS; never set this in production");
 	}
 	const char *offload = getenv("RDMAXD_TEST_TCP_OFFLOAD");
 	tt->offload_always = offload && strcmp(offload, "1") == 0;

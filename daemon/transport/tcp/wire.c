@@ -38,7 +38,7 @@ static int check_header(const struct wire_header *h)
 {
 	bool request = h->type == WIRE_HELLO || h->type == WIRE_AUTH || h->type == WIRE_WRITE ||
 		       h->type == WIRE_READ_REQ || h->type == WIRE_MESSAGE ||
-		       h->type == WIRE_WRITE_SEGS;
+		       h->type == WIRE_WRITE_SEGS || h->type == WIRE_READ_SEGS;
 
 	if (h->flags & ~WIRE_F_HAS_IMM) {
 		return RDMAX_E_PROTOCOL_ERROR;
@@ -63,6 +63,7 @@ static int check_header(const struct wire_header *h)
 	case WIRE_READ_REQ:
 		return 0;
 	case WIRE_WRITE_SEGS:
+	case WIRE_READ_SEGS:
 		/* `offset` counts the table's entries; every segment holds at least a byte. */
 		if (h->offset == 0 || h->offset > WIRE_SEGS_MAX || h->length < h->offset ||
 		    h->length > WIRE_SEGS_DATA_MAX) {
@@ -124,6 +125,9 @@ uint64_t wire_payload_bytes(const struct wire_header *header)
 		return header->offset * WIRE_SEG_BYTES +
 		       header->length; /* both bounded by decode */
 	}
+	if (header->type == WIRE_READ_SEGS) {
+		return header->offset * WIRE_SEG_BYTES; /* the table; the data comes back */
+	}
 	return header->type == WIRE_READ_REQ ? 0 : header->length;
 }
 
@@ -141,8 +145,8 @@ int wire_segs_decode(const struct wire_header *h, const uint8_t *buf, size_t len
 {
 	uint64_t total = 0;
 
-	if (!h || !buf || h->type != WIRE_WRITE_SEGS || h->offset == 0 ||
-	    h->offset > WIRE_SEGS_MAX || len != h->offset * WIRE_SEG_BYTES) {
+	if (!h || !buf || (h->type != WIRE_WRITE_SEGS && h->type != WIRE_READ_SEGS) ||
+	    h->offset == 0 || h->offset > WIRE_SEGS_MAX || len != h->offset * WIRE_SEG_BYTES) {
 		return RDMAX_E_PROTOCOL_ERROR;
 	}
 	for (uint64_t i = 0; i < h->offset; i++) {
@@ -217,7 +221,7 @@ const char *wire_type_name(unsigned type)
 		[WIRE_WRITE] = "WRITE",           [WIRE_READ_REQ] = "READ_REQ",
 		[WIRE_READ_RESP] = "READ_RESP",   [WIRE_ACK] = "ACK",
 		[WIRE_ERROR] = "ERROR",           [WIRE_MESSAGE] = "MESSAGE",
-		[WIRE_WRITE_SEGS] = "WRITE_SEGS",
+		[WIRE_WRITE_SEGS] = "WRITE_SEGS", [WIRE_READ_SEGS] = "READ_SEGS",
 	};
 
 	return type < WIRE_TYPE_MAX && names[type] ? names[type] : "unknown";

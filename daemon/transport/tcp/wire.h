@@ -22,9 +22,9 @@
 #define WIRE_BODY_MAX            256          /* largest body of a non-data frame */
 #define WIRE_MAILBOX_NAME_MAX    75           /* MESSAGE: bytes of the scoped mailbox name */
 #define WIRE_MESSAGE_PAYLOAD_MAX (64u << 10)  /* MESSAGE: bytes of the payload */
-#define WIRE_SEGS_MAX            256          /* WRITE_SEGS: segments in one frame */
+#define WIRE_SEGS_MAX            256          /* WRITE_SEGS, READ_SEGS: segments in one frame */
 #define WIRE_SEG_BYTES           16           /* one entry of a segment table */
-#define WIRE_SEGS_DATA_MAX       (1ull << 40) /* WRITE_SEGS: data bytes of one frame */
+#define WIRE_SEGS_DATA_MAX       (1ull << 40) /* WRITE_SEGS, READ_SEGS: data bytes of one frame */
 #define WIRE_LOOKUP_REPLY_MAX    1024         /* ACK of status 0 to a lookup: descriptor bytes */
 
 /* Frame types; 0 and values from WIRE_TYPE_MAX up are invalid. */
@@ -42,10 +42,15 @@ enum wire_type {
 	/*
 	 * request: a segment table of `offset` entries (1..WIRE_SEGS_MAX) for
 	 * one region, then `length` data bytes, the segments' bytes in table
-	 * order; one ACK answers the whole frame. Type 10 is kept for its
-	 * mirror READ_SEGS (docs/wire.md).
+	 * order; one ACK answers the whole frame.
 	 */
 	WIRE_WRITE_SEGS = 9,
+	/*
+	 * request: a segment table of `offset` entries for one region and no
+	 * data; one READ_RESP answers with the `length` bytes of the segments
+	 * in table order.
+	 */
+	WIRE_READ_SEGS = 10,
 	WIRE_TYPE_MAX, /* terminator */
 };
 
@@ -56,6 +61,8 @@ enum wire_type {
 #define WIRE_HELLO_F_TLS   0x8u  /* HELLO: sent inside TLS 1.3 with the shared key's PSK */
 /* HELLO: the sender opened this connection for latency-class requests only (ignored before) */
 #define WIRE_HELLO_F_LATENCY 0x10u
+/* HELLO: the sender takes READ_SEGS (else: READ_REQs only) */
+#define WIRE_HELLO_F_READ_SEGS 0x20u
 
 struct wire_header {
 	uint8_t type;        /* enum wire_type */
@@ -101,7 +108,7 @@ struct wire_seg {
 void wire_segs_encode(const struct wire_seg *segs, uint32_t n, uint8_t *out);
 
 /*
- * Parse and check the segment table of a WRITE_SEGS header h (buf holds
+ * Parse and check the segment table of a WRITE_SEGS or READ_SEGS header h (buf holds
  * h->offset * WIRE_SEG_BYTES bytes): every segment non-empty, its end within
  * 64 bits, and the lengths summing to h->length exactly. Ranges against the
  * region are the receiver's to check.
