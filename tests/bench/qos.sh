@@ -44,6 +44,8 @@
 # per run), RDMAX_BENCH_QOS_REPS (3), RDMAX_BENCH_QOS_SET (extra --set
 # options for daemon a, blank-separated, e.g. qos.max_in_flight=16),
 # RDMAX_BENCH_QOS_LAT_SPIN_US (0: the latency client's RDMAX_SPIN_US),
+# RDMAX_BENCH_QOS_BULK_OP (write; paged or paged_read: the bulk load as page
+# lists), RDMAX_BENCH_QOS_MODES (off on [pinned]: a subset, for runs by hand),
 # RDMAX_BENCH_QOS_TRANSPORT (tcp, or verbs with RDMAX_BENCH_QOS_DEVS and
 # RDMAX_BENCH_QOS_ADDRS: two devices and their addresses, daemon a's first).
 set -u
@@ -115,9 +117,14 @@ lat() { # FILE: latency-class 64 KiB writes, one at a time
 		>/dev/null 2>>"$run/bench.err"
 }
 
+# RDMAX_BENCH_QOS_BULK_OP: the bulk jobs' op, write (default), or paged / paged_read (8 MiB
+# of 32 KiB pages each: a KV cache's pages, one segment list per MiB).
+bulkop=(-o "${RDMAX_BENCH_QOS_BULK_OP:-write}")
+[ "${RDMAX_BENCH_QOS_BULK_OP:-write}" != write ] && bulkop+=(--page-len 32K)
+
 bulk() { # FILE SECONDS: bulk-class 8 MiB writes, 16 outstanding
 	RDMAX_TRAFFIC_CLASS=bulk timeout 120 "${bulkpin[@]}" "$build/rdmax-bench" run \
-		--socket "$run/a.sock" --desc "$run/bulk.desc" -o write -s 8M -w 16 -D "$2" --warmup 4 --json="$1" \
+		--socket "$run/a.sock" --desc "$run/bulk.desc" "${bulkop[@]}" -s 8M -w 16 -D "$2" --warmup 4 --json="$1" \
 		>/dev/null 2>>"$run/bench.err"
 }
 
@@ -234,6 +241,7 @@ if [ "$transport" = tcp ] && [ "$ncpu" -ge 2 ]; then
 	workers=1
 	[ "$ncpu" -gt 2 ] && workers=1-$((ncpu - 1))
 fi
+modes=${RDMAX_BENCH_QOS_MODES:-$modes} # a subset, for runs by hand
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((rep = 1; rep <= reps; rep++)); do
 	if [ -x "$stream" ]; then

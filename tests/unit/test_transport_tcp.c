@@ -1224,6 +1224,74 @@ START_TEST(tcp_receiving_thread_reads_the_next_header)
 }
 END_TEST
 
+/* One xfer of runs[0..n) (total bytes) between a's local and b's remote, run to a success. */
+static void xfer_runs(struct node *a, struct tx *t, enum xfer_op op, struct node *b,
+		      const struct region *remote, struct region *local,
+		      const struct plan_run *runs, uint32_t n, uint64_t total)
+{
+	tx_prep(t, op, b, remote, local, 0, 0, total);
+	t->x.runs = runs;
+	t->x.n_runs = n;
+	tx_submit(a, t);
+	run_until_done();
+	tx_check(t, 0, NULL);
+	ck_assert_uint_eq(t->x.bytes_done, total);
+}
+
+/*
+ * Segment lists received on I/O threads, a WRITE_SEGS at its owner and a
+ * READ_SEGS answer at its reader, with more segments than one operation
+ * takes: every run lands where it says and nothing between the runs is
+ * touched, one done per xfer, and the threads received the payloads.
+ */
+START_TEST(tcp_segs_received_on_threads)
+{
+	enum { RUNS = 200, RUN = 20000, GAP = 7 };
+	const uint64_t total = (uint64_t)RUNS * RUN, span = 8 << 20;
+	static struct plan_run wruns[RUNS], rruns[RUNS];
+	struct node a, b;
+	struct tx t[2];
+
+	nodes_start_offloaded(&a, &b);
+	struct region *local = node_region(&a, span, RDMAX_ACCESS_LOCAL);
+	struct region *remote =
+		node_region(&b, span, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ);
+	for (uint64_t i = 0; i < span; i++) {
+		local->addr[i] = (uint8_t)(i * 29 + 3);
+	}
+	memset(remote->addr, 0x5a, span);
+	/* Written in reverse order with gaps; read back into the local upper half. */
+	for (int i = 0; i < RUNS; i++) {
+		uint64_t at = (uint64_t)(RUNS - 1 - i) * (RUN + GAP) + 3;
+		wruns[i] = (struct plan_run){
+			.local_offset = (uint64_t)i * RUN, .remote_offset = at, .length = RUN};
+		rruns[i] = (struct plan_run){.local_offset = span / 2 + (uint64_t)i * RUN,
+					     .remote_offset = at,
+					     .length = RUN};
+	}
+	xfer_runs(&a, &t[0], XFER_WRITE, &b, remote, local, wruns, RUNS, total);
+	ck_assert_uint_ge(b.d.counters.tcp_io_thread_received, total / 2);
+	for (int i = 0; i < RUNS; i++) {
+		ck_assert_int_eq(memcmp(remote->addr + wruns[i].remote_offset,
+					local->addr + wruns[i].local_offset, RUN),
+				 0);
+		for (int g = 0; g < GAP; g++) {
+			ck_assert_uint_eq(remote->addr[wruns[i].remote_offset + RUN + g], 0x5a);
+		}
+	}
+
+	memset(local->addr + span / 2, 0, span / 2);
+	xfer_runs(&a, &t[1], XFER_READ, &b, remote, local, rruns, RUNS, total);
+	ck_assert_uint_ge(a.d.counters.tcp_io_thread_received, total / 2);
+	ck_assert_int_eq(memcmp(local->addr + span / 2, local->addr, total), 0);
+	for (uint64_t i = span / 2 + total; i < span; i++) {
+		ck_assert_uint_eq(local->addr[i], 0);
+	}
+
+	nodes_end(&a, &b);
+}
+END_TEST
+
 /*
  * Frames cut at every kind of boundary (inside headers, payloads, between
  * frames): small payloads, one large enough to go straight to memory, a
@@ -1478,13 +1546,7 @@ static void read_runs(struct node *a, struct node *b, struct region *remote, str
 		total += runs[i].length;
 	}
 	memset(local->addr, 0x5a, local->length);
-	tx_prep(&t, XFER_READ, b, remote, local, 0, 0, total);
-	t.x.runs = runs;
-	t.x.n_runs = n;
-	tx_submit(a, &t);
-	run_until_done();
-	tx_check(&t, 0, NULL);
-	ck_assert_uint_eq(t.x.bytes_done, total);
+	xfer_runs(a, &t, XFER_READ, b, remote, local, runs, n, total);
 	uint64_t landed = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		ck_assert_int_eq(memcmp(local->addr + runs[i].local_offset,
@@ -1839,58 +1901,89 @@ START_TEST(tcp_hostile_read_segs)
 }
 END_TEST
 
+static void note_released(struct region *region, void *arg)
+{
+	(void)region;
+	*(bool *)arg = true;
+}
+
 /*
  * The region a WRITE_SEGS lands in is deregistered while the frame's second
  * segment arrives: the rest of the frame (the rest of that segment and every
  * later one) is dropped to the byte, the WRITE is answered NOT_FOUND, and the
- * next frame on the connection is read as a frame and lands.
+ * next frame on the connection is read as a frame and lands. The same with
+ * the segments arriving through an I/O thread.
  */
 START_TEST(tcp_segs_region_deregistered_midway)
 {
-	struct node b;
-	struct raw_peer p;
-	uint8_t *buf = malloc(100000);
-	static const size_t pieces[] = {1000, 7, 4096, 13};
-	struct wire_seg segs[4] = {{.offset = 100, .length = 10},
-				   {.offset = 5000, .length = 20000},
-				   {.offset = 40000, .length = 3000},
-				   {.offset = 10, .length = 3}};
-	const uint64_t total = 23013, landed = 10 + 4000; /* bytes of frame 1 before the cut */
+	/* Cut anywhere; the 300 KB frames in larger pieces, within the frame deadline. */
+	static const size_t small[] = {1000, 7, 4096, 13}, large[] = {16384, 7, 65536, 13};
 
-	node_start(&b, "b", NULL, 0);
-	struct region *r = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
-	struct region *r2 = node_region(&b, 65536, RDMAX_ACCESS_REMOTE_WRITE);
-	size_t len = raw_hello(buf);
-	size_t cut = len + WIRE_HEADER_BYTES + 4 * WIRE_SEG_BYTES + landed;
-	len += put_segs(buf + len, 1, &b, r, 0, segs, 4, total, 1);
-	len += put_segs(buf + len, 2, &b, r2, 0, segs, 4, total, 5);
+	/* On the loop; then on an I/O thread, which is inside the segment when it goes. */
+	for (int threads = 0; threads < 2; threads++) {
+		const uint64_t big = threads ? 300000 : 20000;
+		struct node b;
+		struct raw_peer p;
+		struct wire_seg segs[4] = {{.offset = 100, .length = 10},
+					   {.offset = 5000, .length = big},
+					   {.offset = 5000 + big + 100, .length = 3000},
+					   {.offset = 10, .length = 3}};
+		const uint64_t total = 3013 + big, landed = 10 + 4000; /* frame 1 before the cut */
+		const uint64_t region_len = 1 << 20;
+		const size_t *pieces = threads ? large : small;
+		const size_t n_pieces = 4;
+		uint8_t *buf = malloc(2 * total + 4096);
 
-	raw_open(&p, node_port(&b), 0);
-	size_t sent = 0;
-	raw_send_split(&p, buf, cut, &sent, pieces, sizeof(pieces) / sizeof(pieces[0]), true);
-	/* Until the last byte before the cut is in the region: segment 2 is under way. */
-	uint8_t last = (uint8_t)(1 + (landed - 1) * 11);
-	ck_assert_uint_ne(last, 0);
-	for (uint64_t start = now_ms(); r->addr[segs[1].offset + landed - 11] != last;) {
-		uv_run(&g_loop, UV_RUN_NOWAIT);
-		raw_pump(&p);
-		ck_assert_msg(now_ms() - start < 8000, "segment 2 did not start landing");
-	}
-	region_deregister(&b.d.regions, r, NULL, NULL);
-
-	raw_send_split(&p, buf, len, &sent, pieces, sizeof(pieces) / sizeof(pieces[0]), true);
-	size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
-	raw_expect(&p, off + WIRE_HEADER_BYTES);
-	off = check_answer(&p, off, WIRE_ACK, 1, status_from_err(RDMAX_E_NOT_FOUND));
-	raw_expect(&p, off + WIRE_HEADER_BYTES);
-	off = check_answer(&p, off, WIRE_ACK, 2, 0);
-	uint64_t k = 0;
-	for (int s = 0; s < 4; s++) {
-		for (uint64_t i = 0; i < segs[s].length; i++, k++) {
-			ck_assert_uint_eq(r2->addr[segs[s].offset + i], (uint8_t)(5 + k * 11));
+		if (threads) {
+			ck_assert_int_eq(setenv("RDMAXD_TEST_TCP_OFFLOAD", "1", 1), 0);
 		}
+		node_start(&b, "b", NULL, 0);
+		unsetenv("RDMAXD_TEST_TCP_OFFLOAD");
+		struct region *r = node_region(&b, region_len, RDMAX_ACCESS_REMOTE_WRITE);
+		struct region *r2 = node_region(&b, region_len, RDMAX_ACCESS_REMOTE_WRITE);
+		size_t len = raw_hello(buf);
+		size_t cut = len + WIRE_HEADER_BYTES + 4 * WIRE_SEG_BYTES + landed;
+		len += put_segs(buf + len, 1, &b, r, 0, segs, 4, total, 1);
+		len += put_segs(buf + len, 2, &b, r2, 0, segs, 4, total, 5);
+
+		raw_open(&p, node_port(&b), 0);
+		size_t sent = 0;
+		raw_send_split(&p, buf, cut, &sent, pieces, n_pieces, true);
+		/* Until the last byte before the cut is in the region: segment 2 is under way. */
+		uint8_t last = (uint8_t)(1 + (landed - 1) * 11);
+		ck_assert_uint_ne(last, 0);
+		for (uint64_t start = now_ms(); r->addr[segs[1].offset + landed - 11] != last;) {
+			uv_run(&g_loop, UV_RUN_NOWAIT);
+			raw_pump(&p);
+			ck_assert_msg(now_ms() - start < 8000, "segment 2 did not start landing");
+		}
+		bool released = false;
+		region_deregister(&b.d.regions, r, threads ? note_released : NULL, &released);
+		/* The loop notices on its tick, once the thread's receive is back, and lets the
+		 * region go. */
+		for (uint64_t start = now_ms(); threads && !released;) {
+			uv_run(&g_loop, UV_RUN_NOWAIT);
+			ck_assert_msg(now_ms() - start < 3000, "the region was never let go");
+		}
+
+		raw_send_split(&p, buf, len, &sent, pieces, n_pieces, true);
+		size_t off = WIRE_HEADER_BYTES + WIRE_HELLO_BYTES;
+		raw_expect(&p, off + WIRE_HEADER_BYTES);
+		off = check_answer(&p, off, WIRE_ACK, 1, status_from_err(RDMAX_E_NOT_FOUND));
+		raw_expect(&p, off + WIRE_HEADER_BYTES);
+		off = check_answer(&p, off, WIRE_ACK, 2, 0);
+		uint64_t k = 0;
+		for (int s = 0; s < 4; s++) {
+			for (uint64_t i = 0; i < segs[s].length; i++, k++) {
+				ck_assert_uint_eq(r2->addr[segs[s].offset + i],
+						  (uint8_t)(5 + k * 11));
+			}
+		}
+		if (threads) {
+			ck_assert_uint_ge(b.d.counters.tcp_io_thread_received, big / 2);
+		}
+		raw_done(&p, buf, &b);
 	}
-	raw_done(&p, buf, &b);
 }
 END_TEST
 
@@ -1913,6 +2006,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_full_socket_waits_for_writable);
 	tcase_add_test(tc, tcp_answers_wait_for_the_sending_thread);
 	tcase_add_test(tc, tcp_receiving_thread_reads_the_next_header);
+	tcase_add_test(tc, tcp_segs_received_on_threads);
 	tcase_add_test(tc, tcp_frames_split_anywhere);
 	tcase_add_test(tc, tcp_write_segs);
 	tcase_add_test(tc, tcp_read_segs);

@@ -61,7 +61,12 @@ void tcp_check_rx_region(struct tcp_conn *conn)
 	    !conn->rx_region->deregistering) {
 		return;
 	}
+	/* A thread may be receiving into the region: its bytes are in before it goes. */
+	tcp_offload_reap(&conn->rx_op);
 	uint64_t rest = tcp_rx_payload_rest(conn);
+	if (rest == 0) {
+		return; /* the thread brought the last byte: the parser finishes the write */
+	}
 	region_put(&conn->tt->daemon->regions, conn->rx_region);
 	conn->rx_region = NULL;
 	conn->rx_err = RDMAX_E_NOT_FOUND;
@@ -157,10 +162,27 @@ static void rx_progress(struct tcp_conn *conn, uint64_t n)
 	}
 }
 
+/*
+ * Credit n payload bytes received straight into the current part and, for
+ * a segment list (WRITE_SEGS, a READ_SEGS answer), the segments behind it
+ * in order; a part left full is handled by the parser (on_part_done()).
+ */
+static void rx_credit(struct tcp_conn *conn, uint64_t n)
+{
+	for (;;) {
+		uint64_t take = MIN(n, conn->rx_len - conn->rx_got);
+		rx_progress(conn, take);
+		n -= take;
+		if (n == 0 || conn->rx_state != RX_SEGDATA || !tcp_next_seg(conn)) {
+			return;
+		}
+	}
+}
+
 void tcp_rx_landed(struct tcp_conn *conn, uint64_t n)
 {
 	conn->bytes_received += n;
-	rx_progress(conn, n);
+	rx_credit(conn, n);
 }
 
 void tcp_rx_staged(struct tcp_conn *conn, uint64_t n)
@@ -170,32 +192,45 @@ void tcp_rx_staged(struct tcp_conn *conn, uint64_t n)
 }
 
 /*
- * The rest of a large payload (at most OFFLOAD_MAX) is read by an I/O
- * thread straight into its destination; where that is the payload's end,
- * its last call also takes what is there of the next frame's header into
- * rx_stage, so that under a stream of large frames the loop parses the
- * next header without a recvmsg() of its own on the bulk socket (each of
- * which processes the socket's backlog on the loop's CPU).
+ * The rest of a large payload (at most OFFLOAD_MAX, over at most
+ * IOV_BATCH - 1 segments of a segment list) is read by an I/O thread
+ * straight into its destination; where that is the payload's end, its last
+ * call also takes what is there of the next frame's header into rx_stage,
+ * so that under a stream of large frames the loop parses the next header
+ * without a recvmsg() of its own on the bulk socket (each of which
+ * processes the socket's backlog on the loop's CPU).
  * \return whether it was handed out.
  */
 static bool offload_rx(struct tcp_conn *conn)
 {
 	struct tcp_offload_op *op = &conn->rx_op;
-	uint64_t want = conn->rx_len - conn->rx_got;
+	uint64_t rest = tcp_rx_payload_rest(conn);
 
-	if (conn->rx_state != RX_DATA || want < OFFLOAD_MIN || !tcp_offload_usable(conn)) {
+	if ((conn->rx_state != RX_DATA && conn->rx_state != RX_SEGDATA) || rest < OFFLOAD_MIN ||
+	    !tcp_offload_usable(conn)) {
 		return false;
 	}
-	op->n_iov = 1;
-	if (want <= OFFLOAD_MAX && conn->rx_start == conn->rx_end) {
-		conn->rx_start = conn->rx_end = 0;
-		op->iov[1].iov_base = conn->rx_stage;
-		op->iov[1].iov_len = WIRE_HEADER_BYTES;
-		op->n_iov = 2;
-	}
-	want = MIN(want, (uint64_t)OFFLOAD_MAX);
+	uint64_t want = MIN(conn->rx_len - conn->rx_got, (uint64_t)OFFLOAD_MAX);
 	op->iov[0].iov_base = conn->rx_dst + conn->rx_got;
 	op->iov[0].iov_len = want;
+	op->n_iov = 1;
+	if (conn->rx_state == RX_SEGDATA) {
+		for (uint32_t k = conn->rx_seg + 1;
+		     k < conn->rx_n_segs && op->n_iov < IOV_BATCH - 1 && want < OFFLOAD_MAX; k++) {
+			const struct wire_seg *seg = &conn->rx_segs[k];
+			uint64_t take = MIN(seg->length, OFFLOAD_MAX - want);
+			op->iov[op->n_iov].iov_base = conn->rx_seg_base + seg->offset;
+			op->iov[op->n_iov].iov_len = take;
+			op->n_iov++;
+			want += take;
+		}
+	}
+	if (want == rest && conn->rx_start == conn->rx_end) {
+		conn->rx_start = conn->rx_end = 0;
+		op->iov[op->n_iov].iov_base = conn->rx_stage;
+		op->iov[op->n_iov].iov_len = WIRE_HEADER_BYTES;
+		op->n_iov++;
+	}
 	op->want = want;
 	tcp_offload_submit(op);
 	return true;
@@ -419,15 +454,7 @@ static void receive_some(struct tcp_conn *conn)
 		if (direct > 0) {
 			uint64_t part = MIN(got, direct);
 			got -= part;
-			/* Only a WRITE_SEGS read runs past its part, into the next segments. */
-			for (;;) {
-				uint64_t take = MIN(part, conn->rx_len - conn->rx_got);
-				rx_progress(conn, take);
-				part -= take;
-				if (part == 0 || !tcp_next_seg(conn)) {
-					break;
-				}
-			}
+			rx_credit(conn, part); /* a segment list's read runs into the next ones */
 		}
 		conn->rx_start = 0;
 		conn->rx_end = (uint32_t)got;
