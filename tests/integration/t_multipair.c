@@ -173,23 +173,27 @@ START_TEST(multipair_write)
 }
 END_TEST
 
+/* One PAGED_READ of every pair: the decode side pulls the prefill side's blocks. */
+static void read_all_pairs(struct fixture *f, uint64_t id, uint64_t seed)
+{
+	for (int r = 0; r < PAIRS; r++) {
+		itest_fill(itest_bytes(f->ra[r]), f->len, seed + (uint64_t)r);
+	}
+	struct rdmax_job job =
+		paged(f, id, RDMAX_OP_PAGED_READ, f->rb, f->da, f->b_ids, f->a_ids, f->pairs);
+	struct rdmax_event ev = itest_run_job(f->cb, &job, 60000);
+	ck_assert_msg(ev.status == 0, "multi-pair read: %s ('%s')", rdmax_err_name(ev.status),
+		      ev.reason);
+	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f->block);
+	check_moved(f, f->ra, f->a_ids, f->rb, f->b_ids);
+}
+
 START_TEST(multipair_read)
 {
 	struct fixture f;
-	struct rdmax_event ev;
 
 	fixture_start(&f, 8 * KiB, NULL, NULL);
-	for (int r = 0; r < PAIRS; r++) {
-		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 40 + (uint64_t)r);
-	}
-	/* The decode side pulls the prefill side's blocks of every pair. */
-	struct rdmax_job job =
-		paged(&f, 2, RDMAX_OP_PAGED_READ, f.rb, f.da, f.b_ids, f.a_ids, f.pairs);
-	ev = itest_run_job(f.cb, &job, 60000);
-	ck_assert_msg(ev.status == 0, "multi-pair read: %s ('%s')", rdmax_err_name(ev.status),
-		      ev.reason);
-	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f.block);
-	check_moved(&f, f.ra, f.a_ids, f.rb, f.b_ids);
+	read_all_pairs(&f, 2, itest_seed() + 40);
 	fixture_stop(&f);
 }
 END_TEST
@@ -317,42 +321,58 @@ START_TEST(multipair_errors)
 END_TEST
 
 /*
+ * Against a peer that cuts grouped pages into one frame per run: pair 3's
+ * remote region lacks the access `op` needs (made on `owner`), so a part in
+ * the middle of a cut group is refused; the job fails once, by name. The
+ * connection lives on: a plain paged job of the same op still lands.
+ */
+static void cut_part_refused(struct fixture *f, enum rdmax_op op, const char *why)
+{
+	bool write = op == RDMAX_OP_PAGED_WRITE;
+	struct rdmax_client *c = write ? f->ca : f->cb;
+	struct rdmax_region *const *local = write ? f->ra : f->rb;
+	const struct rdmax_desc *remote = write ? f->db : f->da;
+	const uint32_t *local_ids = write ? f->a_ids : f->b_ids;
+	const uint32_t *remote_ids = write ? f->b_ids : f->a_ids;
+	struct rdmax_region *bad =
+		itest_alloc(write ? f->cb : f->ca, f->len,
+			    write ? RDMAX_ACCESS_REMOTE_READ : RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc bad_desc = itest_desc(bad);
+	struct rdmax_event ev;
+
+	struct rdmax_job job = paged(f, 20, op, local, remote, local_ids, remote_ids, f->pairs);
+	f->pairs[3].remote = &bad_desc;
+	ck_assert_int_eq(rdmax_submit(c, &job, 1), 0);
+	ck_assert_uint_eq(itest_collect(c, &ev, 1, 60000, NULL), 1);
+	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
+	ck_assert_msg(strstr(ev.reason, why), "reason: '%s'", ev.reason);
+	itest_assert_quiet(c, 200);
+
+	job = paged(f, 21, op, local, remote, local_ids, remote_ids, f->pairs);
+	job.n_pairs = 0;
+	job.pairs = NULL;
+	memset(itest_bytes(f->rb[0]), 0, f->len); /* both ops land in the decode side's regions */
+	ev = itest_run_job(c, &job, 60000);
+	ck_assert_msg(ev.status == 0, "%s ('%s')", rdmax_err_name(ev.status), ev.reason);
+	for (int i = 0; i < MOVE; i++) {
+		itest_assert_mem_eq(itest_bytes(f->rb[0]) + f->b_ids[i] * f->block,
+				    itest_bytes(f->ra[0]) + f->a_ids[i] * f->block, f->block,
+				    "block after the refusal");
+	}
+}
+
+/*
  * A peer that predates WRITE_SEGS (it closes the connection on one) does not
  * announce them in its HELLO: the sender cuts its grouped pages into WRITEs.
  */
 START_TEST(multipair_write_to_peer_without_segs)
 {
 	struct fixture f;
-	struct rdmax_event ev;
 
 	fixture_start(&f, 16 * KiB, NULL, "RDMAXD_TEST_NO_WRITE_SEGS");
 	write_all_pairs(&f, 1, 78, itest_seed() + 60);
 
-	/* A refused WRITE in the middle of a cut group fails the job by name, once. */
-	struct rdmax_region *ro = itest_alloc(f.cb, f.len, RDMAX_ACCESS_REMOTE_READ);
-	struct rdmax_desc ro_desc = itest_desc(ro);
-	struct rdmax_job job =
-		paged(&f, 2, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
-	f.pairs[3].remote = &ro_desc;
-	ck_assert_int_eq(rdmax_submit(f.ca, &job, 1), 0);
-	ck_assert_uint_eq(itest_collect(f.ca, &ev, 1, 60000, NULL), 1);
-	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
-	ck_assert_msg(strstr(ev.reason, "not registered for remote write"), "reason: '%s'",
-		      ev.reason);
-	itest_assert_quiet(f.ca, 200);
-
-	/* The connection lived on: a plain paged write still lands. */
-	job = paged(&f, 3, RDMAX_OP_PAGED_WRITE, f.ra, f.db, f.a_ids, f.b_ids, f.pairs);
-	job.n_pairs = 0;
-	job.pairs = NULL;
-	memset(itest_bytes(f.rb[0]), 0, f.len);
-	ev = itest_run_job(f.ca, &job, 60000);
-	ck_assert_msg(ev.status == 0, "%s ('%s')", rdmax_err_name(ev.status), ev.reason);
-	for (int i = 0; i < MOVE; i++) {
-		itest_assert_mem_eq(itest_bytes(f.rb[0]) + f.b_ids[i] * f.block,
-				    itest_bytes(f.ra[0]) + f.a_ids[i] * f.block, f.block,
-				    "block after the refusal");
-	}
+	cut_part_refused(&f, RDMAX_OP_PAGED_WRITE, "not registered for remote write");
 	fixture_stop(&f);
 }
 END_TEST
@@ -365,44 +385,10 @@ END_TEST
 START_TEST(multipair_read_from_peer_without_read_segs)
 {
 	struct fixture f;
-	struct rdmax_event ev;
 
 	fixture_start(&f, 16 * KiB, "RDMAXD_TEST_NO_READ_SEGS", NULL);
-	for (int r = 0; r < PAIRS; r++) {
-		itest_fill(itest_bytes(f.ra[r]), f.len, itest_seed() + 70 + (uint64_t)r);
-	}
-	struct rdmax_job job =
-		paged(&f, 2, RDMAX_OP_PAGED_READ, f.rb, f.da, f.b_ids, f.a_ids, f.pairs);
-	ev = itest_run_job(f.cb, &job, 60000);
-	ck_assert_msg(ev.status == 0, "read from an old peer: %s ('%s')", rdmax_err_name(ev.status),
-		      ev.reason);
-	ck_assert_uint_eq(ev.bytes, (uint64_t)PAIRS * MOVE * f.block);
-	check_moved(&f, f.ra, f.a_ids, f.rb, f.b_ids);
-
-	/* A refused READ_REQ in the middle of a cut group fails the job by name, once. */
-	struct rdmax_region *wo = itest_alloc(f.ca, f.len, RDMAX_ACCESS_REMOTE_WRITE);
-	struct rdmax_desc wo_desc = itest_desc(wo);
-	job = paged(&f, 3, RDMAX_OP_PAGED_READ, f.rb, f.da, f.b_ids, f.a_ids, f.pairs);
-	f.pairs[3].remote = &wo_desc;
-	ck_assert_int_eq(rdmax_submit(f.cb, &job, 1), 0);
-	ck_assert_uint_eq(itest_collect(f.cb, &ev, 1, 60000, NULL), 1);
-	itest_assert_err(ev.status, RDMAX_E_REMOTE_ACCESS);
-	ck_assert_msg(strstr(ev.reason, "not registered for remote read"), "reason: '%s'",
-		      ev.reason);
-	itest_assert_quiet(f.cb, 200);
-
-	/* The connection lived on: a plain paged read still lands. */
-	job = paged(&f, 4, RDMAX_OP_PAGED_READ, f.rb, f.da, f.b_ids, f.a_ids, f.pairs);
-	job.n_pairs = 0;
-	job.pairs = NULL;
-	memset(itest_bytes(f.rb[0]), 0, f.len);
-	ev = itest_run_job(f.cb, &job, 60000);
-	ck_assert_msg(ev.status == 0, "%s ('%s')", rdmax_err_name(ev.status), ev.reason);
-	for (int i = 0; i < MOVE; i++) {
-		itest_assert_mem_eq(itest_bytes(f.rb[0]) + f.b_ids[i] * f.block,
-				    itest_bytes(f.ra[0]) + f.a_ids[i] * f.block, f.block,
-				    "block after the refusal");
-	}
+	read_all_pairs(&f, 2, itest_seed() + 70);
+	cut_part_refused(&f, RDMAX_OP_PAGED_READ, "not registered for remote read");
 	fixture_stop(&f);
 }
 END_TEST

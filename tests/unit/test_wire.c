@@ -360,14 +360,23 @@ START_TEST(segs_codec)
 		{WIRE_SEGS_MAX, WIRE_SEGS_DATA_MAX, 0, 0},
 		{1, 1, 0, 0},
 	};
-	for (size_t i = 0; i < sizeof(hdr) / sizeof(hdr[0]); i++) {
-		struct wire_header x = {.type = WIRE_WRITE_SEGS,
-					.offset = hdr[i].n,
-					.length = hdr[i].length,
-					.status = hdr[i].status};
-		wire_header_encode(&x, buf);
-		ck_assert_msg(wire_header_decode(buf, sizeof(buf), &d) == hdr[i].want, "case %zu",
-			      i);
+	/* READ_SEGS: the same bounds; it carries its table and nothing after it. */
+	static const uint8_t types[] = {WIRE_WRITE_SEGS, WIRE_READ_SEGS};
+	for (size_t t = 0; t < sizeof(types); t++) {
+		for (size_t i = 0; i < sizeof(hdr) / sizeof(hdr[0]); i++) {
+			struct wire_header x = {.type = types[t],
+						.offset = hdr[i].n,
+						.length = hdr[i].length,
+						.status = hdr[i].status};
+			wire_header_encode(&x, buf);
+			ck_assert_msg(wire_header_decode(buf, sizeof(buf), &d) == hdr[i].want,
+				      "%s case %zu", wire_type_name(types[t]), i);
+			if (hdr[i].want == 0) {
+				ck_assert_uint_eq(wire_payload_bytes(&d),
+						  hdr[i].n * WIRE_SEG_BYTES +
+							  (t == 0 ? hdr[i].length : 0));
+			}
+		}
 	}
 
 	/* Hostile tables under a valid header. */
@@ -399,22 +408,11 @@ START_TEST(segs_codec)
 		.type = WIRE_WRITE_SEGS, .offset = WIRE_SEGS_MAX, .length = WIRE_SEGS_MAX};
 	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out), 0);
 	ck_assert_uint_eq(out[WIRE_SEGS_MAX - 1].offset, 2 * (WIRE_SEGS_MAX - 1));
-	/* READ_SEGS: the same table, the same bounds, and nothing after it. */
+	/* A READ_SEGS takes the same table. */
 	max.type = WIRE_READ_SEGS;
 	ck_assert_int_eq(wire_segs_decode(&max, table, WIRE_SEGS_MAX * WIRE_SEG_BYTES, out), 0);
 	ck_assert_str_eq(wire_type_name(WIRE_READ_SEGS), "READ_SEGS");
-	for (size_t i = 0; i < sizeof(hdr) / sizeof(hdr[0]); i++) {
-		struct wire_header x = {.type = WIRE_READ_SEGS,
-					.offset = hdr[i].n,
-					.length = hdr[i].length,
-					.status = hdr[i].status};
-		wire_header_encode(&x, buf);
-		ck_assert_msg(wire_header_decode(buf, sizeof(buf), &d) == hdr[i].want,
-			      "READ_SEGS case %zu", i);
-		if (hdr[i].want == 0) {
-			ck_assert_uint_eq(wire_payload_bytes(&d), hdr[i].n * WIRE_SEG_BYTES);
-		}
-	}
+	/* A read counts no imm. */
 	struct wire_header rs = {.type = WIRE_READ_SEGS,
 				 .flags = WIRE_F_HAS_IMM,
 				 .imm = 3,
