@@ -8,7 +8,7 @@ Reads the files tests/bench/run.sh and guest.sh leave in OUT (build/bench):
   host-ref-TEST-SIZE-rN.json      tcp-stream --json
   host-rdmax-TEST-SIZE-rN.json    rdmax-bench --json (TCP transport / same node)
   PART-ref@TOOL-TEST-SIZE-rN.*    further references of the same row: tcp-stream
-                                  --spin (spin, spinbatch: .json), iperf3 --json
+                                  --spin (spin, spinbatch, span, spinspan: .json), iperf3 --json
                                   (iperf3: .json), ucx_perftest output (ucx*: .txt),
                                   tests/bench/verbs-hop --hop output (hop: .txt),
                                   verbs-hop --code output (code: .txt), and both
@@ -216,6 +216,8 @@ REFERENCE = {
 TOOLS = {
     "spin": "raw TCP spin",
     "spinbatch": "spin+batch16",
+    "span": "raw TCP, 32MiB",
+    "spinspan": "raw spin, 32MiB",
     "iperf3": "iperf3",
     "ucxtag": "UCX tag tcp",
     "ucxput": "UCX put tcp",

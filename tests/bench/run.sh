@@ -128,6 +128,9 @@ ref_port=18700
 #   tcp-stream  one TCP stream, blocking write()/recv(MSG_WAITALL) (sleeps in the kernel)
 #   spin        tcp-stream --spin: both ends poll non-blocking sockets, as rdmaxd does
 #   spinbatch   tcp-stream --spin --batch 16: and 16 messages per sendmsg()
+#   span        tcp-stream --span 32M: blocking, through as much memory as the KV rows move
+#               (their prefill sources and decode pool, 32 MiB each) instead of one hot buffer
+#   spinspan    tcp-stream --spin --span 32M
 #   iperf3      iperf3 -l SIZE, one stream (sleeps in the kernel, like a user's iperf3)
 #   ucxtag      ucx_perftest -t tag_bw / tag_lat, UCX_TLS=tcp on lo (one connection)
 #   ucxput      ucx_perftest -t ucp_put_bw / ucp_put_lat, UCX_TLS=tcp on lo
@@ -139,11 +142,12 @@ ref() { # TOOL TEST SIZE REP
 	file="$out/host-ref@$tool-$test-$size-r$rep"
 	[ "$tool" = tcp-stream ] && file="$out/host-ref-$test-$size-r$rep"
 	case $tool in
-	tcp-stream | spin | spinbatch)
+	tcp-stream | spin | spinbatch | span | spinspan)
 		local -a args=(-s "$size" --json --label "host $test $tool")
 		if ((lat)); then args+=(--lat -n 5000); else args+=(-D "$secs"); fi
-		[ "$tool" != tcp-stream ] && args+=(--spin)
+		[[ $tool == spin* ]] && args+=(--spin)
 		[ "$tool" = spinbatch ] && args+=(--batch 16)
+		[[ $tool == *span ]] && args=(-s 1M "${args[@]:2}" --span 32M) # the KV rows' bytes
 		timeout 60 "$build/tests/bench/tcp-stream" "${args[@]}" >"$file.json.tmp" 2>"$run/ref.err" ||
 			rc=$?
 		file=$file.json
@@ -304,8 +308,8 @@ plan=(
 	"tcp_lat 64 tcp-stream,spin,ucxtag,ucxput"
 	"tcp_paged 1048576 spin,iperf3"
 	"tcp_paged_read 1048576 spin,iperf3"
-	"tcp_kv 16384 iperf3 $((reps * 2))"
-	"tcp_kv 131072 iperf3 $((reps * 2))"
+	"tcp_kv 16384 iperf3,span,spinspan $((reps * 2))"
+	"tcp_kv 131072 iperf3,span,spinspan $((reps * 2))"
 	"same_node 1048576 -"
 	"same_node 65536 -"
 )

@@ -21,6 +21,11 @@
  *     with one byte. Four hand-offs per round trip instead of two, each a
  *     wake-up when the ends sleep: the process layout of a job through two
  *     daemons, with none of their code.
+ *   --span BYTES (stream mode): the sender takes successive messages from, and
+ *     the receiver lands them in, successive slices of a BYTES-long buffer,
+ *     wrapping at its end, as a transfer of distinct data (KV blocks) moves
+ *     through that much memory; without it both ends reuse one SIZE-byte
+ *     buffer that stays in the caches, as iperf3 does.
  *   --epoll: the receiver and the relay wait for data in epoll_wait() on
  *     non-blocking sockets, as an event loop such as rdmaxd's does, instead
  *     of sleeping in recv() (the timing process still sleeps in recv(), as a
@@ -64,6 +69,7 @@ struct opts {
 	bool relay;
 	bool epoll;
 	uint32_t batch; /* messages per sendmsg(), >= 1 */
+	uint64_t span;  /* --span: bytes the messages cycle through; 0: one message's */
 	const char *addr;
 	const char *label;
 };
@@ -204,6 +210,20 @@ static void set_nodelay(int fd)
  * message. Reports its CPU seconds per size on the connection's last byte.
  * \return the child's exit status
  */
+/* The next message's offset in a span-long buffer (--span); 0 without one. */
+static uint64_t next_slice(uint64_t *off, uint64_t size, uint64_t span)
+{
+	if (span == 0) {
+		return 0;
+	}
+	if (*off + size > span) {
+		*off = 0;
+	}
+	uint64_t at = *off;
+	*off += size;
+	return at;
+}
+
 static int receiver(int lfd, const struct opts *o, uint64_t max_size)
 {
 	uint8_t *buf = malloc(max_size);
@@ -220,8 +240,9 @@ static int receiver(int lfd, const struct opts *o, uint64_t max_size)
 		}
 		set_nodelay(fd);
 		double c0 = rusage_s(RUSAGE_SELF);
+		uint64_t off = 0;
 		for (;;) {
-			int64_t n = read_full(fd, buf, size);
+			int64_t n = read_full(fd, buf + next_slice(&off, size, o->span), size);
 			if (n < 0) {
 				return 1;
 			}
@@ -318,7 +339,7 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 {
 	uint64_t count = o->duration_s > 0 ? UINT64_MAX : o->iters;
 	uint64_t *lat = NULL, lat_cap = 0;
-	uint64_t until, t0, msgs = 0;
+	uint64_t until, t0, msgs = 0, off = 0;
 	double peer_cpu = 0, c0;
 	pid_t relay_pid = -1;
 	uint8_t ack;
@@ -360,7 +381,7 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 			msgs += o->batch;
 			continue;
 		}
-		if (write_all(fd, buf, o->relay ? 1 : size) < 0) {
+		if (write_all(fd, buf + next_slice(&off, size, o->span), o->relay ? 1 : size) < 0) {
 			goto out_close;
 		}
 		if (o->lat) {
@@ -429,18 +450,20 @@ static void print_results(const struct opts *o, const struct result *rs, uint32_
 		}
 		printf("\", \"op\": \"write\", \"status\": \"ok\", \"params\": {\"iters\": %" PRIu64
 		       ", \"duration_s\": %g, \"lat\": %s, \"spin\": %s, \"relay\": %s, \"epoll\": "
-		       "%s, \"batch\": %u}, "
+		       "%s, \"batch\": %u, \"span\": %" PRIu64 "}, "
 		       "\"results\": [",
 		       o->iters, o->duration_s, o->lat ? "true" : "false",
 		       o->spin ? "true" : "false", o->relay ? "true" : "false",
-		       o->epoll ? "true" : "false", o->batch);
+		       o->epoll ? "true" : "false", o->batch, o->span);
 	} else {
-		printf("tcp-stream%s%s%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s %9s "
+		printf("tcp-stream%s%s%s%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s "
+		       "%9s "
 		       "%9s "
 		       "%9s %9s\n",
 		       o->lat ? " --lat" : "", o->spin ? " --spin" : "", o->relay ? " --relay" : "",
-		       o->epoll ? " --epoll" : "", o->addr, "bytes", "msgs", "seconds", "GB/s",
-		       "Gb/s", "msgs/s", "p50_us", "p99_us", "p99.9_us", "cpu_s/GB");
+		       o->epoll ? " --epoll" : "", o->span ? " --span" : "", o->addr, "bytes",
+		       "msgs", "seconds", "GB/s", "Gb/s", "msgs/s", "p50_us", "p99_us", "p99.9_us",
+		       "cpu_s/GB");
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct result *r = &rs[i];
@@ -498,7 +521,7 @@ static void usage(FILE *out)
 {
 	fprintf(out, "Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
 		     "                  [--spin] [--batch N] [--relay] [--epoll] [--addr IPV4]\n"
-		     "                  [--label TEXT]\n"
+		     "                  [--span BYTES] [--label TEXT]\n"
 		     "One TCP stream between two processes (--relay: the sender's end in a\n"
 		     "third process); sizes take K/M suffixes.\n");
 }
@@ -517,6 +540,7 @@ int main(int argc, char **argv)
 		{"epoll", no_argument, NULL, 'E'},
 		{"addr", required_argument, NULL, 'A'},
 		{"label", required_argument, NULL, 'l'},
+		{"span", required_argument, NULL, 'P'}, /* stream mode only */
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -583,6 +607,12 @@ int main(int argc, char **argv)
 		case 'l':
 			o.label = optarg;
 			break;
+		case 'P':
+			if (parse_size(optarg, &o.span) < 0) {
+				fprintf(stderr, "tcp-stream: bad span '%s'\n", optarg);
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -591,7 +621,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (o.n_sizes == 0 || (o.iters == 0 && o.duration_s <= 0) || (o.relay && !o.lat)) {
+	if (o.n_sizes == 0 || (o.iters == 0 && o.duration_s <= 0) || (o.relay && !o.lat) ||
+	    (o.span && (o.lat || o.batch > 1))) {
 		usage(stderr);
 		return 2;
 	}
@@ -602,6 +633,11 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < o.n_sizes; i++) {
 		max_size = o.sizes[i] > max_size ? o.sizes[i] : max_size;
 	}
+	if (o.span && o.span < max_size) {
+		fprintf(stderr, "tcp-stream: --span is below the largest size\n");
+		return 2;
+	}
+	max_size = o.span ? o.span : max_size;
 	g_spin = o.spin;
 	g_epoll = o.epoll;
 	signal(SIGPIPE, SIG_IGN);
