@@ -1190,6 +1190,55 @@ START_TEST(tcp_small_requests_one_at_a_time)
 }
 END_TEST
 
+/* Whether the kernel ACKs what fd receives at once: not in delayed-ACK ping-pong mode. */
+static bool acks_at_once(int fd)
+{
+	int val = -1;
+	socklen_t len = sizeof(val);
+
+	ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &val, &len), 0);
+	return val != 0;
+}
+
+/* n writes of len bytes from a to b, one at a time, each landing. */
+static void writes_one_at_a_time(struct node *a, struct node *b, struct region *remote,
+				 struct region *local, int n, uint64_t len)
+{
+	struct tx t;
+
+	for (int i = 0; i < n; i++) {
+		tx_prep(&t, XFER_WRITE, b, remote, local, 0, 0, len);
+		tx_submit(a, &t);
+		run_until_done();
+		tx_check(&t, 0, NULL);
+	}
+}
+
+/*
+ * Linux puts a socket that sends data soon after it received some into
+ * delayed-ACK "ping-pong" mode, as each answer does; a responder to bulk
+ * writes in that mode delays its TCP ACKs and stalls the writer. After
+ * answering large writes the responder leaves it (TCP_QUICKACK, which
+ * getsockopt() reads back as "not in ping-pong mode"); answers to small
+ * writes leave the kernel's choice, ACKs riding on the answers, alone.
+ */
+START_TEST(tcp_bulk_responder_acks_at_once)
+{
+	const uint64_t mib = 1 << 20;
+	struct node a, b;
+	struct region *local, *remote;
+
+	write_pair(&a, &b, mib, &local, &remote);
+	memset(g_loop_reads, 0, sizeof(g_loop_reads));
+	writes_one_at_a_time(&a, &b, remote, local, 8, 64);
+	int fd_b = responder_fd(&b);
+	ck_assert_msg(!acks_at_once(fd_b), "answers to small writes: ping-pong mode expected");
+	writes_one_at_a_time(&a, &b, remote, local, 4, mib);
+	ck_assert_msg(acks_at_once(fd_b), "the responder to 1 MiB writes delays its ACKs");
+	nodes_end(&a, &b);
+}
+END_TEST
+
 /*
  * A stream of large writes received on I/O threads: the thread that reads
  * a payload's last bytes also takes what is there of the next frame's
@@ -1999,6 +2048,7 @@ TCase *unit_tcp_transport_tcase(void)
 	tcase_add_test(tc, tcp_write_read_imm_in_order);
 	tcase_add_test(tc, tcp_sends_timed);
 	tcase_add_test(tc, tcp_small_requests_one_at_a_time);
+	tcase_add_test(tc, tcp_bulk_responder_acks_at_once);
 	tcase_add_test(tc, tcp_refusals);
 	tcase_add_test(tc, tcp_unreachable_and_limits);
 	tcase_add_test(tc, tcp_authentication);

@@ -646,6 +646,17 @@ static void stamp_sent(struct tcp_conn *conn, uint64_t sent, uint64_t post_ns, u
 	}
 }
 
+/* Bulk arriving since the last time: ACK it at once, not behind our next answer. */
+static void quickack_after_send(struct tcp_conn *conn)
+{
+	int one = 1;
+
+	if (conn->bytes_received - conn->quickack_rx >= QUICKACK_BYTES) {
+		conn->quickack_rx = conn->bytes_received;
+		(void)setsockopt(conn->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+	}
+}
+
 /* Send what the socket takes; false when the connection failed. */
 bool tcp_flush(struct tcp_conn *conn)
 {
@@ -690,6 +701,9 @@ bool tcp_flush(struct tcp_conn *conn)
 			stamp_sent(conn, (uint64_t)sent, post_ns, now_ns());
 		}
 		tcp_advance_out(conn, (uint64_t)sent);
+	}
+	if (conn->bytes_sent != start) {
+		quickack_after_send(conn);
 	}
 	return true;
 }

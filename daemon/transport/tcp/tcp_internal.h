@@ -45,6 +45,15 @@
  */
 #define IO_BYTES_BUDGET (2u << 20)
 /*
+ * After a send, a connection that received this many bytes since it last did
+ * so leaves delayed-ACK "ping-pong" mode (TCP_QUICKACK): Linux enters it when
+ * a socket sends data shortly after it received some, as a responder's ACK
+ * frames or a reader's READ_REQs do, and then delays its TCP ACKs of a bulk
+ * payload, which stalls the peer's sending (docs/benchmarks.md, "Delayed
+ * ACKs behind answers"). Small requests and answers do not reach it.
+ */
+#define QUICKACK_BYTES (64u << 10)
+/*
  * Copies handed to the I/O threads (tcp_offload.c): from this many bytes
  * queued on a connection (or left of a payload being received), at most
  * OFFLOAD_MAX per operation and OFFLOAD_CALL_MAX per system call.
@@ -204,6 +213,7 @@ struct tcp_conn {
 	uint64_t tx_deadline;    /* loop time by which that frame must be sent */
 	uint64_t bytes_sent;     /* for the admin socket */
 	uint64_t bytes_received; /* for the admin socket */
+	uint64_t quickack_rx;    /* bytes_received when TCP_QUICKACK was last set */
 	struct auth_transcript transcript;
 	/* tcp_encryption = on (tcp_tls.c); tls is NULL on the plain wire */
 	struct ssl_st *tls;
