@@ -26,6 +26,11 @@
  *     wrapping at its end, as a transfer of distinct data (KV blocks) moves
  *     through that much memory; without it both ends reuse one SIZE-byte
  *     buffer that stays in the caches, as iperf3 does.
+ *   --answer (stream mode): the receiver answers every message with 64 bytes,
+ *     as a responder acknowledges each write, and the sender reads the
+ *     answers as they come; --quickack: the receiver sets TCP_QUICKACK after
+ *     each answer, as rdmaxd does after answering bulk (Linux otherwise
+ *     delays its ACKs of a socket that sends soon after it received).
  *   --epoll: the receiver and the relay wait for data in epoll_wait() on
  *     non-blocking sockets, as an event loop such as rdmaxd's does, instead
  *     of sleeping in recv() (the timing process still sleeps in recv(), as a
@@ -56,6 +61,7 @@
 #include <unistd.h>
 
 #define MAX_SIZES     32
+#define ANSWER_BYTES  64
 #define DEFAULT_ITERS 1000u
 
 struct opts {
@@ -70,6 +76,8 @@ struct opts {
 	bool epoll;
 	uint32_t batch; /* messages per sendmsg(), >= 1 */
 	uint64_t span;  /* --span: bytes the messages cycle through; 0: one message's */
+	bool answer;    /* --answer: ANSWER_BYTES back per message */
+	bool quickack;  /* --quickack: TCP_QUICKACK after each answer */
 	const char *addr;
 	const char *label;
 };
@@ -252,6 +260,13 @@ static int receiver(int lfd, const struct opts *o, uint64_t max_size)
 			if (o->lat && write_all(fd, buf, 1) < 0) {
 				return 1;
 			}
+			if (o->answer && write_all(fd, buf, ANSWER_BYTES) < 0) {
+				return 1;
+			}
+			if (o->answer && o->quickack) {
+				int one = 1;
+				setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+			}
 		}
 		/* End of stream: acknowledge with our CPU time, so the sender can add it. */
 		double cpu = rusage_s(RUSAGE_SELF) - c0;
@@ -339,7 +354,8 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 {
 	uint64_t count = o->duration_s > 0 ? UINT64_MAX : o->iters;
 	uint64_t *lat = NULL, lat_cap = 0;
-	uint64_t until, t0, msgs = 0, off = 0;
+	uint64_t until, t0, msgs = 0, off = 0, answered = 0;
+	uint8_t answers[65536];
 	double peer_cpu = 0, c0;
 	pid_t relay_pid = -1;
 	uint8_t ack;
@@ -399,8 +415,22 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 			lat[msgs] = now_ns() - ts;
 		}
 		msgs++;
+		while (o->answer) { /* the answers that are in, without waiting */
+			ssize_t n = recv(fd, answers, sizeof(answers), MSG_DONTWAIT);
+			if (n <= 0) {
+				break;
+			}
+			answered += (uint64_t)n;
+		}
 	}
 	shutdown(fd, SHUT_WR);
+	for (uint64_t rest = o->answer ? msgs * ANSWER_BYTES - answered : 0; rest > 0;) {
+		int64_t n = read_full(fd, answers, rest < sizeof(answers) ? rest : sizeof(answers));
+		if (n <= 0) {
+			goto out_close;
+		}
+		rest -= (uint64_t)n;
+	}
 	if (read_full(fd, (uint8_t *)&peer_cpu, sizeof(peer_cpu)) != sizeof(peer_cpu)) {
 		goto out_close;
 	}
@@ -521,7 +551,7 @@ static void usage(FILE *out)
 {
 	fprintf(out, "Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
 		     "                  [--spin] [--batch N] [--relay] [--epoll] [--addr IPV4]\n"
-		     "                  [--span BYTES] [--label TEXT]\n"
+		     "                  [--span BYTES] [--answer [--quickack]] [--label TEXT]\n"
 		     "One TCP stream between two processes (--relay: the sender's end in a\n"
 		     "third process); sizes take K/M suffixes.\n");
 }
@@ -541,6 +571,8 @@ int main(int argc, char **argv)
 		{"addr", required_argument, NULL, 'A'},
 		{"label", required_argument, NULL, 'l'},
 		{"span", required_argument, NULL, 'P'}, /* stream mode only */
+		{"answer", no_argument, NULL, 'W'},
+		{"quickack", no_argument, NULL, 'Q'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -607,6 +639,12 @@ int main(int argc, char **argv)
 		case 'l':
 			o.label = optarg;
 			break;
+		case 'W':
+			o.answer = true;
+			break;
+		case 'Q':
+			o.quickack = true;
+			break;
 		case 'P':
 			if (parse_size(optarg, &o.span) < 0) {
 				fprintf(stderr, "tcp-stream: bad span '%s'\n", optarg);
@@ -622,7 +660,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (o.n_sizes == 0 || (o.iters == 0 && o.duration_s <= 0) || (o.relay && !o.lat) ||
-	    (o.span && (o.lat || o.batch > 1))) {
+	    ((o.span || o.answer) && (o.lat || o.batch > 1)) || (o.quickack && !o.answer)) {
 		usage(stderr);
 		return 2;
 	}
