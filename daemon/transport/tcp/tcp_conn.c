@@ -646,11 +646,20 @@ static void stamp_sent(struct tcp_conn *conn, uint64_t sent, uint64_t post_ns, u
 	}
 }
 
-/* Bulk arriving since the last time: ACK it at once, not behind our next answer. */
+/*
+ * Bulk arriving since the last time: ACK it at once, not behind our next
+ * answer. Not while latency-class traffic flows (the latency lane itself, or
+ * bulk payloads on the I/O threads because a lane is active): the call takes
+ * the socket's lock, which a thread receiving a payload holds for its copy,
+ * and the loop that serves the lane waited behind it (QUICKACK_BYTES).
+ */
 static void quickack_after_send(struct tcp_conn *conn)
 {
 	int one = 1;
 
+	if (conn->urgent_lane || tcp_offload_usable(conn)) {
+		return;
+	}
 	if (conn->bytes_received - conn->quickack_rx >= QUICKACK_BYTES) {
 		conn->quickack_rx = conn->bytes_received;
 		(void)setsockopt(conn->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));

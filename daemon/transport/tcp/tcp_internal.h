@@ -50,7 +50,8 @@
  * a socket sends data shortly after it received some, as a responder's ACK
  * frames or a reader's READ_REQs do, and then delays its TCP ACKs of a bulk
  * payload, which stalls the peer's sending (docs/benchmarks.md, "Delayed
- * ACKs behind answers"). Small requests and answers do not reach it.
+ * ACKs behind answers"). Small requests and answers do not reach it, and
+ * neither does a connection while latency-class traffic flows.
  */
 #define QUICKACK_BYTES (64u << 10)
 /*
