@@ -657,11 +657,11 @@ static void quickack_after_send(struct tcp_conn *conn)
 {
 	int one = 1;
 
-	if (conn->urgent_lane || tcp_offload_usable(conn)) {
-		return;
+	if (conn->bytes_received - conn->quickack_rx < QUICKACK_BYTES) {
+		return; /* most sends: no clock read, no system call */
 	}
-	if (conn->bytes_received - conn->quickack_rx >= QUICKACK_BYTES) {
-		conn->quickack_rx = conn->bytes_received;
+	conn->quickack_rx = conn->bytes_received;
+	if (!conn->urgent_lane && !tcp_offload_usable(conn)) {
 		(void)setsockopt(conn->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
 	}
 }
