@@ -126,6 +126,19 @@ def parse_json(path):
         out["cpu_s_per_GB"] = sum(cpu)
     elif r.get("cpu_s_per_GB") is not None:
         out["cpu_s_per_GB"] = r["cpu_s_per_GB"]
+    # The sending end of a write stream: rdmax's requesting daemon (all its threads, as the
+    # scheduler counts them), or tcp-stream's sender. Its share of a CPU over the run, the CPU
+    # it spent per GB, and the share of the run it waited for a CPU while runnable.
+    send = (r.get("daemon_run_s"), r.get("daemon_wait_s"))
+    if send[0] is None:
+        send = (r.get("send_cpu_s"), r.get("send_wait_s"))
+    secs, gbps = r.get("seconds"), r.get("Gbps")
+    if None not in send and secs and gbps:
+        out["send_share"] = send[0] / secs
+        out["send_cpu_s_per_GB"] = send[0] / (gbps / 8 * secs)
+        out["send_wait_share"] = send[1] / secs
+    if r.get("host_idle") is not None:
+        out["host_idle"] = r["host_idle"]
     return out
 
 
@@ -407,6 +420,27 @@ def stages(runs, out_dir, part, test):
     return got
 
 
+def sender_split(runs, part, test, size, tool):
+    """The sending ends of one write row against one reference: share of a CPU, CPU per GB."""
+    sides = runs.get((part, test, size), {})
+    ours, ref = sides.get("rdmax", []), sides.get("ref@" + tool, [])
+    out = {"rdmax_share": med(ours, "send_share"), "ref_share": med(ref, "send_share"),
+           "rdmax_cost": med(ours, "send_cpu_s_per_GB"), "ref_cost": med(ref, "send_cpu_s_per_GB"),
+           "rdmax_wait": med0(ours, "send_wait_share"), "ref_wait": med0(ref, "send_wait_share"),
+           "idle": med0(ours, "host_idle"), "runs": min(len(ours), len(ref))}
+    if None in (out["rdmax_share"], out["ref_share"], out["rdmax_cost"], out["ref_cost"]):
+        return None
+    out["share"] = out["rdmax_share"] / out["ref_share"]
+    out["cost"] = out["ref_cost"] / out["rdmax_cost"]
+    return out
+
+
+def med0(vals, field):
+    """Median of a field that may be 0 (a wait, an idle share), or None."""
+    xs = [v[field] for v in vals if v.get(field) is not None]
+    return statistics.median(xs) if xs else None
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "build/bench"
     runs = load(out_dir)
@@ -427,6 +461,11 @@ def main():
     if any(r["part"] == "guest" and r["transport"] != "verbs" for r in rows):
         print("* guest rows ran rdmaxd over TCP (RDMAX_BENCH_GUEST_TRANSPORT): not the verbs "
               "ratios, left out of the summary")
+    cc_path = os.path.join(out_dir, "host-tcp-cc.txt")
+    tcp_cc = open(cc_path).read().strip() if os.path.exists(cc_path) else None
+    if tcp_cc:
+        # Every host-side stream, rdmax's and the references', under the same one.
+        print(f"host rows: TCP congestion control {tcp_cc} for every stream")
     skip = os.path.join(out_dir, "guest-skip.txt")
     if os.path.exists(skip):
         print("guest part skipped: " + open(skip).read().strip())
@@ -503,13 +542,24 @@ def main():
               f"{tst['runs']} runs): queue {us(tst['queue'])}, sendmsg {us(tst['post'])}, "
               f"complete {us(tst['complete'])}; the rest of its mean (client, ring both ways) "
               f"{us(tst['rest'])}")
+    sender = sender_split(runs, "host", "tcp_write", 1 << 20, "spin")
+    if sender is not None:
+        # tcp@1MiB is the sending ends' CPU share times their cost per byte (both senders
+        # copy in the kernel alike): which of the two a run's ratio moved with.
+        print(f"the 1 MiB TCP write's sender against the spinning stream's (median of "
+              f"{sender['runs']} runs): tcp@1MiB = share {r(sender['share'])} x cost "
+              f"{r(sender['cost'])}; rdmax's sending daemon ran {r(sender['rdmax_share'])} of a "
+              f"CPU (waited {r(sender['rdmax_wait'])} of the run for one, the machine "
+              f"{r(sender['idle'])} idle), the stream's sender {r(sender['ref_share'])} (waited "
+              f"{r(sender['ref_wait'])}); CPU s/GB {sender['rdmax_cost']:.3f} against "
+              f"{sender['ref_cost']:.3f}")
     scale_rows, rss = scaling(out_dir)
     print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump({"rows": rows, "ratios": summary, "line": line, "lat_rtt": rtt, "hop_rtt": hop,
                    "hop_rtt_mean": hop_mean, "code_rtt": code, "code_rtt_mean": code_mean,
                    "floor_rtt": floor, "floor_rtt_mean": floor_mean,
-                   "write_rtt_stages": st, "tcp_lat_stages": tst,
+                   "write_rtt_stages": st, "tcp_lat_stages": tst, "tcp_sender": sender, "tcp_cc": tcp_cc,
                    "scaling": scale_rows, "rss": rss}, f, indent=1)
     print(line)
 

@@ -33,7 +33,8 @@
 # guest part (see tests/bench/guest.sh); part (e) runs unless
 # RDMAX_BENCH_SKIP_GUEST=1 or RDMAX_BENCH_ONLY names rows without qos_verbs,
 # with RDMAX_BENCH_QOS_VERBS_REPS (2), RDMAX_BENCH_QOS_VERBS_SECONDS (2) and
-# RDMAX_BENCH_QOS_VERBS_TIMEOUT (480, the boot's limit in seconds).
+# RDMAX_BENCH_QOS_VERBS_TIMEOUT (480, the boot's limit in seconds);
+# RDMAX_BENCH_TCP_CC (cubic; system: the machine's) for the host parts' TCP streams.
 # A part that cannot run says `SKIP <part>: <reason>` and its ratios are n/a;
 # the exit status is 0 unless the host part itself failed.
 set -u
@@ -51,9 +52,27 @@ mkdir -p "$out" || exit 1
 # Only this script's own results: a stale file would enter the medians.
 rm -f "$out"/guest-* "$out"/host-* "$out"/summary.json
 
+# The TCP congestion control of every stream on the host (rdmax, tcp-stream, iperf3, UCX):
+# the machine's default, which the bench sets to the kernel's own, cubic, for the host parts
+# unless RDMAX_BENCH_TCP_CC names another ("system" leaves the machine's). BBR, which some
+# images make the default, paces each stream by its model of a network path; on loopback
+# it throttled every stream 2-3 x and unevenly (iperf3 39 Gb/s under bbr, 76-85 under
+# cubic): docs/benchmarks.md, "Congestion control on loopback". Restored on exit.
+cc_file=/proc/sys/net/ipv4/tcp_congestion_control
+cc_was=$(cat "$cc_file" 2>/dev/null)
+cc_want=${RDMAX_BENCH_TCP_CC:-cubic}
+[ "$cc_want" = system ] && cc_want=$cc_was
+cc_set() { # NAME
+	[ "$(cat "$cc_file" 2>/dev/null)" = "$1" ] || echo "$1" 2>/dev/null >"$cc_file"
+}
+cc_restore() {
+	[ -n "$cc_was" ] && cc_set "$cc_was"
+}
+
 # Ratios are only as good as the machine is quiet: say how busy it was.
 machine() {
-	echo "== machine: $(nproc) CPUs, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)" |
+	echo "== machine: $(nproc) CPUs, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+		"TCP congestion control $(cat "$cc_file" 2>/dev/null || echo unknown)" |
 		tee -a "$out/host-machine.txt"
 }
 machine
@@ -102,6 +121,12 @@ echo "== guest part took $(($(date +%s) - t0)) s"
 echo "== host part: two rdmaxd over TCP on loopback vs raw TCP, iperf3, UCX; same-node vs memcpy"
 t0=$(date +%s)
 run=$(mktemp -d /tmp/rdmax-bench.XXXXXX) || exit 1
+if [ -n "$cc_want" ] && ! cc_set "$cc_want"; then
+	echo "host: cannot set TCP congestion control $cc_want (not root?): the TCP rows run under $cc_was"
+fi
+cc_now=$(cat "$cc_file" 2>/dev/null || echo unknown)
+echo "host: TCP congestion control $cc_now (the machine's: ${cc_was:-unknown})"
+echo "$cc_now" >"$out/host-tcp-cc.txt"
 
 cleanup() {
 	if [ -n "$serve_pid" ]; then
@@ -117,7 +142,7 @@ cleanup() {
 	done
 	rm -rf "$run"
 }
-trap cleanup EXIT
+trap 'cleanup; cc_restore' EXIT
 
 . "$(dirname "$0")/lib.sh"
 
@@ -355,7 +380,7 @@ else
 	host_failed=1
 fi
 cleanup
-trap - EXIT
+trap cc_restore EXIT # the scaling and qos parts run under the same congestion control
 echo "== host part took $(($(date +%s) - t0)) s"
 
 # ---- (c) scaling: 1, 2, 4, 8 clients on one daemon, and its memory ----
@@ -371,6 +396,8 @@ t0=$(date +%s)
 RDMAX_BUILD=$build RDMAX_BENCH_OUT=$out RDMAX_BENCH_SECONDS=$secs tests/bench/qos.sh ||
 	host_failed=1
 echo "== qos part took $(($(date +%s) - t0)) s"
+cc_restore
+trap - EXIT
 
 # ---- (e) traffic classes over verbs, in the Soft-RoCE guest ----
 echo "== qos part over verbs: the same in a Soft-RoCE guest (rxe0 -> rxe1), against perftest"

@@ -37,7 +37,8 @@
  *     client sleeps in poll()).
  *
  * It prints a table, or with --json the same JSON shape as rdmax-bench, so
- * tests/bench/report.py reads both. It never touches rdmaxd; it only
+ * tests/bench/report.py reads both, with each end's CPU time and the time it
+ * waited for a CPU (the receiver's includes the relay's). It never touches rdmaxd; it only
  * measures what one plain TCP stream between two processes achieves here.
  */
 #include <arpa/inet.h>
@@ -88,6 +89,14 @@ struct result {
 	double seconds;
 	double lat_us[5]; /* p50, p99, p99.9, max, mean (lat mode) */
 	double cpu_s;     /* sender + receiver */
+	double send_cpu_s, recv_cpu_s;
+	double send_wait_s, recv_wait_s; /* waiting for a CPU while runnable */
+};
+
+/* What the receiver (and the relay) report at the end of the stream: seconds. */
+struct end_report {
+	double cpu_s;
+	double wait_s;
 };
 
 static uint64_t now_ns(void)
@@ -105,6 +114,19 @@ static double rusage_s(int who)
 	getrusage(who, &ru);
 	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
 	       ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Seconds this process waited for a CPU while runnable (its schedstat), 0 if unknown. */
+static double run_wait_s(void)
+{
+	unsigned long long run, wait;
+	FILE *f = fopen("/proc/self/schedstat", "r");
+	int n = f ? fscanf(f, "%llu %llu", &run, &wait) : 0;
+
+	if (f) {
+		fclose(f);
+	}
+	return n == 2 ? (double)wait / 1e9 : 0;
 }
 
 /* --spin: every call is MSG_DONTWAIT and EAGAIN is retried at once. */
@@ -247,7 +269,7 @@ static int receiver(int lfd, const struct opts *o, uint64_t max_size)
 			return 1;
 		}
 		set_nodelay(fd);
-		double c0 = rusage_s(RUSAGE_SELF);
+		double c0 = rusage_s(RUSAGE_SELF), w0 = run_wait_s();
 		uint64_t off = 0;
 		for (;;) {
 			int64_t n = read_full(fd, buf + next_slice(&off, size, o->span), size);
@@ -269,8 +291,8 @@ static int receiver(int lfd, const struct opts *o, uint64_t max_size)
 			}
 		}
 		/* End of stream: acknowledge with our CPU time, so the sender can add it. */
-		double cpu = rusage_s(RUSAGE_SELF) - c0;
-		if (write_all(fd, (const uint8_t *)&cpu, sizeof(cpu)) < 0) {
+		struct end_report end = {rusage_s(RUSAGE_SELF) - c0, run_wait_s() - w0};
+		if (write_all(fd, (const uint8_t *)&end, sizeof(end)) < 0) {
 			return 1;
 		}
 		close(fd);
@@ -316,12 +338,13 @@ static int connect_receiver(const struct sockaddr_in *sa)
  * --relay: the process between the timing one (ufd, a Unix socket) and the
  * receiver. Per byte from ufd, sends size bytes of buf to the receiver and
  * passes its 1-byte answer back. At the end of ufd's stream, ends its TCP
- * stream and passes on the receiver's CPU seconds plus its own.
+ * stream and passes on the receiver's CPU and wait seconds plus its own.
  * \return the child's exit status
  */
 static int relay(int ufd, const struct sockaddr_in *sa, uint64_t size, const uint8_t *buf)
 {
-	double c0 = rusage_s(RUSAGE_SELF), cpu = 0;
+	double c0 = rusage_s(RUSAGE_SELF), w0 = run_wait_s();
+	struct end_report end;
 	int tfd = connect_receiver(sa);
 	uint8_t b;
 
@@ -342,11 +365,12 @@ static int relay(int ufd, const struct sockaddr_in *sa, uint64_t size, const uin
 		}
 	}
 	shutdown(tfd, SHUT_WR);
-	if (read_full(tfd, (uint8_t *)&cpu, sizeof(cpu)) != sizeof(cpu)) {
+	if (read_full(tfd, (uint8_t *)&end, sizeof(end)) != sizeof(end)) {
 		return 1;
 	}
-	cpu += rusage_s(RUSAGE_SELF) - c0;
-	return write_all(ufd, (const uint8_t *)&cpu, sizeof(cpu)) < 0;
+	end.cpu_s += rusage_s(RUSAGE_SELF) - c0;
+	end.wait_s += run_wait_s() - w0;
+	return write_all(ufd, (const uint8_t *)&end, sizeof(end)) < 0;
 }
 
 static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64_t size,
@@ -356,7 +380,8 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 	uint64_t *lat = NULL, lat_cap = 0;
 	uint64_t until, t0, msgs = 0, off = 0, answered = 0;
 	uint8_t answers[65536];
-	double peer_cpu = 0, c0;
+	struct end_report peer;
+	double c0, w0;
 	pid_t relay_pid = -1;
 	uint8_t ack;
 	int fd, ret = -EIO;
@@ -386,6 +411,7 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 		}
 	}
 	c0 = rusage_s(RUSAGE_SELF);
+	w0 = run_wait_s();
 	t0 = now_ns();
 	until = t0 + (uint64_t)(o->duration_s * 1e9);
 	while (msgs < count && (o->duration_s <= 0 || now_ns() < until)) {
@@ -431,14 +457,18 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 		}
 		rest -= (uint64_t)n;
 	}
-	if (read_full(fd, (uint8_t *)&peer_cpu, sizeof(peer_cpu)) != sizeof(peer_cpu)) {
+	if (read_full(fd, (uint8_t *)&peer, sizeof(peer)) != sizeof(peer)) {
 		goto out_close;
 	}
 	memset(r, 0, sizeof(*r));
 	r->size = size;
 	r->msgs = msgs;
 	r->seconds = (double)(now_ns() - t0) / 1e9;
-	r->cpu_s = rusage_s(RUSAGE_SELF) - c0 + peer_cpu;
+	r->send_cpu_s = rusage_s(RUSAGE_SELF) - c0;
+	r->send_wait_s = run_wait_s() - w0;
+	r->recv_cpu_s = peer.cpu_s;
+	r->recv_wait_s = peer.wait_s;
+	r->cpu_s = r->send_cpu_s + r->recv_cpu_s;
 	if (o->lat && msgs > 0) {
 		double sum = 0;
 		qsort(lat, msgs, sizeof(*lat), cmp_u64);
@@ -506,10 +536,13 @@ static void print_results(const struct opts *o, const struct result *rs, uint32_
 			       ", \"seconds\": %.6f, \"GBps\": %.6f, \"Gbps\": %.6f, "
 			       "\"jobs_per_s\": "
 			       "%.1f, \"lat_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f, "
-			       "\"max\": %.3f, \"mean\": %.3f}, \"cpu_s_per_GB\": %.4f}",
+			       "\"max\": %.3f, \"mean\": %.3f}, \"cpu_s_per_GB\": %.4f, "
+			       "\"send_cpu_s\": %.4f, \"send_wait_s\": %.4f, \"recv_cpu_s\": %.4f, "
+			       "\"recv_wait_s\": %.4f}",
 			       i ? "," : "", r->size, r->msgs, r->seconds, gbs, gbs * 8, rate,
 			       r->lat_us[0], r->lat_us[1], r->lat_us[2], r->lat_us[3], r->lat_us[4],
-			       cpu_gb);
+			       cpu_gb, r->send_cpu_s, r->send_wait_s, r->recv_cpu_s,
+			       r->recv_wait_s);
 		} else {
 			printf("%9" PRIu64 " %8" PRIu64
 			       " %8.3f %8.3f %8.3f %10.0f %9.1f %9.1f %9.1f "

@@ -35,6 +35,7 @@
 #ifndef RDMAX_BENCH_H
 #define RDMAX_BENCH_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -121,6 +122,13 @@ struct row {
 	double daemon_cpu_s;
 	double peer_cpu_s; /* < 0: unknown */
 	double client_cpu_s;
+	/*
+	 * Scheduler time over the timed run (< 0: unknown): each daemon's threads
+	 * on a CPU and waiting for one, and the share of the machine's CPUs idle.
+	 */
+	double daemon_run_s, daemon_wait_s;
+	double peer_run_s, peer_wait_s;
+	double host_idle;
 	const char *verify; /* "ok", "FAILED", "skipped: ..." */
 	char verify_msg[RDMAX_MESSAGE_MAX + 64];
 	/* same-node mode: memcpy of the same size and count */
@@ -155,6 +163,13 @@ int bench_fail(const char *what, int err);
 void bench_fill_pattern(uint8_t *buf, uint64_t len, uint64_t seed);
 double bench_proc_cpu_s(int pid);
 double bench_self_cpu_s(void);
+/* Time a process's threads ran and waited to run, in seconds. */
+struct bench_sched {
+	double run_s;
+	double wait_s;
+};
+bool bench_proc_sched(int pid, struct bench_sched *ret);
+double bench_host_idle_s(void);
 int bench_daemon_pid_of(const struct rdmax_client *c);
 int bench_import_hex(const char *hex, struct rdmax_desc *ret_desc);
 int bench_read_desc_file(const char *path, struct rdmax_desc *ret_desc);

@@ -131,6 +131,10 @@ static int bench_size(struct bench *b, uint64_t size, struct row *ret_row)
 	}
 	double d0 = bench_proc_cpu_s(o->daemon_pid), p0 = bench_proc_cpu_s(o->peer_pid);
 	double c0 = bench_self_cpu_s();
+	struct bench_sched ds0, ps0, ds1, ps1;
+	bool dsched = bench_proc_sched(o->daemon_pid, &ds0);
+	bool psched = bench_proc_sched(o->peer_pid, &ps0);
+	double idle0 = bench_host_idle_s();
 	uint64_t t0 = bench_now_ns();
 	uint64_t until = t0 + (uint64_t)(o->duration_s * 1e9);
 	ret = bench_run_jobs(b, o->op, size, count, until, &jobs, &t1);
@@ -139,6 +143,13 @@ static int bench_size(struct bench *b, uint64_t size, struct row *ret_row)
 	}
 	double d1 = bench_proc_cpu_s(o->daemon_pid), p1 = bench_proc_cpu_s(o->peer_pid);
 	r->client_cpu_s = bench_self_cpu_s() - c0;
+	double idle1 = bench_host_idle_s();
+	dsched = dsched && bench_proc_sched(o->daemon_pid, &ds1);
+	psched = psched && bench_proc_sched(o->peer_pid, &ps1);
+	r->daemon_run_s = dsched ? ds1.run_s - ds0.run_s : -1;
+	r->daemon_wait_s = dsched ? ds1.wait_s - ds0.wait_s : -1;
+	r->peer_run_s = psched ? ps1.run_s - ps0.run_s : -1;
+	r->peer_wait_s = psched ? ps1.wait_s - ps0.wait_s : -1;
 	r->jobs = jobs;
 	r->seconds = (double)(t1 - t0) / 1e9;
 	if (r->seconds > 0) {
@@ -146,6 +157,10 @@ static int bench_size(struct bench *b, uint64_t size, struct row *ret_row)
 		r->gbits_s = r->gbytes_s * 8;
 		r->jobs_s = (double)jobs / r->seconds;
 	}
+	r->host_idle =
+		idle0 >= 0 && idle1 >= 0 && r->seconds > 0
+			? (idle1 - idle0) / (r->seconds * (double)sysconf(_SC_NPROCESSORS_ONLN))
+			: -1;
 	r->daemon_cpu_s = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
 	r->peer_cpu_s = p0 >= 0 && p1 >= 0 ? p1 - p0 : -1;
 	latency_stats(b->t, jobs, r->lat_us);
@@ -241,6 +256,16 @@ static void print_json(FILE *f, const struct opts *o, const struct rdmax_daemon_
 		bench_print_num(f, per_gb(r->peer_cpu_s, r), 4);
 		fprintf(f, ", \"client_cpu_s_per_GB\": ");
 		bench_print_num(f, per_gb(r->client_cpu_s, r), 4);
+		fprintf(f, ", \"daemon_run_s\": ");
+		bench_print_num(f, r->daemon_run_s, 4);
+		fprintf(f, ", \"daemon_wait_s\": ");
+		bench_print_num(f, r->daemon_wait_s, 4);
+		fprintf(f, ", \"peer_run_s\": ");
+		bench_print_num(f, r->peer_run_s, 4);
+		fprintf(f, ", \"peer_wait_s\": ");
+		bench_print_num(f, r->peer_wait_s, 4);
+		fprintf(f, ", \"host_idle\": ");
+		bench_print_num(f, r->host_idle, 4);
 		if (o->mode == MODE_LOCAL) {
 			fprintf(f, ", \"memcpy_GBps\": %.6f", r->ref_gbytes_s);
 		}

@@ -2,7 +2,8 @@
 /*
  * rdmax-bench: the helpers every mode shares: the stop flag, the monotonic
  * clock, error lines, the per-seed byte pattern, CPU time of a process and of
- * this one, the daemon's pid from SO_PEERCRED, and descriptor files and hex.
+ * this one, its threads' time on and waiting for a CPU, the machine's idle
+ * time, the daemon's pid from SO_PEERCRED, and descriptor files and hex.
  * Never talks to a daemon beyond reading its pid off the library's socket.
  */
 #include "bench.h"
@@ -74,6 +75,67 @@ double bench_proc_cpu_s(int pid)
 		return -1;
 	}
 	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * Time every thread of a process ran and waited to run (the scheduler's
+ * /proc/PID/task/TID/schedstat, nanoseconds: exact where utime+stime counts
+ * ticks), in seconds; false when unreadable. Threads that exited are not
+ * counted.
+ */
+bool bench_proc_sched(int pid, struct bench_sched *ret)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *d;
+
+	memset(ret, 0, sizeof(*ret));
+	if (pid <= 0) {
+		return false;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d) {
+		return false;
+	}
+	bool any = false;
+	while ((e = readdir(d)) != NULL) {
+		char file[96];
+		unsigned long long run, wait;
+		if (e->d_name[0] == '.') {
+			continue;
+		}
+		snprintf(file, sizeof(file), "/proc/%d/task/%.16s/schedstat", pid, e->d_name);
+		FILE *f = fopen(file, "r");
+		if (!f) {
+			continue; /* the thread exited meanwhile */
+		}
+		if (fscanf(f, "%llu %llu", &run, &wait) == 2) {
+			ret->run_s += (double)run / 1e9;
+			ret->wait_s += (double)wait / 1e9;
+			any = true;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return any;
+}
+
+/* Seconds all CPUs together spent idle (idle + iowait of /proc/stat), or a negative value. */
+double bench_host_idle_s(void)
+{
+	unsigned long long v[5];
+	FILE *f = fopen("/proc/stat", "r");
+
+	if (!f) {
+		return -1;
+	}
+	int n = fscanf(f, "cpu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4]);
+	fclose(f);
+	if (n != 5) {
+		return -1;
+	}
+	return (double)(v[3] + v[4]) / (double)sysconf(_SC_CLK_TCK);
 }
 
 double bench_self_cpu_s(void)
