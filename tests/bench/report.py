@@ -432,6 +432,15 @@ def sender_split(runs, part, test, size, tool):
         return None
     out["share"] = out["rdmax_share"] / out["ref_share"]
     out["cost"] = out["ref_cost"] / out["rdmax_cost"]
+    # Each back-to-back pair: there share x cost is the pair's ratio exactly (the medians'
+    # product above only approximates the median ratio).
+    out["pairs"] = []
+    for a in ours:
+        for b in ref:
+            keys = ("send_share", "send_cpu_s_per_GB")
+            if a["rep"] == b["rep"] and all(a.get(k) and b.get(k) for k in keys):
+                out["pairs"].append((a["send_share"] / b["send_share"],
+                                     b["send_cpu_s_per_GB"] / a["send_cpu_s_per_GB"]))
     return out
 
 
@@ -552,7 +561,8 @@ def main():
               f"CPU (waited {r(sender['rdmax_wait'])} of the run for one, the machine "
               f"{r(sender['idle'])} idle), the stream's sender {r(sender['ref_share'])} (waited "
               f"{r(sender['ref_wait'])}); CPU s/GB {sender['rdmax_cost']:.3f} against "
-              f"{sender['ref_cost']:.3f}")
+              f"{sender['ref_cost']:.3f}; each pair, share x cost: "
+              + ", ".join(f"{x:.2f} x {y:.2f}" for x, y in sender["pairs"]))
     scale_rows, rss = scaling(out_dir)
     print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:

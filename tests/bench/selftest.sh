@@ -56,6 +56,11 @@ assert near(s["rdmax_share"], 0.85) and near(s["ref_share"], 1.0), s
 assert near(s["rdmax_cost"], 0.095) and near(s["ref_cost"], 0.1), s
 assert near(s["share"], 0.85) and near(s["cost"], 0.1 / 0.095), s
 assert near(s["rdmax_wait"], 0.15) and near(s["idle"], 0.05) and s["runs"] == 2, s
+# Per pair the product is the pair's ratio: 64/80 = 0.8 x 1.0, 80/80 = 0.9 x 0.1/0.09.
+(s1, c1), (s2, c2) = s["pairs"]
+assert near(s1, 0.8) and near(c1, 1.0) and near(s2, 0.9) and near(c2, 0.1 / 0.09), s
+assert near(s1 * c1, 64 / 80) and near(s2 * c2, 80 / 80), s
 PY
-grep -q 'tcp@1MiB = share 0.85 x cost 1.05' "$dir/report.txt" || fail "sender line: $(grep sender "$dir/report.txt")"
+grep -q 'tcp@1MiB = share 0.85 x cost 1.05;.* each pair, share x cost: 0.80 x 1.00, 0.90 x 1.11$' \
+	"$dir/report.txt" || fail "sender line: $(grep sender "$dir/report.txt")"
 echo "bench selftest: ok"
