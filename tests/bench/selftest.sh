@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The benchmark's own arithmetic, run by `make check`: tcp-stream reports each
 # end's CPU and wait, and report.py's sender line splits tcp@1MiB into share x
-# cost from the JSON that rdmax-bench and tcp-stream write. Fixture files with
+# cost from the JSON that rdmax-bench and tcp-stream write, and tcp_vs_best takes
+# the fastest stream reference. Fixture files with
 # known figures, so every printed factor is checked, and one short real stream.
 set -eu
 build=${RDMAX_BUILD:-build}
@@ -43,12 +44,15 @@ row "$dir/out/host-rdmax-tcp_write-1048576-r1.json" 64 0.8 0.2 0.05
 row "$dir/out/host-ref@spin-tcp_write-1048576-r1.json" 80 1.0 0.0
 row "$dir/out/host-rdmax-tcp_write-1048576-r2.json" 80 0.9 0.1 0.05
 row "$dir/out/host-ref@spin-tcp_write-1048576-r2.json" 80 1.0 0.0
+# The blocking stream, faster here than the spinning one, is a reference of tcp_vs_best.
+row "$dir/out/host-ref-tcp_write-1048576-r1.json" 100 1.0 0.0
+row "$dir/out/host-ref-tcp_write-1048576-r2.json" 100 1.0 0.0
 echo cubic >"$dir/out/host-tcp-cc.txt"
 "${PYTHON:-python3}" tests/bench/report.py "$dir/out" >"$dir/report.txt" || fail "report.py failed"
 grep -q '^host rows: TCP congestion control cubic for every stream$' "$dir/report.txt" ||
 	fail "report.py does not name the congestion control"
 # Medians over the two pairs: rdmax share 0.85, cost 0.1 and 0.09 -> median 0.095.
-"${PYTHON:-python3}" - "$dir/out/summary.json" <<'PY' || fail "sender split wrong: $(grep sender "$dir/report.txt")"
+"${PYTHON:-python3}" - "$dir/out/summary.json" <<'PY' || fail "sender split or tcp_vs_best wrong: $(grep sender "$dir/report.txt")"
 import json, sys
 s = json.load(open(sys.argv[1]))["tcp_sender"]
 near = lambda a, b: abs(a - b) < 1e-3
@@ -60,6 +64,9 @@ assert near(s["rdmax_wait"], 0.15) and near(s["idle"], 0.05) and s["runs"] == 2,
 (s1, c1), (s2, c2) = s["pairs"]
 assert near(s1, 0.8) and near(c1, 1.0) and near(s2, 0.9) and near(c2, 0.1 / 0.09), s
 assert near(s1 * c1, 64 / 80) and near(s2 * c2, 80 / 80), s
+# tcp_vs_best: rdmax's median 72 Gb/s against the fastest reference, the blocking 100.
+best = json.load(open(sys.argv[1]))["ratios"]["tcp_vs_best@1MiB"]
+assert near(best, 0.72), best
 PY
 grep -q 'tcp@1MiB = share 0.85 x cost 1.05;.* each pair, share x cost: 0.80 x 1.00, 0.90 x 1.11$' \
 	"$dir/report.txt" || fail "sender line: $(grep sender "$dir/report.txt")"
