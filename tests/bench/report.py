@@ -139,6 +139,14 @@ def parse_json(path):
         out["send_wait_share"] = send[1] / secs
     if r.get("host_idle") is not None:
         out["host_idle"] = r["host_idle"]
+    # rdmax-bench kv: every process of the row, per GB, and how often each was put on a CPU.
+    for k in ("daemon_cpu_s_per_GB", "peer_cpu_s_per_GB", "prefill_cpu_s_per_GB",
+              "decode_cpu_s_per_GB", "check_cpu_s_per_GB"):
+        if r.get(k) is not None and r[k] >= 0:
+            out["kv_" + k] = r[k]
+    runs_per = r.get("runs_per_request")
+    if isinstance(runs_per, dict) and all(v is not None and v >= 0 for v in runs_per.values()):
+        out["kv_runs_per_request"] = sum(runs_per.values())
     return out
 
 
@@ -444,6 +452,28 @@ def sender_split(runs, part, test, size, tool):
     return out
 
 
+def kv_account(runs, size):
+    """A KV row's CPU per GB by process against its references' two ends (medians): with the
+    machine's CPUs full, the row's rate against a reference's is about the inverse of their
+    CPU per GB, so this says which process's work the ratio is made of."""
+    sides = runs.get(("host", "tcp_kv", size), {})
+    ours = sides.get("rdmax", [])
+    keys = ("daemon", "peer", "prefill", "decode")
+    got = {k: med(ours, f"kv_{k}_cpu_s_per_GB") for k in keys}
+    if None in got.values():
+        return None
+    got["check"] = med(ours, "kv_check_cpu_s_per_GB")
+    got["total"] = statistics.median(sum(v[f"kv_{k}_cpu_s_per_GB"] for k in keys) for v in ours
+                                     if all(v.get(f"kv_{k}_cpu_s_per_GB") is not None
+                                            for k in keys))
+    got["runs_per_request"] = med(ours, "kv_runs_per_request")
+    got["idle"] = med0(ours, "host_idle")
+    got["runs"] = len(ours)
+    for tool in ("iperf3", "span"):
+        got[tool] = med(sides.get("ref@" + tool, []), "cpu_s_per_GB")
+    return got
+
+
 def med0(vals, field):
     """Median of a field that may be 0 (a wait, an idle share), or None."""
     xs = [v[field] for v in vals if v.get(field) is not None]
@@ -564,6 +594,27 @@ def main():
               f"{r(sender['ref_wait'])}); CPU s/GB {sender['rdmax_cost']:.3f} against "
               f"{sender['ref_cost']:.3f}; each pair, share x cost: "
               + ", ".join(f"{x:.2f} x {y:.2f}" for x, y in sender["pairs"]))
+    kv = {}
+    for size in (16 << 10, 128 << 10):
+        acc = kv_account(runs, size)
+        if acc is None:
+            continue
+        kv[size] = acc
+
+        def of(ref, ours):
+            return r(ref / ours) if ref else "n/a"
+        # Which process's CPU the kv_tcp ratio is made of (docs/benchmarks.md, "Where the KV
+        # row's CPU goes"): the clients stand for the serving processes, the daemons are rdmax.
+        daemons = acc["daemon"] + acc["peer"]
+        print(f"kv_tcp {size >> 10} KiB blocks, CPU s/GB by process (median of {acc['runs']} runs, "
+              f"the machine {r(acc['idle'])} idle): sending daemon {acc['daemon']:.3f}, receiving "
+              f"daemon {acc['peer']:.3f}, prefill clients {acc['prefill']:.3f}, decode client "
+              f"{acc['decode']:.3f} (its check {r(acc['check'])}), all {acc['total']:.3f}; "
+              f"iperf3's two ends {r(acc['iperf3'])}, {of(acc['iperf3'], acc['total'])} of the "
+              f"row's; the blocking stream's through 32 MiB {r(acc['span'])}, "
+              f"{of(acc['span'], acc['total'])} of it; the daemons alone {daemons:.3f}, iperf3's "
+              f"ends {of(acc['iperf3'], daemons)} of it; processes put on a CPU per request "
+              f"{r(acc['runs_per_request'])}")
     scale_rows, rss = scaling(out_dir)
     print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
@@ -571,6 +622,7 @@ def main():
                    "hop_rtt_mean": hop_mean, "code_rtt": code, "code_rtt_mean": code_mean,
                    "floor_rtt": floor, "floor_rtt_mean": floor_mean,
                    "write_rtt_stages": st, "tcp_lat_stages": tst, "tcp_sender": sender, "tcp_cc": tcp_cc,
+                   "kv_account": {str(k): v for k, v in kv.items()},
                    "scaling": scale_rows, "rss": rss}, f, indent=1)
     print(line)
 

@@ -69,10 +69,16 @@ cc_restore() {
 	[ -n "$cc_was" ] && cc_set "$cc_was"
 }
 
-# Ratios are only as good as the machine is quiet: say how busy it was.
+# Ratios are only as good as the machine is quiet: say how busy it was, and what
+# waking a process costs here (two processes on one CPU bouncing a byte over pipes:
+# two process switches and four system calls), which every KV request pays a few times.
 machine() {
+	local wake
+	wake=$("$build/tests/bench/shm-pingpong" --pipe --cpus 0,0 -n 20000 2>/dev/null |
+		sed -n 's/.*round trip p50 \([0-9.]*\) us.*/\1/p')
 	echo "== machine: $(nproc) CPUs, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)," \
-		"TCP congestion control $(cat "$cc_file" 2>/dev/null || echo unknown)" |
+		"TCP congestion control $(cat "$cc_file" 2>/dev/null || echo unknown)," \
+		"process wake-up round trip ${wake:-n/a} us (pipe, one CPU)" |
 		tee -a "$out/host-machine.txt"
 }
 machine

@@ -3,7 +3,8 @@
 # The benchmark's own arithmetic, run by `make check`: tcp-stream reports each
 # end's CPU and wait, and report.py's sender line splits tcp@1MiB into share x
 # cost from the JSON that rdmax-bench and tcp-stream write, and tcp_vs_best takes
-# the fastest stream reference. Fixture files with
+# the fastest stream reference, and the KV rows' CPU account adds every process of
+# the row per GB against the references' two ends. Fixture files with
 # known figures, so every printed factor is checked, and one short real stream.
 set -eu
 build=${RDMAX_BUILD:-build}
@@ -47,6 +48,24 @@ row "$dir/out/host-ref@spin-tcp_write-1048576-r2.json" 80 1.0 0.0
 # The blocking stream, faster here than the spinning one, is a reference of tcp_vs_best.
 row "$dir/out/host-ref-tcp_write-1048576-r1.json" 100 1.0 0.0
 row "$dir/out/host-ref-tcp_write-1048576-r2.json" 100 1.0 0.0
+# KV rows: daemons 0.15 and 0.13, prefill 0.04, decode 0.08 s/GB = 0.40, then 0.50 with
+# the decode at 0.18; iperf3's ends 0.22 and 0.24, the blocking stream's through 32 MiB 0.20.
+kv() { # FILE DECODE RUNS_DAEMON | FILE CPU (a reference)
+	if [ "$#" = 3 ]; then
+		printf '{"status": "ok", "label": "host tcp_kv", "results": [{"bytes": 2097152, "seconds": 2.0, "Gbps": 40, "jobs_per_s": 1, "lat_us": {"p50": 0, "p99": 0, "p999": 0, "mean": 0}, "daemon_cpu_s_per_GB": 0.15, "peer_cpu_s_per_GB": 0.13, "check_cpu_s_per_GB": 0.05, "prefill_cpu_s_per_GB": 0.04, "decode_cpu_s_per_GB": %s, "runs_per_request": {"prefill": 1.5, "decode": 2, "daemon": %s, "peer": 2}, "host_idle": 0.04}]}\n' \
+			"$2" "$3" >"$1"
+	else
+		printf '{"status": "ok", "label": "host tcp_kv span", "results": [{"bytes": 1048576, "seconds": 2.0, "Gbps": 60, "jobs_per_s": 1, "lat_us": {"p50": 0, "p99": 0, "p999": 0, "mean": 0}, "cpu_s_per_GB": %s}]}\n' \
+			"$2" >"$1"
+	fi
+}
+kv "$dir/out/host-rdmax-tcp_kv-16384-r1.json" 0.08 1
+kv "$dir/out/host-rdmax-tcp_kv-16384-r2.json" 0.18 2
+kv "$dir/out/host-ref@span-tcp_kv-16384-r1.json" 0.20
+printf '{"end": {"sum_received": {"bytes": %s, "seconds": 1.0, "bits_per_second": 8e10}, "cpu_utilization_percent": {"host_total": 110, "remote_total": 110}}}\n' \
+	10000000000 >"$dir/out/host-ref@iperf3-tcp_kv-16384-r1.json"
+printf '{"end": {"sum_received": {"bytes": %s, "seconds": 1.0, "bits_per_second": 8e10}, "cpu_utilization_percent": {"host_total": 120, "remote_total": 120}}}\n' \
+	10000000000 >"$dir/out/host-ref@iperf3-tcp_kv-16384-r2.json"
 echo cubic >"$dir/out/host-tcp-cc.txt"
 "${PYTHON:-python3}" tests/bench/report.py "$dir/out" >"$dir/report.txt" || fail "report.py failed"
 grep -q '^host rows: TCP congestion control cubic for every stream$' "$dir/report.txt" ||
@@ -68,6 +87,19 @@ assert near(s1 * c1, 64 / 80) and near(s2 * c2, 80 / 80), s
 best = json.load(open(sys.argv[1]))["ratios"]["tcp_vs_best@1MiB"]
 assert near(best, 0.72), best
 PY
+# The KV account: medians 0.15, 0.13, 0.04, decode 0.13, all 0.45; iperf3 0.23 (0.51 of the
+# row's), span 0.20 (0.44 of it); the daemons 0.28 (iperf3's 0.82 of it); 7.0 runs per request.
+"${PYTHON:-python3}" - "$dir/out/summary.json" <<'PY' || fail "KV account wrong: $(grep kv_tcp "$dir/report.txt")"
+import json, sys
+a = json.load(open(sys.argv[1]))["kv_account"]["16384"]
+near = lambda x, y: abs(x - y) < 1e-3
+assert near(a["daemon"], 0.15) and near(a["peer"], 0.13) and near(a["prefill"], 0.04), a
+assert near(a["decode"], 0.13) and near(a["total"], 0.45) and near(a["check"], 0.05), a
+assert near(a["iperf3"], 0.23) and near(a["span"], 0.20) and a["runs"] == 2, a
+assert near(a["runs_per_request"], 7.0) and near(a["idle"], 0.04), a
+PY
+grep -q '^kv_tcp 16 KiB blocks, .* all 0.450; iperf3.s two ends 0.23, 0.51 of the row.s; the blocking stream.s through 32 MiB 0.20, 0.44 of it; the daemons alone 0.280, iperf3.s ends 0.82 of it; processes put on a CPU per request 7.00$' \
+	"$dir/report.txt" || fail "KV account line: $(grep kv_tcp "$dir/report.txt")"
 grep -q 'tcp@1MiB = share 0.85 x cost 1.05;.* each pair, share x cost: 0.80 x 1.00, 0.90 x 1.11$' \
 	"$dir/report.txt" || fail "sender line: $(grep sender "$dir/report.txt")"
 echo "bench selftest: ok"

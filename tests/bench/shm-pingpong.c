@@ -10,7 +10,12 @@
  *     order: the entry (header and 64 B payload), the submission tail, the
  *     completion entry, the completion tail, the consumed heads written back;
  *   --yield: sched_yield() between two polls on both sides, as librdmax
- *     does by default (RDMAX_SPIN_YIELD).
+ *     does by default (RDMAX_SPIN_YIELD);
+ *   --pipe: no shared memory; one byte each way over two pipes, each side
+ *     sleeping in read(): what waking a process costs on this machine (with
+ *     --cpus 0,0 two process switches and four system calls per round trip),
+ *     which every request of the KV rows pays a few times (docs/benchmarks.md,
+ *     Where the KV row's CPU goes).
  *
  * --cpus A,B pins the requester to CPU A and the responder to CPU B (as
  * RDMAX_ABLAT_PIN does). It prints p50 and p99 of the round trip in µs, or
@@ -121,6 +126,14 @@ static void respond_ring(struct shared *sh)
 	}
 }
 
+static void respond_pipe(int from, int to)
+{
+	char c;
+
+	while (read(from, &c, 1) == 1 && write(to, &c, 1) == 1) {
+	}
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -130,18 +143,15 @@ static int cmp_u64(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"lines", required_argument, NULL, 'l'},
-		{"ring", no_argument, NULL, 'r'},
-		{"yield", no_argument, NULL, 'y'},
-		{"iters", required_argument, NULL, 'n'},
-		{"cpus", required_argument, NULL, 'c'},
-		{"json", no_argument, NULL, 'j'},
-		{NULL, 0, NULL, 0},
+		{"lines", required_argument, NULL, 'l'}, {"ring", no_argument, NULL, 'r'},
+		{"yield", no_argument, NULL, 'y'},       {"pipe", no_argument, NULL, 'p'},
+		{"iters", required_argument, NULL, 'n'}, {"cpus", required_argument, NULL, 'c'},
+		{"json", no_argument, NULL, 'j'},        {NULL, 0, NULL, 0},
 	};
-	int lines = 0, json = 0, cpu_a = -1, cpu_b = -1, c;
+	int lines = 0, json = 0, cpu_a = -1, cpu_b = -1, use_pipe = 0, c;
 	long iters = 100000;
 
-	while ((c = getopt_long(argc, argv, "l:ryn:c:j", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "l:rypn:c:j", opts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
 			lines = atoi(optarg);
@@ -156,6 +166,9 @@ int main(int argc, char **argv)
 		case 'y':
 			g_yield = 1;
 			break;
+		case 'p':
+			use_pipe = 1;
+			break;
 		case 'n':
 			iters = atol(optarg);
 			break;
@@ -169,8 +182,9 @@ int main(int argc, char **argv)
 			json = 1;
 			break;
 		default:
-			fprintf(stderr, "Usage: shm-pingpong [--lines 1 | --ring] [--yield] "
-					"[--iters N] [--cpus A,B] [--json]\n");
+			fprintf(stderr,
+				"Usage: shm-pingpong [--lines 1 | --ring | --pipe] [--yield] "
+				"[--iters N] [--cpus A,B] [--json]\n");
 			return 2;
 		}
 	}
@@ -185,6 +199,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(sh, 0, sizeof(*sh));
+	int ping[2], pong[2];
+	if (use_pipe && (pipe(ping) < 0 || pipe(pong) < 0)) {
+		perror("shm-pingpong: pipe");
+		return 1;
+	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		perror("shm-pingpong: fork");
@@ -192,7 +211,11 @@ int main(int argc, char **argv)
 	}
 	if (pid == 0) {
 		pin(cpu_b);
-		if (lines) {
+		if (use_pipe) {
+			close(ping[1]);
+			close(pong[0]);
+			respond_pipe(ping[0], pong[1]);
+		} else if (lines) {
 			respond_lines(sh);
 		} else {
 			respond_ring(sh);
@@ -200,11 +223,21 @@ int main(int argc, char **argv)
 		_exit(0);
 	}
 	pin(cpu_a);
+	if (use_pipe) {
+		close(ping[0]);
+		close(pong[1]);
+	}
 	long warm = iters / 10;
 	uint32_t cq_head = 0;
 	for (long i = -warm; i < iters; i++) {
 		uint64_t t0 = now_ns();
-		if (lines) {
+		if (use_pipe) {
+			char b = (char)i;
+			if (write(ping[1], &b, 1) != 1 || read(pong[0], &b, 1) != 1) {
+				perror("shm-pingpong: pipe");
+				return 1;
+			}
+		} else if (lines) {
 			uint64_t seq = (uint64_t)(i + warm + 1);
 			memset(sh->ping_data, (int)seq, sizeof(sh->ping_data));
 			atomic_store_explicit(&sh->ping, seq, memory_order_release);
@@ -230,10 +263,13 @@ int main(int argc, char **argv)
 		}
 	}
 	atomic_store(&sh->stop, 1);
+	if (use_pipe) {
+		close(ping[1]); /* the responder reads end-of-file */
+	}
 	waitpid(pid, NULL, 0);
 	qsort(rtt, (size_t)iters, sizeof(*rtt), cmp_u64);
 	double p50 = (double)rtt[iters / 2] / 1000.0, p99 = (double)rtt[iters * 99 / 100] / 1000.0;
-	const char *mode = lines ? "lines1" : "ring";
+	const char *mode = use_pipe ? "pipe" : lines ? "lines1" : "ring";
 	if (json) {
 		printf("{\"results\": [{\"mode\": \"%s\", \"yield\": %d, \"iters\": %ld, "
 		       "\"lat_us\": {\"p50\": %.3f, \"p99\": %.3f}}]}\n",

@@ -163,10 +163,11 @@ int bench_fail(const char *what, int err);
 void bench_fill_pattern(uint8_t *buf, uint64_t len, uint64_t seed);
 double bench_proc_cpu_s(int pid);
 double bench_self_cpu_s(void);
-/* Time a process's threads ran and waited to run, in seconds. */
+/* Time a process's threads ran and waited to run, in seconds, and how often they were run. */
 struct bench_sched {
 	double run_s;
 	double wait_s;
+	double runs; /* times a thread was put on a CPU: wake-ups and preemptions */
 };
 bool bench_proc_sched(int pid, struct bench_sched *ret);
 double bench_host_idle_s(void);

@@ -48,12 +48,46 @@ struct kv_opts {
 	bool decode_sleep; /* the decode client sleeps between imms instead of spinning */
 };
 
+/*
+ * CPU time and context switches of the calling process: what a client costs
+ * the machine's CPUs per request, where every process of the row shares them
+ * (docs/benchmarks.md, Where the KV row's CPU goes).
+ */
+struct kv_usage {
+	uint64_t cpu_ns;
+	uint64_t switches; /* voluntary (slept) and involuntary (preempted) */
+};
+
+static struct kv_usage kv_self_usage(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) < 0) {
+		return (struct kv_usage){0};
+	}
+	return (struct kv_usage){
+		.cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) *
+				  1000000000ull +
+			  ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull,
+		.switches = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw,
+	};
+}
+
+/* What a client spent between two kv_self_usage() calls. */
+static struct kv_usage kv_usage_since(struct kv_usage from)
+{
+	struct kv_usage now = kv_self_usage();
+	return (struct kv_usage){.cpu_ns = now.cpu_ns - from.cpu_ns,
+				 .switches = now.switches - from.switches};
+}
+
 /* What a prefill client tells the parent at the end. */
 struct kv_result {
 	uint64_t requests;
 	uint64_t seconds_ns;
 	uint64_t lat_ns_p50;
 	uint64_t lat_ns_p99;
+	struct kv_usage used; /* over its timed loop, not the sources' fill */
 	int status;
 };
 
@@ -75,7 +109,8 @@ static uint32_t kv_gcd(uint32_t a, uint32_t b)
 /* What the decode client tells the parent at the end. */
 struct kv_decode_result {
 	uint64_t verified;
-	uint64_t check_ns; /* CPU time the checks took (CLOCK_THREAD_CPUTIME_ID) */
+	uint64_t check_ns;    /* CPU time the checks took (CLOCK_THREAD_CPUTIME_ID) */
+	struct kv_usage used; /* from the descriptor's hand-over (the pool filled) to the end */
 };
 
 static uint64_t kv_cpu_ns(void)
@@ -285,6 +320,7 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 		return bench_fail("kv decode: handing over the descriptor", -errno);
 	}
 	close(desc_fd);
+	struct kv_usage from = kv_self_usage();
 	while (!bench_stop) {
 		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 100);
 		if (n == -EINTR) {
@@ -344,6 +380,7 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 			}
 		}
 	}
+	res.used = kv_usage_since(from);
 	if (write(result_fd, &res, sizeof(res)) != (ssize_t)sizeof(res)) {
 		return 1;
 	}
@@ -405,6 +442,7 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 			}
 		}
 	}
+	struct kv_usage from = kv_self_usage();
 	uint64_t t0 = bench_now_ns(), until = t0 + (uint64_t)(k->duration_s * 1e9);
 	last_token = t0;
 	while (!bench_stop && (outstanding > 0 || bench_now_ns() < until)) {
@@ -492,6 +530,7 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 		}
 	}
 	res.seconds_ns = bench_now_ns() - t0;
+	res.used = kv_usage_since(from);
 	if (n_lat > 0) {
 		qsort(lat, n_lat, sizeof(*lat), kv_cmp_u64);
 		res.lat_ns_p50 = lat[(n_lat - 1) / 2];
@@ -633,6 +672,11 @@ int bench_kv_main(int argc, char **argv)
 		}
 	}
 	double cpu0 = bench_proc_cpu_s(k.daemon_pid), peer0 = bench_proc_cpu_s(k.peer_pid);
+	struct bench_sched ds0, ps0, ds1, ps1;
+	bool dsched = bench_proc_sched(k.daemon_pid, &ds0);
+	bool psched = bench_proc_sched(k.peer_pid, &ps0);
+	double idle0 = bench_host_idle_s();
+	uint64_t wall0 = bench_now_ns();
 	pid_t decode = fork();
 	if (decode < 0) {
 		return bench_fail("kv: fork", -errno);
@@ -680,11 +724,16 @@ int bench_kv_main(int argc, char **argv)
 		}
 		sum.requests += r.requests;
 		sum.seconds_ns = MAX_U64(sum.seconds_ns, r.seconds_ns);
+		sum.used.cpu_ns += r.used.cpu_ns;
+		sum.used.switches += r.used.switches;
 		p50 = MAX_U64(p50, r.lat_ns_p50);
 		p99 = MAX_U64(p99, r.lat_ns_p99);
 	}
 	double cpu = bench_proc_cpu_s(k.daemon_pid) - cpu0,
 	       peer_cpu = bench_proc_cpu_s(k.peer_pid) - peer0;
+	double idle1 = bench_host_idle_s(), wall = (double)(bench_now_ns() - wall0) / 1e9;
+	dsched = dsched && bench_proc_sched(k.daemon_pid, &ds1);
+	psched = psched && bench_proc_sched(k.peer_pid, &ps1);
 	kill(decode, SIGTERM);
 	struct kv_decode_result dec = {0};
 	if (waitpid(decode, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
@@ -730,6 +779,31 @@ int bench_kv_main(int argc, char **argv)
 				4);
 		fprintf(f, ", \"check_cpu_s_per_GB\": ");
 		bench_print_num(f, k.verify && gb > 0 ? (double)dec.check_ns / 1e9 / gb : -1, 4);
+		/*
+		 * The clients' share of the machine, per GB and per request: on a
+		 * machine whose CPUs every process of the row shares, what they
+		 * take comes out of the transfer's rate.
+		 */
+		fprintf(f, ", \"prefill_cpu_s_per_GB\": ");
+		bench_print_num(f, gb > 0 ? (double)sum.used.cpu_ns / 1e9 / gb : -1, 4);
+		fprintf(f, ", \"decode_cpu_s_per_GB\": ");
+		bench_print_num(f, gb > 0 ? (double)dec.used.cpu_ns / 1e9 / gb : -1, 4);
+		double nreq = (double)MAX_U64(sum.requests, 1);
+		fprintf(f, ", \"runs_per_request\": {\"prefill\": ");
+		bench_print_num(f, (double)sum.used.switches / nreq, 2);
+		fprintf(f, ", \"decode\": ");
+		bench_print_num(f, (double)dec.used.switches / nreq, 2);
+		fprintf(f, ", \"daemon\": ");
+		bench_print_num(f, dsched ? (ds1.runs - ds0.runs) / nreq : -1, 2);
+		fprintf(f, ", \"peer\": ");
+		bench_print_num(f, psched ? (ps1.runs - ps0.runs) / nreq : -1, 2);
+		fprintf(f, "}, \"host_idle\": ");
+		bench_print_num(f,
+				idle0 >= 0 && idle1 >= 0 && wall > 0
+					? (idle1 - idle0) /
+						  (wall * (double)sysconf(_SC_NPROCESSORS_ONLN))
+					: -1,
+				4);
 		fprintf(f, ", \"verify\": \"%s\"}\n]}\n",
 			failed     ? "FAILED"
 			: k.verify ? "ok"

@@ -80,7 +80,8 @@ double bench_proc_cpu_s(int pid)
 /*
  * Time every thread of a process ran and waited to run (the scheduler's
  * /proc/PID/task/TID/schedstat, nanoseconds: exact where utime+stime counts
- * ticks), in seconds; false when unreadable. Threads that exited are not
+ * ticks), in seconds, and how many times they were put on a CPU; false when
+ * unreadable. Threads that exited are not
  * counted.
  */
 bool bench_proc_sched(int pid, struct bench_sched *ret)
@@ -101,7 +102,7 @@ bool bench_proc_sched(int pid, struct bench_sched *ret)
 	bool any = false;
 	while ((e = readdir(d)) != NULL) {
 		char file[96];
-		unsigned long long run, wait;
+		unsigned long long run, wait, runs;
 		if (e->d_name[0] == '.') {
 			continue;
 		}
@@ -110,9 +111,10 @@ bool bench_proc_sched(int pid, struct bench_sched *ret)
 		if (!f) {
 			continue; /* the thread exited meanwhile */
 		}
-		if (fscanf(f, "%llu %llu", &run, &wait) == 2) {
+		if (fscanf(f, "%llu %llu %llu", &run, &wait, &runs) == 3) {
 			ret->run_s += (double)run / 1e9;
 			ret->wait_s += (double)wait / 1e9;
+			ret->runs += (double)runs;
 			any = true;
 		}
 		fclose(f);
