@@ -77,7 +77,7 @@ machine() {
 	wake=$("$build/tests/bench/shm-pingpong" --pipe --cpus 0,0 -n 20000 2>/dev/null |
 		sed -n 's/.*round trip p50 \([0-9.]*\) us.*/\1/p')
 	echo "== machine: $(nproc) CPUs, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)," \
-		"TCP congestion control $(cat "$cc_file" 2>/dev/null || echo unknown)," \
+		"TCP congestion control now $(cat "$cc_file" 2>/dev/null || echo unknown) (the host rows set their own)," \
 		"process wake-up round trip ${wake:-n/a} us (pipe, one CPU)" |
 		tee -a "$out/host-machine.txt"
 }
