@@ -270,7 +270,7 @@ check: all
 	$(BUILD)/tests/unit-tests
 	@echo "== public ABI (exports, header, struct growth)"
 	RDMAX_BUILD=$(BUILD) tests/abi/run
-	@echo "== benchmark tools' own arithmetic (tcp-stream's per-end CPU, report.py's sender line)"
+	@echo "== benchmark tools' own arithmetic (per-end and per-process CPU, report.py's lines)"
 	RDMAX_BUILD=$(BUILD) PYTHON=$(PYTHON) tests/bench/selftest.sh
 	@echo "== integration tests (TCP transport, host)"
 	RDMAX_BUILD=$(BUILD) $(BUILD)/tests/itest

@@ -462,10 +462,12 @@ def kv_account(runs, size):
     got = {k: med(ours, f"kv_{k}_cpu_s_per_GB") for k in keys}
     if None in got.values():
         return None
+    totals = [sum(v[f"kv_{k}_cpu_s_per_GB"] for k in keys) for v in ours
+              if all(v.get(f"kv_{k}_cpu_s_per_GB") is not None for k in keys)]
+    if not totals:
+        return None  # no run counted every process
     got["check"] = med(ours, "kv_check_cpu_s_per_GB")
-    got["total"] = statistics.median(sum(v[f"kv_{k}_cpu_s_per_GB"] for k in keys) for v in ours
-                                     if all(v.get(f"kv_{k}_cpu_s_per_GB") is not None
-                                            for k in keys))
+    got["total"] = statistics.median(totals)
     got["runs_per_request"] = med(ours, "kv_runs_per_request")
     got["idle"] = med0(ours, "host_idle")
     got["runs"] = len(ours)

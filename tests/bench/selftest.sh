@@ -5,11 +5,15 @@
 # cost from the JSON that rdmax-bench and tcp-stream write, and tcp_vs_best takes
 # the fastest stream reference, and the KV rows' CPU account adds every process of
 # the row per GB against the references' two ends. Fixture files with
-# known figures, so every printed factor is checked, and one short real stream.
+# known figures, so every printed factor is checked, one short real stream, one
+# short real KV row between two daemons, and the wake-up probe.
 set -eu
 build=${RDMAX_BUILD:-build}
 dir=$(mktemp -d /tmp/rdmax-bench-selftest.XXXXXX)
-trap 'rm -rf "$dir"' EXIT
+run=$dir/run
+pids=()
+mkdir -p "$run"
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
 fail() {
 	echo "bench selftest: $*" >&2
 	exit 1
@@ -26,6 +30,37 @@ for k in ("send_cpu_s", "recv_cpu_s", "send_wait_s", "recv_wait_s"):
 assert r["send_cpu_s"] > 0 and r["recv_cpu_s"] > 0, r
 assert abs(r["cpu_s_per_GB"] * r["jobs"] * r["bytes"] / 1e9
            - (r["send_cpu_s"] + r["recv_cpu_s"])) < 0.01, r
+PY
+
+# A real KV row: every process's CPU per GB and runs per request are in the JSON.
+. "$(dirname "$0")/lib.sh"
+start_daemon a "bench selftest" >&2 || fail "daemon a did not start"
+start_daemon b "bench selftest" >&2 || fail "daemon b did not start"
+"$build/rdmax-bench" kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --one-job \
+	--decode-sleep --layers 2 --blocks 8 --block-len 16K -D 0.3 --daemon-pid "${pids[0]}" \
+	--peer-daemon-pid "${pids[1]}" --json="$dir/kv.json" >"$dir/kv.out" 2>&1 ||
+	fail "rdmax-bench kv failed: $(tail -n 3 "$dir/kv.out")"
+"${PYTHON:-python3}" - "$dir/kv.json" <<'PY' || fail "kv JSON lacks a process's CPU or runs"
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+assert r["verify"] == "ok" and r["jobs"] > 0, r
+for k in ("daemon_cpu_s_per_GB", "peer_cpu_s_per_GB", "prefill_cpu_s_per_GB",
+          "decode_cpu_s_per_GB", "check_cpu_s_per_GB"):
+    assert r[k] > 0, k
+# Every request wakes the decode client at least once; the daemons run for it.
+runs = r["runs_per_request"]
+assert runs["decode"] > 0 and runs["daemon"] > 0 and runs["peer"] > 0, runs
+assert 0 <= r["host_idle"] <= 1, r
+PY
+
+# The wake-up probe: two processes sleeping in read(), one byte each way.
+"$build/tests/bench/shm-pingpong" --pipe --cpus 0,0 -n 200 --json >"$dir/pipe.json" ||
+	fail "shm-pingpong --pipe failed"
+"${PYTHON:-python3}" - "$dir/pipe.json" <<'PY' || fail "shm-pingpong --pipe: $(cat "$dir/pipe.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+assert r["mode"] == "pipe" and r["iters"] == 200, r
+assert 0 < r["lat_us"]["p50"] <= r["lat_us"]["p99"], r
 PY
 
 # Fixtures: rdmax's sending daemon ran 0.8 s of 1 s at 0.1 s/GB (8 GB/s), the stream's

@@ -162,6 +162,12 @@ uint64_t bench_now_ns(void);
 int bench_fail(const char *what, int err);
 void bench_fill_pattern(uint8_t *buf, uint64_t len, uint64_t seed);
 double bench_proc_cpu_s(int pid);
+/* This process's CPU time (user + system) and context switches (slept or preempted). */
+struct bench_usage {
+	double cpu_s;
+	double switches;
+};
+struct bench_usage bench_self_usage(void);
 double bench_self_cpu_s(void);
 /* Time a process's threads ran and waited to run, in seconds, and how often they were run. */
 struct bench_sched {

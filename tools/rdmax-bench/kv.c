@@ -49,36 +49,15 @@ struct kv_opts {
 };
 
 /*
- * CPU time and context switches of the calling process: what a client costs
- * the machine's CPUs per request, where every process of the row shares them
- * (docs/benchmarks.md, Where the KV row's CPU goes).
+ * What a client spent since \p from: its CPU time and context switches, what
+ * it costs the machine's CPUs per request where every process of the row
+ * shares them (docs/benchmarks.md, Where the KV row's CPU goes).
  */
-struct kv_usage {
-	uint64_t cpu_ns;
-	uint64_t switches; /* voluntary (slept) and involuntary (preempted) */
-};
-
-static struct kv_usage kv_self_usage(void)
+static struct bench_usage kv_usage_since(struct bench_usage from)
 {
-	struct rusage ru;
-
-	if (getrusage(RUSAGE_SELF, &ru) < 0) {
-		return (struct kv_usage){0};
-	}
-	return (struct kv_usage){
-		.cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) *
-				  1000000000ull +
-			  ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull,
-		.switches = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw,
-	};
-}
-
-/* What a client spent between two kv_self_usage() calls. */
-static struct kv_usage kv_usage_since(struct kv_usage from)
-{
-	struct kv_usage now = kv_self_usage();
-	return (struct kv_usage){.cpu_ns = now.cpu_ns - from.cpu_ns,
-				 .switches = now.switches - from.switches};
+	struct bench_usage now = bench_self_usage();
+	return (struct bench_usage){.cpu_s = now.cpu_s - from.cpu_s,
+				    .switches = now.switches - from.switches};
 }
 
 /* What a prefill client tells the parent at the end. */
@@ -87,7 +66,7 @@ struct kv_result {
 	uint64_t seconds_ns;
 	uint64_t lat_ns_p50;
 	uint64_t lat_ns_p99;
-	struct kv_usage used; /* over its timed loop, not the sources' fill */
+	struct bench_usage used; /* over its timed loop, not the sources' fill */
 	int status;
 };
 
@@ -109,8 +88,8 @@ static uint32_t kv_gcd(uint32_t a, uint32_t b)
 /* What the decode client tells the parent at the end. */
 struct kv_decode_result {
 	uint64_t verified;
-	uint64_t check_ns;    /* CPU time the checks took (CLOCK_THREAD_CPUTIME_ID) */
-	struct kv_usage used; /* from the descriptor's hand-over (the pool filled) to the end */
+	uint64_t check_ns;       /* CPU time the checks took (CLOCK_THREAD_CPUTIME_ID) */
+	struct bench_usage used; /* from the descriptor's hand-over (the pool filled) to the end */
 };
 
 static uint64_t kv_cpu_ns(void)
@@ -320,7 +299,7 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 		return bench_fail("kv decode: handing over the descriptor", -errno);
 	}
 	close(desc_fd);
-	struct kv_usage from = kv_self_usage();
+	struct bench_usage from = bench_self_usage();
 	while (!bench_stop) {
 		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 100);
 		if (n == -EINTR) {
@@ -442,7 +421,7 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 			}
 		}
 	}
-	struct kv_usage from = kv_self_usage();
+	struct bench_usage from = bench_self_usage();
 	uint64_t t0 = bench_now_ns(), until = t0 + (uint64_t)(k->duration_s * 1e9);
 	last_token = t0;
 	while (!bench_stop && (outstanding > 0 || bench_now_ns() < until)) {
@@ -724,7 +703,7 @@ int bench_kv_main(int argc, char **argv)
 		}
 		sum.requests += r.requests;
 		sum.seconds_ns = MAX_U64(sum.seconds_ns, r.seconds_ns);
-		sum.used.cpu_ns += r.used.cpu_ns;
+		sum.used.cpu_s += r.used.cpu_s;
 		sum.used.switches += r.used.switches;
 		p50 = MAX_U64(p50, r.lat_ns_p50);
 		p99 = MAX_U64(p99, r.lat_ns_p99);
@@ -785,14 +764,14 @@ int bench_kv_main(int argc, char **argv)
 		 * take comes out of the transfer's rate.
 		 */
 		fprintf(f, ", \"prefill_cpu_s_per_GB\": ");
-		bench_print_num(f, gb > 0 ? (double)sum.used.cpu_ns / 1e9 / gb : -1, 4);
+		bench_print_num(f, gb > 0 ? sum.used.cpu_s / gb : -1, 4);
 		fprintf(f, ", \"decode_cpu_s_per_GB\": ");
-		bench_print_num(f, gb > 0 ? (double)dec.used.cpu_ns / 1e9 / gb : -1, 4);
+		bench_print_num(f, gb > 0 ? dec.used.cpu_s / gb : -1, 4);
 		double nreq = (double)MAX_U64(sum.requests, 1);
 		fprintf(f, ", \"runs_per_request\": {\"prefill\": ");
-		bench_print_num(f, (double)sum.used.switches / nreq, 2);
+		bench_print_num(f, sum.used.switches / nreq, 2);
 		fprintf(f, ", \"decode\": ");
-		bench_print_num(f, (double)dec.used.switches / nreq, 2);
+		bench_print_num(f, dec.used.switches / nreq, 2);
 		fprintf(f, ", \"daemon\": ");
 		bench_print_num(f, dsched ? (ds1.runs - ds0.runs) / nreq : -1, 2);
 		fprintf(f, ", \"peer\": ");

@@ -140,13 +140,23 @@ double bench_host_idle_s(void)
 	return (double)(v[3] + v[4]) / (double)sysconf(_SC_CLK_TCK);
 }
 
-double bench_self_cpu_s(void)
+struct bench_usage bench_self_usage(void)
 {
 	struct rusage ru;
 
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-	       ru.ru_stime.tv_usec / 1e6;
+	if (getrusage(RUSAGE_SELF, &ru) < 0) {
+		return (struct bench_usage){0};
+	}
+	return (struct bench_usage){
+		.cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+			 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6,
+		.switches = (double)ru.ru_nvcsw + (double)ru.ru_nivcsw,
+	};
+}
+
+double bench_self_cpu_s(void)
+{
+	return bench_self_usage().cpu_s;
 }
 
 int bench_daemon_pid_of(const struct rdmax_client *c)
