@@ -69,7 +69,7 @@ LIBS_CHECK := $(shell pkg-config --libs check)
 LIBS_JSON := $(shell pkg-config --libs jansson)
 
 LIB_SONAME := librdmax.so.2
-LIB_VERSION := 2.0.0
+LIB_VERSION := 2.1.0
 
 PROTO_SRC := proto/rdmax.proto
 GEN_C := $(BUILD)/gen/rdmax.pb-c.c

@@ -648,7 +648,8 @@ RDMAX_EXPORT int rdmax_submit_sized(struct rdmax_client *client, const struct rd
 
 _Static_assert(sizeof(struct rdmax_job) >= RDMAX_JOB_SIZE_MIN, "RDMAX_2.0 job layout");
 
-RDMAX_EXPORT int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count)
+RDMAX_EXPORT int rdmax_expect_imm_flags(struct rdmax_client *client, uint32_t imm, uint64_t count,
+					uint32_t flags)
 {
 	Rdmax__V1__ExpectImm e = RDMAX__V1__EXPECT_IMM__INIT;
 	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
@@ -656,10 +657,44 @@ RDMAX_EXPORT int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uin
 	if (!client) {
 		return -EINVAL;
 	}
+	if (flags & ~(RDMAX_EXPECT_STANDING | RDMAX_EXPECT_RESET)) {
+		return RDMAX_E_INVALID_ARGUMENT;
+	}
+	/* A daemon without it would take the claim as one-shot: say so instead. */
+	if ((flags & RDMAX_EXPECT_STANDING) &&
+	    !(client->info.capabilities & RDMAX_CAP_IMM_STANDING)) {
+		return RDMAX_E_UNIMPLEMENTED;
+	}
 	e.imm = imm;
 	e.count = count;
+	e.has_reset = !!(flags & RDMAX_EXPECT_RESET);
+	e.reset = e.has_reset;
+	e.has_standing = !!(flags & RDMAX_EXPECT_STANDING);
+	e.standing = e.has_standing;
 	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM;
 	msg.expect_imm = &e;
+	return client_request_status(client, &msg, -1);
+}
+
+RDMAX_EXPORT int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count)
+{
+	return rdmax_expect_imm_flags(client, imm, count, 0);
+}
+
+RDMAX_EXPORT int rdmax_release_imm(struct rdmax_client *client, uint32_t imm)
+{
+	Rdmax__V1__ImmRelease r = RDMAX__V1__IMM_RELEASE__INIT;
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+
+	if (!client) {
+		return -EINVAL;
+	}
+	if (!(client->info.capabilities & RDMAX_CAP_IMM_STANDING)) {
+		return RDMAX_E_UNIMPLEMENTED;
+	}
+	r.imm = imm;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_IMM_RELEASE;
+	msg.imm_release = &r;
 	return client_request_status(client, &msg, -1);
 }
 RDMAX_EXPORT int rdmax_cancel(struct rdmax_client *client, uint64_t job_id)

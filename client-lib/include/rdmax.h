@@ -33,7 +33,9 @@
  * rdmax_region_deregister(), rdmax_peer_group_create()/rdmax_peer_group_destroy(),
  * rdmax_mailbox_open_addr()/rdmax_mailbox_close().
  *
- * ABI: the library is librdmax.so.2, every symbol in version node RDMAX_2.0.
+ * ABI: the library is librdmax.so.2; its symbols are in version node
+ * RDMAX_2.0, and those added since in one node per release after it
+ * (RDMAX_2.1: rdmax_expect_imm_flags(), rdmax_release_imm()).
  * struct rdmax_job and struct rdmax_event cross the boundary with their size
  * (the inline rdmax_submit() and rdmax_poll_events() pass sizeof of this
  * header's structs to rdmax_submit_sized() and rdmax_poll_events_sized()), and
@@ -304,7 +306,7 @@ struct rdmax_job {
 	 * that does not announce the field takes none (RDMAX_E_UNIMPLEMENTED).
 	 */
 	const struct rdmax_region_pair *pairs;
-	size_t n_pairs; /**< entries in \c pairs */
+	size_t n_pairs;         /**< entries in \c pairs */
 	uint32_t traffic_class; /**< RDMAX_CLASS_*; appended after RDMAX_2.0's first layout */
 };
 
@@ -364,12 +366,13 @@ struct rdmax_daemon_info {
 	((info)->struct_size >= offsetof(struct rdmax_daemon_info, field) + sizeof((info)->field))
 
 /** \name Daemon capabilities @{ */
-#define RDMAX_CAP_TCP     0x1u
-#define RDMAX_CAP_VERBS   0x2u
-#define RDMAX_CAP_DMABUF  0x4u
-#define RDMAX_CAP_PEERMEM 0x8u
-#define RDMAX_CAP_AUTH    0x10u
-#define RDMAX_CAP_RING    0x20u /**< shared-memory submission/completion ring */
+#define RDMAX_CAP_TCP          0x1u
+#define RDMAX_CAP_VERBS        0x2u
+#define RDMAX_CAP_DMABUF       0x4u
+#define RDMAX_CAP_PEERMEM      0x8u
+#define RDMAX_CAP_AUTH         0x10u
+#define RDMAX_CAP_RING         0x20u /**< shared-memory submission/completion ring */
+#define RDMAX_CAP_IMM_STANDING 0x40u /**< standing imm claims (RDMAX_EXPECT_STANDING) */
 /** @} */
 
 /**
@@ -622,6 +625,46 @@ static inline int rdmax_submit(struct rdmax_client *client, const struct rdmax_j
  * \param count landings to wait for, > 0
  */
 int rdmax_expect_imm(struct rdmax_client *client, uint32_t imm, uint64_t count);
+
+/** rdmax_expect_imm_flags() flags. @{ */
+/**
+ * A standing claim: it stays after it fires and fires again each time
+ * \p count more landings are counted, until rdmax_release_imm() or another
+ * claim of the value. A receiver that reuses one imm per slot claims it once
+ * instead of once per request. An event's \c count is then a multiple of
+ * \p count: more than one only when the claim found several counts landed.
+ */
+#define RDMAX_EXPECT_STANDING 0x1u
+/** Drop the landings counted so far for the value before claiming it. */
+#define RDMAX_EXPECT_RESET 0x2u
+/** @} */
+
+/**
+ * rdmax_expect_imm() with flags. A claim replaces the value's earlier
+ * claim by this client (one-shot or standing).
+ * \param client an open connection
+ * \param imm the immediate value
+ * \param count landings per firing, > 0
+ * \param flags RDMAX_EXPECT_* bits
+ * \return 0 or a negative error (RDMAX_E_INVALID_ARGUMENT for count 0 or
+ *         unknown flags, RDMAX_E_UNIMPLEMENTED for RDMAX_EXPECT_STANDING when
+ *         the daemon lacks RDMAX_CAP_IMM_STANDING, RDMAX_E_RESOURCE_EXHAUSTED
+ *         as for rdmax_expect_imm())
+ */
+int rdmax_expect_imm_flags(struct rdmax_client *client, uint32_t imm, uint64_t count,
+			   uint32_t flags);
+
+/**
+ * End this client's claim of \p imm, one-shot or standing. Landings counted
+ * and not consumed stay counted for a later claim; an IMM_REACHED event the
+ * daemon sent before the release may still be returned.
+ * \param client an open connection
+ * \param imm the immediate value
+ * \return 0 or a negative error (RDMAX_E_NOT_FOUND when the value is not
+ *         claimed, RDMAX_E_UNIMPLEMENTED when the daemon lacks
+ *         RDMAX_CAP_IMM_STANDING)
+ */
+int rdmax_release_imm(struct rdmax_client *client, uint32_t imm);
 
 /**
  * Return up to \p max events, waiting up to \p timeout_ms for the first

@@ -1150,7 +1150,7 @@ static PyObject *Client_recv(ClientObject *self, PyObject *args)
 
 static PyObject *simple_u64(ClientObject *self, PyObject *args, int which)
 {
-	unsigned long long a, b = 0;
+	unsigned long long a = 0;
 	const char *name = NULL;
 	int r = 0;
 
@@ -1158,20 +1158,13 @@ static PyObject *simple_u64(ClientObject *self, PyObject *args, int which)
 		if (!PyArg_ParseTuple(args, "s", &name)) {
 			return NULL;
 		}
-	} else if (!PyArg_ParseTuple(args, which == 0 ? "KK" : "K", &a, &b)) {
+	} else if (!PyArg_ParseTuple(args, "K", &a)) {
 		return NULL;
 	}
 	if (!open_client(self)) {
 		return NULL;
 	}
 	switch (which) {
-	case 0:
-		if (a > UINT32_MAX) {
-			PyErr_SetString(PyExc_ValueError, "imm is a 32-bit value");
-			return NULL;
-		}
-		LOCKED(self, r = rdmax_expect_imm(self->c, (uint32_t)a, b));
-		break;
 	case 1:
 		LOCKED(self, r = rdmax_cancel(self->c, a));
 		break;
@@ -1186,6 +1179,13 @@ static PyObject *simple_u64(ClientObject *self, PyObject *args, int which)
 	case 4:
 		LOCKED(self, r = rdmax_mailbox_close(self->c, name));
 		break;
+	case 5:
+		if (a > UINT32_MAX) {
+			PyErr_SetString(PyExc_ValueError, "imm is a 32-bit value");
+			return NULL;
+		}
+		LOCKED(self, r = rdmax_release_imm(self->c, (uint32_t)a));
+		break;
 	}
 	if (r < 0) {
 		return raise_err(r, NULL);
@@ -1193,9 +1193,34 @@ static PyObject *simple_u64(ClientObject *self, PyObject *args, int which)
 	Py_RETURN_NONE;
 }
 
-static PyObject *Client_expect_imm(ClientObject *self, PyObject *args)
+static PyObject *Client_expect_imm(ClientObject *self, PyObject *args, PyObject *kwds)
 {
-	return simple_u64(self, args, 0);
+	static char *kwlist[] = {"imm", "count", "standing", "reset", NULL};
+	unsigned long long imm, count;
+	int standing = 0, reset = 0, r;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "KK|$pp", kwlist, &imm, &count, &standing,
+					 &reset)) {
+		return NULL;
+	}
+	if (imm > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "imm is a 32-bit value");
+		return NULL;
+	}
+	if (!open_client(self)) {
+		return NULL;
+	}
+	uint32_t flags = (standing ? RDMAX_EXPECT_STANDING : 0) | (reset ? RDMAX_EXPECT_RESET : 0);
+	LOCKED(self, r = rdmax_expect_imm_flags(self->c, (uint32_t)imm, count, flags));
+	if (r < 0) {
+		return raise_err(r, NULL);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *Client_release_imm(ClientObject *self, PyObject *args)
+{
+	return simple_u64(self, args, 5);
 }
 
 static PyObject *Client_cancel(ClientObject *self, PyObject *args)
@@ -1280,7 +1305,9 @@ static PyMethodDef Client_methods[] = {
 	{"wait_job", (PyCFunction)Client_wait_job, METH_VARARGS, "wait_job(id, timeout)"},
 	{"wait_imm", (PyCFunction)Client_wait_imm, METH_VARARGS, "wait_imm(imm, timeout)"},
 	{"recv", (PyCFunction)Client_recv, METH_VARARGS, "recv(mailbox, timeout)"},
-	{"expect_imm", (PyCFunction)Client_expect_imm, METH_VARARGS, "expect_imm(imm, count)"},
+	{"expect_imm", (PyCFunction)(void (*)(void))Client_expect_imm, METH_VARARGS | METH_KEYWORDS,
+	 "expect_imm(imm, count, *, standing=False, reset=False)"},
+	{"release_imm", (PyCFunction)Client_release_imm, METH_VARARGS, "release_imm(imm)"},
 	{"cancel", (PyCFunction)Client_cancel, METH_VARARGS, "cancel(job_id)"},
 	{"job_status", (PyCFunction)Client_job_status, METH_VARARGS, "job_status(job_id)"},
 	{"claim", (PyCFunction)Client_claim, METH_VARARGS, "claim(job_id)"},

@@ -19,6 +19,7 @@ struct imm_counter {
 	uint64_t landed;   /* landings not yet consumed by a fired expectation */
 	uint64_t expected; /* 0: nobody waits */
 	uint64_t last_ms;  /* last landing or claim */
+	bool standing;     /* the claim stays after it fires */
 };
 
 struct imm_space {
@@ -178,7 +179,12 @@ static struct imm_counter *counter_get(struct imm_table *table, struct imm_space
 	return counter;
 }
 
-/* Fire when enough landed; the counter stays for the next expect. */
+/*
+ * Fire when enough landed. A one-shot claim ends; a standing one consumes
+ * every whole multiple of its count in one firing (more than one only when
+ * the claim found landings already counted) and stays. The counter goes when
+ * nothing is left in it; the callback comes last, with the table consistent.
+ */
 static void check_fire(struct imm_table *table, struct imm_space *space, uint32_t imm,
 		       struct imm_counter *counter)
 {
@@ -186,15 +192,20 @@ static void check_fire(struct imm_table *table, struct imm_space *space, uint32_
 		return;
 	}
 	uint64_t count = counter->expected;
+	if (counter->standing) {
+		count *= counter->landed / counter->expected;
+	} else {
+		counter->expected = 0;
+	}
 	counter->landed -= count;
-	counter->expected = 0;
-	if (counter->landed == 0) {
+	if (counter->landed == 0 && counter->expected == 0) {
 		counter_del(table, space, imm_key(imm), counter);
 	}
 	table->fired(space->owner, imm, count, table->fired_arg);
 }
 
-int imm_expect(struct imm_table *table, void *owner, uint32_t imm, uint64_t count, bool reset)
+int imm_expect(struct imm_table *table, void *owner, uint32_t imm, uint64_t count,
+	       unsigned int flags)
 {
 	struct imm_space *space = owner ? hmap_get(&table->spaces, owner_key(owner)) : NULL;
 	struct imm_counter *counter;
@@ -209,12 +220,30 @@ int imm_expect(struct imm_table *table, void *owner, uint32_t imm, uint64_t coun
 	if (!counter) {
 		return RDMAX_E_RESOURCE_EXHAUSTED;
 	}
-	if (reset) {
+	if (flags & IMM_RESET) {
 		counter->landed = 0;
 	}
 	counter->expected = count;
+	counter->standing = flags & IMM_STANDING;
 	counter->last_ms = now_ms();
 	check_fire(table, space, imm, counter);
+	return 0;
+}
+
+int imm_release(struct imm_table *table, void *owner, uint32_t imm)
+{
+	struct imm_space *space = owner ? hmap_get(&table->spaces, owner_key(owner)) : NULL;
+	struct imm_counter *counter = space ? hmap_get(&space->counters, imm_key(imm)) : NULL;
+
+	if (!counter || counter->expected == 0) {
+		return RDMAX_E_NOT_FOUND;
+	}
+	counter->expected = 0;
+	counter->standing = false;
+	counter->last_ms = now_ms();
+	if (counter->landed == 0) {
+		counter_del(table, space, imm_key(imm), counter);
+	}
 	return 0;
 }
 

@@ -6,7 +6,8 @@
  * written through, so one client can neither claim, fire nor fill another's
  * counters. A client claims X in its own namespace with expect(X, n); the
  * claim fires once when the counter reaches n, and n is then taken off the
- * counter. Landings that arrive before the expect are kept, so there is no
+ * counter. A standing claim stays and fires again each time n more have
+ * landed. Landings that arrive before the expect are kept, so there is no
  * race between a sender and a receiver that subscribes late; reset drops
  * them, and a namespace ends with its client.
  */
@@ -42,14 +43,25 @@ void imm_table_fini(struct imm_table *table);
  */
 int imm_space_open(struct imm_table *table, void *owner, uint32_t *uid_counters, uint32_t uid_max);
 
+/* imm_expect() flags. */
+#define IMM_RESET    0x1u /* drop the landings counted so far first */
+#define IMM_STANDING 0x2u /* fire every count landings until released or claimed anew */
+
 /*
- * Claim imm in owner's namespace and wait for count landings; with reset,
- * landings counted so far are dropped first. Errors: RDMAX_E_INVALID_ARGUMENT
+ * Claim imm in owner's namespace and wait for count landings; a claim
+ * replaces the value's earlier one. Errors: RDMAX_E_INVALID_ARGUMENT
  * (count 0), RDMAX_E_NOT_FOUND (no namespace), RDMAX_E_RESOURCE_EXHAUSTED
  * (every counter the share allows is claimed). May fire the callback before
  * returning when enough have landed already.
  */
-int imm_expect(struct imm_table *table, void *owner, uint32_t imm, uint64_t count, bool reset);
+int imm_expect(struct imm_table *table, void *owner, uint32_t imm, uint64_t count,
+	       unsigned int flags);
+
+/*
+ * End owner's claim of imm, one-shot or standing; landings counted and not
+ * consumed stay. RDMAX_E_NOT_FOUND when the value is not claimed.
+ */
+int imm_release(struct imm_table *table, void *owner, uint32_t imm);
 
 /*
  * One job carrying imm landed in a region of owner (region->owner). Not

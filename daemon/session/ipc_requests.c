@@ -123,7 +123,7 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 	welcome.capabilities = (daemon->transports[ENDPOINT_TCP] ? RDMAX_CAP_TCP : 0) |
 			       (daemon->transports[ENDPOINT_VERBS] ? RDMAX_CAP_VERBS : 0) |
 			       (daemon->auth_key_len ? RDMAX_CAP_AUTH : 0) | RDMAX_CAP_RING |
-			       gpu_capabilities(daemon->gpu);
+			       RDMAX_CAP_IMM_STANDING | gpu_capabilities(daemon->gpu);
 	welcome.limits = &limits;
 	msg.has_seq = 1;
 	msg.seq = seq;
@@ -636,8 +636,12 @@ void ipc_dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *f
 		handle_submit(s, seq, m->submit);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM:
-		ret = imm_expect(&daemon->imm, &s->owner, m->expect_imm->imm, m->expect_imm->count,
-				 m->expect_imm->has_reset && m->expect_imm->reset);
+		ret = imm_expect(
+			&daemon->imm, &s->owner, m->expect_imm->imm, m->expect_imm->count,
+			(m->expect_imm->has_reset && m->expect_imm->reset ? IMM_RESET : 0) |
+				(m->expect_imm->has_standing && m->expect_imm->standing
+					 ? IMM_STANDING
+					 : 0));
 		if (ret == RDMAX_E_RESOURCE_EXHAUSTED) {
 			ipc_reply_status(s, seq, ret,
 					 "every imm counter this uid may hold is claimed ([limits] "
@@ -647,6 +651,11 @@ void ipc_dispatch(struct session *s, const Rdmax__V1__ClientMsg *m, const int *f
 		} else {
 			ipc_reply_status(s, seq, 0, NULL);
 		}
+		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_IMM_RELEASE:
+		ret = imm_release(&daemon->imm, &s->owner, m->imm_release->imm);
+		ipc_reply_status(s, seq, ret, ret ? "imm %u is not claimed by this client" : NULL,
+				 m->imm_release->imm);
 		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_CANCEL:
 		ret = engine_cancel(daemon->engine, &s->owner, m->cancel->job_id);

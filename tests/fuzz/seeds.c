@@ -258,6 +258,15 @@ static void client_seeds(void)
 	m.body_case = RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM;
 	m.expect_imm = &ei;
 	add_msg(&s, 0, &m);
+	/* A standing claim of the same value, then its release. */
+	ei.has_standing = 1;
+	ei.standing = 1;
+	add_msg(&s, 0, &m);
+	Rdmax__V1__ImmRelease ir = RDMAX__V1__IMM_RELEASE__INIT;
+	ir.imm = 7;
+	m.body_case = RDMAX__V1__CLIENT_MSG__BODY_IMM_RELEASE;
+	m.imm_release = &ir;
+	add_msg(&s, 0, &m);
 	Rdmax__V1__MailboxOpen mo = RDMAX__V1__MAILBOX_OPEN__INIT;
 	mo.name = "inbox";
 	m.body_case = RDMAX__V1__CLIENT_MSG__BODY_MAILBOX_OPEN;

@@ -217,6 +217,79 @@ START_TEST(imm_same_node)
 }
 END_TEST
 
+/*
+ * A standing claim fires once per round of count landings without being
+ * claimed again, each round's bytes in place when it fires; released, it
+ * fires no more, and what landed meanwhile stays counted for the next claim.
+ */
+START_TEST(imm_standing_claim)
+{
+	const uint32_t imm = 0x51a7d, per_round = 3, rounds = 4;
+	const uint64_t len = 256 * KiB + 3;
+	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
+	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
+
+	itest_daemon_set(a, "engine.chunk_bytes=%" PRIu64, CHUNK);
+	itest_daemon_start(a);
+	itest_daemon_start(b);
+	struct rdmax_client *sender = itest_client(a, "sender");
+	struct rdmax_client *recv = itest_client(b, "receiver");
+	struct rdmax_client *other = itest_client(b, "other");
+	ck_assert_msg(rdmax_client_info(recv)->capabilities & RDMAX_CAP_IMM_STANDING,
+		      "the daemon does not offer RDMAX_CAP_IMM_STANDING");
+	struct rdmax_region *src =
+		itest_alloc(sender, (rounds + 1) * per_round * len, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *dst = itest_alloc(recv, per_round * len, RDMAX_ACCESS_REMOTE_WRITE);
+	struct rdmax_desc desc = itest_desc(dst);
+	struct rdmax_job jobs[3];
+	struct rdmax_event ev;
+
+	itest_fill(itest_bytes(src), (rounds + 1) * per_round * len, 13);
+	itest_assert_err(rdmax_expect_imm_flags(recv, imm, per_round, 0x80),
+			 RDMAX_E_INVALID_ARGUMENT);
+	itest_assert_err(rdmax_expect_imm_flags(recv, imm, 0, RDMAX_EXPECT_STANDING),
+			 RDMAX_E_INVALID_ARGUMENT);
+	itest_assert_err(rdmax_release_imm(recv, imm), RDMAX_E_NOT_FOUND);
+	itest_assert_err(rdmax_expect_imm_flags(recv, imm, per_round, RDMAX_EXPECT_STANDING), 0);
+	/* Another client of the same uid can neither release nor see the claim. */
+	itest_assert_err(rdmax_release_imm(other, imm), RDMAX_E_NOT_FOUND);
+	for (uint32_t r = 0; r <= rounds; r++) {
+		/* Each round writes other source bytes over the same destination. */
+		for (uint32_t i = 0; i < per_round; i++) {
+			jobs[i] = itest_job(100 * (r + 1) + i, RDMAX_OP_WRITE, src,
+					    (r * per_round + i) * len, &desc, i * len, len);
+			jobs[i].flags = RDMAX_JOB_IMM;
+			jobs[i].imm = imm;
+		}
+		if (r == rounds) {
+			itest_assert_err(rdmax_release_imm(recv, imm), 0);
+		}
+		ck_assert_int_eq(rdmax_submit(sender, jobs, per_round), 0);
+		expect_ok_completions(sender, per_round, jobs);
+		if (r == rounds) {
+			break;
+		}
+		ev = wait_imm_event(recv, imm, 30000);
+		ck_assert_msg(ev.count == per_round, "round %u: IMM_REACHED count %" PRIu64, r,
+			      ev.count);
+		itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src) + r * per_round * len,
+				    per_round * len, "a standing claim's round");
+	}
+	/* Released: the last round landed without firing, and stays counted. */
+	itest_assert_quiet(recv, ITEST_QUIET_MS);
+	itest_assert_mem_eq(itest_bytes(dst), itest_bytes(src) + rounds * per_round * len,
+			    per_round * len, "the round after the release");
+	itest_assert_err(rdmax_release_imm(recv, imm), RDMAX_E_NOT_FOUND);
+	itest_assert_err(rdmax_expect_imm(recv, imm, per_round), 0);
+	ev = wait_imm_event(recv, imm, 2000);
+	ck_assert_uint_eq(ev.count, per_round);
+	itest_assert_quiet(recv, ITEST_QUIET_MS);
+	ck_assert_int_eq(rdmax_poll_events(other, &ev, 1, 0), 0);
+	rdmax_client_close(other);
+	itest_pair_end(recv, sender, a, b);
+}
+END_TEST
+
 TCase *itest_tcase_imm(void)
 {
 	TCase *tc = tcase_create("imm");
@@ -224,5 +297,6 @@ TCase *itest_tcase_imm(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, imm_counts_whole_jobs);
 	tcase_add_test(tc, imm_same_node);
+	tcase_add_test(tc, imm_standing_claim);
 	return tc;
 }

@@ -139,6 +139,9 @@ static void send_simple(int fd, uint64_t seq, Rdmax__V1__ClientMsg__BodyCase bod
 	case RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM:
 		msg.expect_imm = payload;
 		break;
+	case RDMAX__V1__CLIENT_MSG__BODY_IMM_RELEASE:
+		msg.imm_release = payload;
+		break;
 	case RDMAX__V1__CLIENT_MSG__BODY_CANCEL:
 		msg.cancel = payload;
 		break;
@@ -673,6 +676,15 @@ START_TEST(bad_jobs)
 	ei.count = 0;
 	send_simple(fd, 18, RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM, &ei);
 	raw_expect_status(fd, 18, RDMAX_E_INVALID_ARGUMENT);
+	/* Standing or not; and a value nobody claimed cannot be released. */
+	ei.has_standing = 1;
+	ei.standing = 1;
+	send_simple(fd, 18, RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM, &ei);
+	raw_expect_status(fd, 18, RDMAX_E_INVALID_ARGUMENT);
+	Rdmax__V1__ImmRelease ir = RDMAX__V1__IMM_RELEASE__INIT;
+	ir.imm = 3;
+	send_simple(fd, 18, RDMAX__V1__CLIENT_MSG__BODY_IMM_RELEASE, &ir);
+	raw_expect_status(fd, 18, RDMAX_E_NOT_FOUND);
 
 	/* After all that, the session still moves bytes: a write within the region. */
 	itest_fill(mem, 4096, 81);

@@ -1316,13 +1316,17 @@ static void serve_expect_imm(struct fake *f)
 	if (!m) {
 		return;
 	}
-	FAKE_CHECK(f, m->expect_imm->imm == 3 && m->expect_imm->count == 2);
+	/* The refused standing claims never reached the daemon: this is the plain one. */
+	FAKE_CHECK(f, m->expect_imm->imm == 3 && m->expect_imm->count == 2 &&
+			      !m->expect_imm->has_standing && !m->expect_imm->has_reset);
 	fake_send_error(f, m->seq, RDMAX__V1__STATUS__ALREADY_EXISTS, "claimed");
 	rdmax__v1__client_msg__free_unpacked(m, NULL);
 	m = fake_loop(f, RDMAX__V1__CLIENT_MSG__BODY_EXPECT_IMM);
 	if (!m) {
 		return;
 	}
+	FAKE_CHECK(f, m->expect_imm->imm == 4 && m->expect_imm->has_reset && m->expect_imm->reset &&
+			      !m->expect_imm->has_standing);
 	fake_send_error(f, m->seq, RDMAX__V1__STATUS__OK, NULL);
 	fake_send_completion(f, 50, RDMAX__V1__STATUS__OK, 0, NULL);
 	usleep(30 * 1000);
@@ -1339,8 +1343,13 @@ START_TEST(test_expect_and_wait_imm)
 	fake_init(&f);
 	fake_start(&f, serve_expect_imm);
 	struct rdmax_client *c = open_client(&f);
+	/* This daemon lacks RDMAX_CAP_IMM_STANDING: refused here, never sent as one-shot. */
+	ck_assert_int_eq(rdmax_expect_imm_flags(c, 3, 2, RDMAX_EXPECT_STANDING),
+			 RDMAX_E_UNIMPLEMENTED);
+	ck_assert_int_eq(rdmax_release_imm(c, 3), RDMAX_E_UNIMPLEMENTED);
+	ck_assert_int_eq(rdmax_expect_imm_flags(c, 3, 2, 0x100), RDMAX_E_INVALID_ARGUMENT);
 	ck_assert_int_eq(rdmax_expect_imm(c, 3, 2), RDMAX_E_ALREADY_EXISTS);
-	ck_assert_int_eq(rdmax_expect_imm(c, 4, 2), 0);
+	ck_assert_int_eq(rdmax_expect_imm_flags(c, 4, 2, RDMAX_EXPECT_RESET), 0);
 	ck_assert_int_eq(rdmax_wait_imm(c, 4, 2000), 0);
 	ck_assert_int_eq(rdmax_poll_events(c, ev, 4, 0), 1);
 	ck_assert_uint_eq(ev[0].job_id, 50);

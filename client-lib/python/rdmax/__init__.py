@@ -43,7 +43,7 @@ from ._rdmax import (  # noqa: F401
     Unreachable,
 )
 
-__version__ = "2.0.0"
+__version__ = "2.1.0"
 ABI_VERSION = _rdmax.RDMAX_ABI_VERSION
 
 ACCESS_LOCAL = _rdmax.RDMAX_ACCESS_LOCAL
@@ -402,7 +402,8 @@ class Client(_rdmax.Client):
         return self._async
 
     async def wait_imm_async(self, imm):
-        """Await the ExpectImm of ``imm`` (see expect_imm)."""
+        """Await the ExpectImm of ``imm`` (see expect_imm); returns the landings
+        it consumed. Firings nobody awaited yet add up for the next await."""
         return await self._dispatcher().wait_imm(imm)
 
     async def recv_async(self, mailbox=None):
@@ -418,6 +419,7 @@ class _AsyncDispatcher:
         self.client = client
         self.loop = loop
         self.imm = {}
+        self.imm_reached = {}  # imm -> landings fired with nobody awaiting them
         self.msgs = []
         self.jobs = {}
         self.watching = False
@@ -451,6 +453,10 @@ class _AsyncDispatcher:
                 fut = self.imm.pop(ev.imm, None)
                 if fut is not None and not fut.done():
                     fut.set_result(ev.count)
+                else:
+                    # Kept for the next wait: a standing claim fires without
+                    # one. One entry per claimed value, which the daemon bounds.
+                    self.imm_reached[ev.imm] = self.imm_reached.get(ev.imm, 0) + ev.count
             else:
                 for i, (box, fut) in enumerate(self.msgs):
                     if box is None or box == ev.mailbox:
@@ -472,6 +478,8 @@ class _AsyncDispatcher:
         await fut
 
     async def wait_imm(self, imm):
+        if imm in self.imm_reached:
+            return self.imm_reached.pop(imm)
         fut = self.loop.create_future()
         self.imm[imm] = fut
         self._watch()

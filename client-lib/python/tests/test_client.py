@@ -20,7 +20,7 @@ def fill(region, seed):
 
 
 def test_version_and_errors():
-    assert rdmax.__version__ == "2.0.0"
+    assert rdmax.__version__ == "2.1.0"
     assert rdmax.ABI_VERSION == 2
     assert rdmax.err_name(rdmax.Timeout.code) == "RDMAX_E_TIMEOUT"
     assert issubclass(rdmax.Timeout, TimeoutError) and issubclass(rdmax.Timeout, rdmax.Error)
@@ -285,6 +285,47 @@ def test_asyncio(daemons):
         src = ca.alloc_host(1 << 16)
         dst = cb.alloc_host(1 << 16, rdmax.ACCESS_REMOTE_WRITE)
         asyncio.run(main(ca, src, dst.desc(), cb))
+
+
+def test_standing_imm_claim(daemons):
+    """One claim for every request of a slot: each round fires once, with its
+    bytes in place; released, it fires no more and the landings stay counted."""
+    a, b = daemons
+    with rdmax.Client(a.socket) as ca, rdmax.Client(b.socket) as cb:
+        src = ca.alloc_host(4 * 4096)
+        dst = cb.alloc_host(4096, rdmax.ACCESS_REMOTE_WRITE)
+        with pytest.raises(rdmax.NotFound):
+            cb.release_imm(0x55)
+        with pytest.raises(rdmax.InvalidArgument):
+            cb.expect_imm(0x55, 0, standing=True)
+        cb.expect_imm(0x55, 2, standing=True)
+        for r in range(3):
+            memoryview(src)[r * 4096:(r + 1) * 4096] = bytes([r + 1]) * 4096
+            ca.write(src, dst.desc(), 2048, local_offset=r * 4096, imm=0x55).wait(10)
+            ca.write(src, dst.desc(), 2048, local_offset=r * 4096 + 2048, remote_offset=2048,
+                     imm=0x55).wait(10)
+            assert cb.wait_imm(0x55, 10) == 2
+            assert bytes(memoryview(dst)) == bytes([r + 1]) * 4096
+        cb.release_imm(0x55)
+        ca.write(src, dst.desc(), 1, imm=0x55).wait(10)
+        ca.write(src, dst.desc(), 1, imm=0x55).wait(10)
+        with pytest.raises(rdmax.Timeout):
+            cb.wait_imm(0x55, 0.1)
+        cb.expect_imm(0x55, 2)
+        assert cb.wait_imm(0x55, 10) == 2
+
+        # asyncio: firings that arrive before the await are kept for it.
+        async def rounds():
+            cb.expect_imm(0x56, 1, standing=True, reset=True)
+            await ca.write(src, dst.desc(), 8, imm=0x56)
+            await ca.write(src, dst.desc(), 8, imm=0x56)
+            got = 0
+            while got < 2:
+                got += await asyncio.wait_for(cb.wait_imm_async(0x56), 10)
+            assert got == 2
+            cb.release_imm(0x56)
+
+        asyncio.run(rounds())
 
 
 def test_peer_death_fails_within_deadline(daemons):
