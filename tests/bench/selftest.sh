@@ -42,7 +42,9 @@ start_daemon b "bench selftest" >&2 || fail "daemon b did not start"
 	fail "rdmax-bench kv failed: $(tail -n 3 "$dir/kv.out")"
 "${PYTHON:-python3}" - "$dir/kv.json" <<'PY' || fail "kv JSON lacks a process's CPU or runs"
 import json, sys
-r = json.load(open(sys.argv[1]))["results"][0]
+d = json.load(open(sys.argv[1]))
+r = d["results"][0]
+assert d["params"]["claims"] == "standing", d["params"]
 assert r["verify"] == "ok" and r["jobs"] > 0, r
 for k in ("daemon_cpu_s_per_GB", "peer_cpu_s_per_GB", "prefill_cpu_s_per_GB",
           "decode_cpu_s_per_GB", "check_cpu_s_per_GB"):
@@ -51,6 +53,18 @@ for k in ("daemon_cpu_s_per_GB", "peer_cpu_s_per_GB", "prefill_cpu_s_per_GB",
 runs = r["runs_per_request"]
 assert runs["decode"] > 0 and runs["daemon"] > 0 and runs["peer"] > 0, runs
 assert 0 <= r["host_idle"] <= 1, r
+PY
+
+# The same row with a claim per request (--claim-each), every byte checked too.
+"$build/rdmax-bench" kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --one-job \
+	--decode-sleep --claim-each --layers 2 --blocks 8 --block-len 16K -D 0.3 \
+	--json="$dir/kv-each.json" >"$dir/kv-each.out" 2>&1 ||
+	fail "rdmax-bench kv --claim-each failed: $(tail -n 3 "$dir/kv-each.out")"
+"${PYTHON:-python3}" - "$dir/kv-each.json" <<'PY' || fail "kv --claim-each JSON: $(cat "$dir/kv-each.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["params"]["claims"] == "each", d["params"]
+assert d["results"][0]["verify"] == "ok" and d["results"][0]["jobs"] > 0, d
 PY
 
 # The wake-up probe: two processes sleeping in read(), one byte each way.

@@ -15,7 +15,8 @@
  * `layers` PAGED_WRITE jobs of `blocks` blocks of block_len bytes, every
  * job carrying the request's imm (or, with --one-job, one PAGED_WRITE of
  * every layer's blocks: the layers are one region); the decode client
- * claims each imm for that many landings, then checks every byte of the
+ * holds one standing claim per slot for that many landings (--claim-each:
+ * claims each request anew), and when it fires checks every byte of the
  * request's blocks (the block's pattern and the request's sequence number
  * at both ends) and hands the slot back to its prefill client over a pipe.
  * Successive requests of a slot alternate between a pattern and its
@@ -46,6 +47,7 @@ struct kv_opts {
 	bool verify;       /* the decode client checks every byte of every block */
 	bool one_job;      /* one PAGED_WRITE per request instead of one per layer */
 	bool decode_sleep; /* the decode client sleeps between imms instead of spinning */
+	bool claim_each;   /* the decode client claims each request's imm anew */
 };
 
 /*
@@ -288,7 +290,9 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 						k, cl, l, i, 1);
 				}
 			}
-			ret = rdmax_expect_imm(c, KV_IMM(cl, w), kv_jobs_per_request(k));
+			/* One standing claim per slot fires for each of its requests. */
+			ret = rdmax_expect_imm_flags(c, KV_IMM(cl, w), kv_jobs_per_request(k),
+						     k->claim_each ? 0 : RDMAX_EXPECT_STANDING);
 			if (ret < 0) {
 				return bench_fail("kv decode: rdmax_expect_imm", ret);
 			}
@@ -346,12 +350,15 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 			res.verified++;
 			next_seq[cl][w] = seq + k->window;
 			/*
-			 * The slot goes back first: landings before the claim are
-			 * counted, so the next request's transfer overlaps this
-			 * claim's round trip to the daemon.
+			 * The slot goes back first: landings before a claim are
+			 * counted, so with --claim-each the next request's transfer
+			 * overlaps this claim's round trip to the daemon.
 			 */
 			if (write(token_fds[cl], &w, sizeof(w)) != (ssize_t)sizeof(w)) {
 				return bench_fail("kv decode: handing back a slot", -errno);
+			}
+			if (!k->claim_each) {
+				continue;
 			}
 			ret = rdmax_expect_imm(c, ev[e].imm, kv_jobs_per_request(k));
 			if (ret < 0) {
@@ -530,7 +537,7 @@ static int kv_usage(FILE *out, int ret)
 		"BYTES]\n"
 		"                      [--window N] [-D SECS] [--label TEXT] [--json=FILE]\n"
 		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--one-job]\n"
-		"                      [--no-verify] [--decode-sleep]\n"
+		"                      [--no-verify] [--decode-sleep] [--claim-each]\n"
 		"N prefill clients (processes) on the first daemon push requests of LAYERS\n"
 		"paged writes of BLOCKS blocks each, with one imm per request, into one decode\n"
 		"client on the second daemon, which checks every byte. Defaults: 2 clients, 8\n"
@@ -539,6 +546,8 @@ static int kv_usage(FILE *out, int ret)
 		"are one region) instead of one per layer.\n"
 		"--decode-sleep: the decode client sleeps between imms instead of the\n"
 		"library's spin (RDMAX_SPIN_US=0 unless the environment sets it).\n"
+		"--claim-each: the decode client claims each request's imm when the one\n"
+		"before it in the slot fired, instead of one standing claim per slot.\n"
 		"--no-verify: the decode client hands slots back without checking (transport\n"
 		"only; the check costs the decode client one read of every byte). BYTES: a\n"
 		"multiple of 8.\n");
@@ -563,6 +572,7 @@ int bench_kv_main(int argc, char **argv)
 		{"no-verify", no_argument, NULL, 'V'},
 		{"one-job", no_argument, NULL, 'O'},
 		{"decode-sleep", no_argument, NULL, 'Z'},
+		{"claim-each", no_argument, NULL, 'E'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -630,6 +640,9 @@ int bench_kv_main(int argc, char **argv)
 			break;
 		case 'Z':
 			k.decode_sleep = true;
+			break;
+		case 'E':
+			k.claim_each = true;
 			break;
 		case 'h':
 			return kv_usage(stdout, 0);
@@ -740,10 +753,11 @@ int bench_kv_main(int argc, char **argv)
 		fprintf(f,
 			", \"op\": \"paged\", \"status\": \"%s\", \"params\": {\"clients\": %u, "
 			"\"layers\": %u, \"blocks\": %u, \"block_len\": %" PRIu64
-			", \"window\": %u, \"jobs_per_request\": %u, \"duration_s\": %g}, "
-			"\"results\": [\n",
+			", \"window\": %u, \"jobs_per_request\": %u, \"claims\": \"%s\", "
+			"\"duration_s\": %g}, \"results\": [\n",
 			failed ? "failed" : "ok", k.clients, k.layers, k.blocks, k.block_len,
-			k.window, kv_jobs_per_request(&k), k.duration_s);
+			k.window, kv_jobs_per_request(&k), k.claim_each ? "each" : "standing",
+			k.duration_s);
 		fprintf(f,
 			"  {\"bytes\": %" PRIu64 ", \"jobs\": %" PRIu64
 			", \"seconds\": %.6f, \"GBps\": %.6f, \"Gbps\": %.6f, \"jobs_per_s\": "
