@@ -174,7 +174,7 @@ $(BUILD)/rdmaxctl: TOOL_LIBS = $(LIBS_JSON)
 
 # The extension finds librdmax next to it in the build tree ($ORIGIN/../..), and in LIBDIR once
 # installed (relinked by `make install`).
-PY_SRCS := client-lib/python/_rdmax.c client-lib/python/jobs.c
+PY_SRCS := client-lib/python/_rdmax.c client-lib/python/jobs.c client-lib/python/regions.c
 $(PY_MOD): $(PY_SRCS) client-lib/python/rdmax_py.h client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
 	@mkdir -p $(dir $@)
 	$(QUIET_CC)$(CC) -std=gnu11 $(WARN) -Wno-missing-field-initializers $(CFLAGS) $(SANFLAGS) -fPIC -shared \

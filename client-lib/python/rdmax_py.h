@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private to the rdmax._rdmax extension: the Python object types the module
- * defines (_rdmax.c) and the job parsing (jobs.c) reads, and what one parsed
- * job holds until its submit returned.
+ * defines (_rdmax.c, regions.c) and the job parsing (jobs.c) reads, what one
+ * parsed job holds until its submit returned, and what the three files share.
  */
 #ifndef RDMAX_PY_H
 #define RDMAX_PY_H
@@ -88,6 +88,39 @@ struct job_in {
 	PyObject *mailbox; /* bytes */
 	struct group_in grp;
 };
+
+/* _rdmax.c: errors and the client's mutex. */
+
+/* The exception for err (negative), with the reason when there is one; returns NULL. */
+PyObject *raise_err(int err, const char *reason);
+/* Move every event the library holds into the queue. Caller holds m. */
+void pump(ClientObject *self);
+/* The client, or NULL with an exception when it was closed. */
+struct rdmax_client *open_client(ClientObject *self);
+/* Under m: wait until no submit holds pointers it parsed. */
+void wait_submits_locked(ClientObject *self);
+/* Close the library's client now (GIL held). */
+void close_now(ClientObject *self);
+
+/* Run `call` under the client's mutex with the GIL released; pump afterwards. */
+#define LOCKED(self, call)                                                                         \
+	do {                                                                                       \
+		Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&(self)->m);                             \
+		call;                                                                              \
+		pump(self);                                                                        \
+		pthread_mutex_unlock(&(self)->m);                                                  \
+		Py_END_ALLOW_THREADS                                                               \
+	} while (0)
+
+/* regions.c: the Client methods that make regions, and rdmax.dlpack_info(). */
+PyObject *Client_alloc_host(ClientObject *self, PyObject *args);
+PyObject *Client_register_fd(ClientObject *self, PyObject *args);
+PyObject *Client_register_gpu(ClientObject *self, PyObject *args);
+PyObject *Client_alloc_gpu(ClientObject *self, PyObject *args);
+PyObject *Client_register_dlpack(ClientObject *self, PyObject *args);
+PyObject *mod_dlpack_info(PyObject *m, PyObject *obj);
+
+/* jobs.c */
 
 /*
  * One job from the tuple rdmax/__init__.py builds into *j, with what it holds
