@@ -617,7 +617,9 @@ static inline int rdmax_submit(struct rdmax_client *client, const struct rdmax_j
  * Ask to be told when \p count jobs carrying \p imm have fully landed in
  * regions of this client. Fires once as an RDMAX_EVENT_IMM_REACHED event;
  * \p count is then taken off the counter. Each client counts in its own
- * namespace: landings in other clients' regions never count here.
+ * namespace: landings in other clients' regions never count here. A value
+ * reused for many rounds (one per slot) is better claimed once with
+ * rdmax_expect_imm_flags(RDMAX_EXPECT_STANDING).
  * \return 0 or a negative error (RDMAX_E_RESOURCE_EXHAUSTED when every imm
  * counter the uid may hold is claimed)
  * \param client an open connection
