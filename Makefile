@@ -166,7 +166,7 @@ $(BUILD)/%: tools/%.c $(BUILD)/$(LIB_SONAME)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -MMD -MP -o $@ $< -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm $(TOOL_LIBS)
 
 # rdmax-bench is several files, over the public library only like the one-file tools.
-$(BUILD)/rdmax-bench: $(BENCH_SRCS) tools/rdmax-bench/bench.h client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
+$(BUILD)/rdmax-bench: $(BENCH_SRCS) $(wildcard tools/rdmax-bench/*.h) client-lib/include/rdmax.h $(BUILD)/$(LIB_SONAME)
 	$(QUIET_LD)$(CC) $(ALL_CFLAGS) -o $@ $(BENCH_SRCS) -L$(BUILD) -lrdmax -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -lm
 
 # rdmaxctl reads the admin socket's JSON replies with libjansson.

@@ -239,6 +239,7 @@ TOOLS = {
     "spinbatch": "spin+batch16",
     "span": "raw TCP, 32MiB",
     "spinspan": "raw spin, 32MiB",
+    "relay": "raw relays, same clients",
     "iperf3": "iperf3",
     "ucxtag": "UCX tag tcp",
     "ucxput": "UCX put tcp",
@@ -471,8 +472,12 @@ def kv_account(runs, size):
     got["runs_per_request"] = med(ours, "kv_runs_per_request")
     got["idle"] = med0(ours, "host_idle")
     got["runs"] = len(ours)
-    for tool in ("iperf3", "span"):
+    for tool in ("iperf3", "span", "relay"):
         got[tool] = med(sides.get("ref@" + tool, []), "cpu_s_per_GB")
+    # The relay reference's own clients, which the daemons' layout leaves the same.
+    relay = [sum(v[f"kv_{k}_cpu_s_per_GB"] for k in keys) for v in sides.get("ref@relay", [])
+             if all(v.get(f"kv_{k}_cpu_s_per_GB") is not None for k in keys)]
+    got["relay_total"] = statistics.median(relay) if relay else None
     return got
 
 
@@ -532,6 +537,8 @@ def main():
         # tcp_encryption = on against the same daemons' plain TCP, same run.
         "tcp_tls@1MiB": find(rows, "host", "tcp_tls", 1 << 20, "Gb/s", tool="plain"),
         "kv_tcp": worst(rows, "host", "tcp_kv", None, "Gb/s", ("iperf3",)),
+        # The same clients over two raw relays where the daemons stand: rdmaxd's own share.
+        "kv_tcp_vs_relay": worst(rows, "host", "tcp_kv", None, "Gb/s", ("relay",)),
         "kv_verbs": worst(rows, "guest", "kv", None, "Gb/s", ("default",)),
         "same_node@1MiB": find(rows, "host", "same_node", 1 << 20, "Gb/s"),
     }
@@ -616,7 +623,9 @@ def main():
               f"row's; the blocking stream's through 32 MiB {r(acc['span'])}, "
               f"{of(acc['span'], acc['total'])} of it; the daemons alone {daemons:.3f}, iperf3's "
               f"ends {of(acc['iperf3'], daemons)} of it; processes put on a CPU per request "
-              f"{r(acc['runs_per_request'])}")
+              f"{r(acc['runs_per_request'])}; the raw relays' two ends {r(acc['relay'])}, "
+              f"{of(acc['relay'], daemons)} of the daemons', all the relay row's processes "
+              f"{r(acc['relay_total'])}")
     scale_rows, rss = scaling(out_dir)
     print_scaling(scale_rows, rss)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:

@@ -162,6 +162,10 @@ ref_port=18700
 #   span        tcp-stream --span 32M: blocking, through as much memory as the KV rows move
 #               (their prefill sources and decode pool, 32 MiB each) instead of one hot buffer
 #   spinspan    tcp-stream --spin --span 32M
+#   relay       rdmax-bench kv --relay: the KV row's clients, unchanged, over two raw relay
+#               processes (one TCP connection, a gathered sendmsg() and a scattered
+#               recvmsg() per request) where the daemons stand: the row's process layout
+#               without rdmaxd's code
 #   iperf3      iperf3 -l SIZE, one stream (sleeps in the kernel, like a user's iperf3)
 #   ucxtag      ucx_perftest -t tag_bw / tag_lat, UCX_TLS=tcp on lo (one connection)
 #   ucxput      ucx_perftest -t ucp_put_bw / ucp_put_lat, UCX_TLS=tcp on lo
@@ -196,6 +200,13 @@ ref() { # TOOL TEST SIZE REP
 			--json >"$file.json.tmp" 2>"$run/ref.err" || rc=$?
 		((rc)) && kill "$spid" 2>/dev/null
 		wait "$spid" || ((rc)) || rc=1
+		file=$file.json
+		;;
+	relay)
+		local -a kv
+		kv_args "$size" kv
+		timeout 120 "$build/rdmax-bench" kv --relay "${kv[@]}" --label "host $test relay" \
+			--json="$file.json.tmp" >"$run/ref.err" 2>&1 || rc=$?
 		file=$file.json
 		;;
 	ucxtag | ucxput)
@@ -237,6 +248,22 @@ refs() { # TOOLS TEST SIZE REP
 	done
 }
 
+# The KV rows' request shape, shared by rdmax's row and its relay reference, into the array
+# named by the second argument. Requests of 2 MiB (16 KiB blocks) or 4 MiB (128 KiB blocks),
+# one paged write of every layer's blocks each (the layers are one region), every byte
+# checked; the decode sleeps between imms: its spin's yields took the daemons' CPU time.
+# 16 MiB in flight either way (2 clients x window x request), within the 32 MiB L3 of the
+# development machine, which the decode's check reads from (docs/benchmarks.md).
+kv_args() { # SIZE ARRAY
+	local -n into=$2
+	into=(--clients 2 --one-job --decode-sleep --block-len "$1" -D "$secs")
+	if [ "$1" -ge 131072 ]; then
+		into+=(--layers 4 --blocks 8 --window 2)
+	else
+		into+=(--layers 8 --blocks 16 --window 4)
+	fi
+}
+
 rdmax() { # TEST SIZE REP
 	local test=$1 size=$2 rep=$3 file="$out/host-rdmax-$1-$2-r$3.json"
 	local -a args=(-s "$size" --daemon-pid "${pids[0]}" --label "host $test"
@@ -253,19 +280,12 @@ rdmax() { # TEST SIZE REP
 	tcp_paged_read) args=(run --socket "$run/a.sock" --desc "$run/b.desc" -o paged_read
 		--page-len 32K -w 64 -b 16 -D "$secs" --peer-daemon-pid "${pids[1]}" "${args[@]}") ;;
 	same_node) args=(local --socket "$run/a.sock" -o write -w 64 -b 16 -D "$secs" "${args[@]}") ;;
-	tcp_kv) # requests of 2 MiB (16 KiB blocks) or 4 MiB (128 KiB blocks), one paged
-		# write of every layer's blocks each (the layers are one region), every byte checked;
-		# the decode sleeps between imms: its spin's yields took the daemons' CPU time
-		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --clients 2 --one-job --decode-sleep
-			--block-len "$size" -D "$secs" --daemon-pid "${pids[0]}"
-			--peer-daemon-pid "${pids[1]}" --label "host $test" --json="$file.tmp")
-		# 16 MiB in flight either way (2 clients x window x request), within the 32 MiB
-		# L3 of the development machine, which the decode's check reads from (docs/benchmarks.md)
-		if [ "$size" -ge 131072 ]; then
-			args+=(--layers 4 --blocks 8 --window 2)
-		else
-			args+=(--layers 8 --blocks 16 --window 4)
-		fi
+	tcp_kv)
+		local -a kv
+		kv_args "$size" kv
+		args=(kv --socket "$run/a.sock" --decode-socket "$run/b.sock" "${kv[@]}"
+			--daemon-pid "${pids[0]}" --peer-daemon-pid "${pids[1]}" --label "host $test"
+			--json="$file.tmp")
 		;;
 	esac
 	local stages0=''
@@ -339,8 +359,8 @@ plan=(
 	"tcp_lat 64 tcp-stream,spin,ucxtag,ucxput"
 	"tcp_paged 1048576 spin,iperf3"
 	"tcp_paged_read 1048576 spin,iperf3"
-	"tcp_kv 16384 iperf3,span,spinspan $((reps * 2))"
-	"tcp_kv 131072 iperf3,span,spinspan $((reps * 2))"
+	"tcp_kv 16384 iperf3,span,spinspan,relay $((reps * 2))"
+	"tcp_kv 131072 iperf3,span,spinspan,relay $((reps * 2))"
 	"same_node 1048576 -"
 	"same_node 65536 -"
 )

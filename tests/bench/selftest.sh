@@ -4,9 +4,10 @@
 # end's CPU and wait, and report.py's sender line splits tcp@1MiB into share x
 # cost from the JSON that rdmax-bench and tcp-stream write, and tcp_vs_best takes
 # the fastest stream reference, and the KV rows' CPU account adds every process of
-# the row per GB against the references' two ends. Fixture files with
-# known figures, so every printed factor is checked, one short real stream, one
-# short real KV row between two daemons, and the wake-up probe.
+# the row per GB against the references' two ends and the raw relays'. Fixture files
+# with known figures, so every printed factor is checked, one short real stream, one
+# short real KV row between two daemons and one over the raw relays, and the wake-up
+# probe.
 set -eu
 build=${RDMAX_BUILD:-build}
 dir=$(mktemp -d /tmp/rdmax-bench-selftest.XXXXXX)
@@ -32,6 +33,26 @@ assert abs(r["cpu_s_per_GB"] * r["jobs"] * r["bytes"] / 1e9
            - (r["send_cpu_s"] + r["recv_cpu_s"])) < 0.01, r
 PY
 
+# A KV row's JSON (rdmax's or the relays', TRANSPORT): every byte checked, every process's
+# CPU per GB and runs per request in it.
+kv_json_ok() { # FILE TRANSPORT
+	"${PYTHON:-python3}" - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["results"][0]
+assert d["params"]["claims"] == "standing", d["params"]
+assert d["params"]["transport"] == sys.argv[2], d["params"]
+assert r["verify"] == "ok" and r["jobs"] > 0, r
+for k in ("daemon_cpu_s_per_GB", "peer_cpu_s_per_GB", "prefill_cpu_s_per_GB",
+          "decode_cpu_s_per_GB", "check_cpu_s_per_GB"):
+    assert r[k] > 0, k
+# Every request wakes the decode client at least once; the daemons (relays) run for it.
+runs = r["runs_per_request"]
+assert runs["decode"] > 0 and runs["daemon"] > 0 and runs["peer"] > 0, runs
+assert 0 <= r["host_idle"] <= 1, r
+PY
+}
+
 # A real KV row: every process's CPU per GB and runs per request are in the JSON.
 . "$(dirname "$0")/lib.sh"
 start_daemon a "bench selftest" >&2 || fail "daemon a did not start"
@@ -40,20 +61,7 @@ start_daemon b "bench selftest" >&2 || fail "daemon b did not start"
 	--decode-sleep --layers 2 --blocks 8 --block-len 16K -D 0.3 --daemon-pid "${pids[0]}" \
 	--peer-daemon-pid "${pids[1]}" --json="$dir/kv.json" >"$dir/kv.out" 2>&1 ||
 	fail "rdmax-bench kv failed: $(tail -n 3 "$dir/kv.out")"
-"${PYTHON:-python3}" - "$dir/kv.json" <<'PY' || fail "kv JSON lacks a process's CPU or runs"
-import json, sys
-d = json.load(open(sys.argv[1]))
-r = d["results"][0]
-assert d["params"]["claims"] == "standing", d["params"]
-assert r["verify"] == "ok" and r["jobs"] > 0, r
-for k in ("daemon_cpu_s_per_GB", "peer_cpu_s_per_GB", "prefill_cpu_s_per_GB",
-          "decode_cpu_s_per_GB", "check_cpu_s_per_GB"):
-    assert r[k] > 0, k
-# Every request wakes the decode client at least once; the daemons run for it.
-runs = r["runs_per_request"]
-assert runs["decode"] > 0 and runs["daemon"] > 0 and runs["peer"] > 0, runs
-assert 0 <= r["host_idle"] <= 1, r
-PY
+kv_json_ok "$dir/kv.json" rdmaxd || fail "kv JSON lacks a process's CPU or runs"
 
 # The same row with a claim per request (--claim-each), every byte checked too.
 "$build/rdmax-bench" kv --socket "$run/a.sock" --decode-socket "$run/b.sock" --one-job \
@@ -66,6 +74,19 @@ d = json.load(open(sys.argv[1]))
 assert d["params"]["claims"] == "each", d["params"]
 assert d["results"][0]["verify"] == "ok" and d["results"][0]["jobs"] > 0, d
 PY
+
+# The row's raw reference: the same clients over two relay processes, every byte checked,
+# the relays' CPU counted where the daemons' is.
+"$build/rdmax-bench" kv --relay --one-job --decode-sleep --layers 2 --blocks 8 --block-len 16K \
+	-D 0.3 --json="$dir/kv-relay.json" >"$dir/kv-relay.out" 2>&1 ||
+	fail "rdmax-bench kv --relay failed: $(tail -n 3 "$dir/kv-relay.out")"
+kv_json_ok "$dir/kv-relay.json" relay || fail "kv --relay JSON: $(cat "$dir/kv-relay.json")"
+# Without --one-job the relays have no per-layer imm count to keep: refused by name.
+if "$build/rdmax-bench" kv --relay -D 0.1 >"$dir/kv-relay2.out" 2>&1; then
+	fail "rdmax-bench kv --relay without --one-job ran"
+fi
+grep -q 'relay takes --one-job' "$dir/kv-relay2.out" ||
+	fail "kv --relay without --one-job: $(cat "$dir/kv-relay2.out")"
 
 # The wake-up probe: two processes sleeping in read(), one byte each way.
 "$build/tests/bench/shm-pingpong" --pipe --cpus 0,0 -n 200 --json >"$dir/pipe.json" ||
@@ -111,6 +132,9 @@ kv() { # FILE DECODE RUNS_DAEMON | FILE CPU (a reference)
 kv "$dir/out/host-rdmax-tcp_kv-16384-r1.json" 0.08 1
 kv "$dir/out/host-rdmax-tcp_kv-16384-r2.json" 0.18 2
 kv "$dir/out/host-ref@span-tcp_kv-16384-r1.json" 0.20
+# The raw relays: their two ends 0.10 + 0.10, their clients 0.04 + 0.08, at 50 Gb/s.
+printf '{"status": "ok", "label": "host tcp_kv relay", "results": [{"bytes": 2097152, "seconds": 2.0, "Gbps": 50, "jobs_per_s": 1, "lat_us": {"p50": 0, "p99": 0, "p999": 0, "mean": 0}, "daemon_cpu_s_per_GB": 0.10, "peer_cpu_s_per_GB": 0.10, "check_cpu_s_per_GB": 0.05, "prefill_cpu_s_per_GB": 0.04, "decode_cpu_s_per_GB": 0.08, "runs_per_request": {"prefill": 1.5, "decode": 1, "daemon": 1, "peer": 2}, "host_idle": 0.1}]}\n' \
+	>"$dir/out/host-ref@relay-tcp_kv-16384-r1.json"
 printf '{"end": {"sum_received": {"bytes": %s, "seconds": 1.0, "bits_per_second": 8e10}, "cpu_utilization_percent": {"host_total": 110, "remote_total": 110}}}\n' \
 	10000000000 >"$dir/out/host-ref@iperf3-tcp_kv-16384-r1.json"
 printf '{"end": {"sum_received": {"bytes": %s, "seconds": 1.0, "bits_per_second": 8e10}, "cpu_utilization_percent": {"host_total": 120, "remote_total": 120}}}\n' \
@@ -146,8 +170,13 @@ assert near(a["daemon"], 0.15) and near(a["peer"], 0.13) and near(a["prefill"], 
 assert near(a["decode"], 0.13) and near(a["total"], 0.45) and near(a["check"], 0.05), a
 assert near(a["iperf3"], 0.23) and near(a["span"], 0.20) and a["runs"] == 2, a
 assert near(a["runs_per_request"], 7.0) and near(a["idle"], 0.04), a
+# The relays: their ends 0.20 (0.71 of the daemons' 0.28), all their row's processes 0.32;
+# rdmax's 40 Gb/s against their 50.
+assert near(a["relay"], 0.20) and near(a["relay_total"], 0.32), a
+r = json.load(open(sys.argv[1]))["ratios"]
+assert near(r["kv_tcp_vs_relay"], 0.80), r
 PY
-grep -q '^kv_tcp 16 KiB blocks, .* all 0.450; iperf3.s two ends 0.23, 0.51 of the row.s; the blocking stream.s through 32 MiB 0.20, 0.44 of it; the daemons alone 0.280, iperf3.s ends 0.82 of it; processes put on a CPU per request 7.00$' \
+grep -q '^kv_tcp 16 KiB blocks, .* all 0.450; iperf3.s two ends 0.23, 0.51 of the row.s; the blocking stream.s through 32 MiB 0.20, 0.44 of it; the daemons alone 0.280, iperf3.s ends 0.82 of it; processes put on a CPU per request 7.00; the raw relays. two ends 0.20, 0.71 of the daemons., all the relay row.s processes 0.32$' \
 	"$dir/report.txt" || fail "KV account line: $(grep kv_tcp "$dir/report.txt")"
 grep -q 'tcp@1MiB = share 0.85 x cost 1.05;.* each pair, share x cost: 0.80 x 1.00, 0.90 x 1.11$' \
 	"$dir/report.txt" || fail "sender line: $(grep sender "$dir/report.txt")"

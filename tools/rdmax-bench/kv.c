@@ -3,9 +3,10 @@
  * rdmax-bench kv: the KV-cache serving pattern, prefill clients pushing paged
  * writes with per-request imm into one decode client that checks every byte.
  * Shares only the helpers of bench.h with the other modes; never uses their
- * options or rows.
+ * options or rows. With --relay the same clients run over the raw relays of
+ * kv_relay.c instead of two daemons (kv.h).
  */
-#include "bench.h"
+#include "kv.h"
 
 /*
  * ---- kv: the serving pattern ----
@@ -28,27 +29,6 @@
  * client keeps `window` requests in flight.
  */
 #define KV_IMM(client, slot) (0x4b560000u | (uint32_t)(client) << 8 | (uint32_t)(slot))
-#define KV_CLIENTS_MAX       64
-#define KV_WINDOW_MAX        64
-
-struct kv_opts {
-	const char *socket_path;
-	const char *decode_socket;
-	const char *label;
-	const char *json_path;
-	uint32_t clients;
-	uint32_t layers;
-	uint32_t blocks;
-	uint32_t window;
-	uint64_t block_len;
-	double duration_s;
-	int daemon_pid;
-	int peer_pid;
-	bool verify;       /* the decode client checks every byte of every block */
-	bool one_job;      /* one PAGED_WRITE per request instead of one per layer */
-	bool decode_sleep; /* the decode client sleeps between imms instead of spinning */
-	bool claim_each;   /* the decode client claims each request's imm anew */
-};
 
 /*
  * What a client spent since \p from: its CPU time and context switches, what
@@ -71,11 +51,6 @@ struct kv_result {
 	struct bench_usage used; /* over its timed loop, not the sources' fill */
 	int status;
 };
-
-static uint64_t kv_request_bytes(const struct kv_opts *k)
-{
-	return (uint64_t)k->layers * k->blocks * k->block_len;
-}
 
 static uint32_t kv_gcd(uint32_t a, uint32_t b)
 {
@@ -248,15 +223,22 @@ static uint32_t kv_variant(const struct kv_opts *k, uint64_t seq)
 	return (uint32_t)(seq / k->window) & 1;
 }
 
-static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int result_fd)
+/*
+ * The decode client. With a relay (--relay, r) instead of a daemon its pool
+ * is the relay's memfd and the relay's socket brings the imms.
+ */
+static int kv_decode(const struct kv_opts *k, const struct kv_relay *r, int desc_fd, int *token_fds,
+		     int result_fd)
 {
-	uint64_t pool_blocks = (uint64_t)k->clients * k->window * k->layers * 2 * k->blocks;
+	uint64_t pool_blocks = kv_pool_blocks(k);
 	struct kv_decode_result res = {0};
 	uint64_t next_seq[KV_CLIENTS_MAX][KV_WINDOW_MAX];
 	struct rdmax_event ev[EVENTS_MAX];
-	struct rdmax_client *c;
+	uint32_t imms[EVENTS_MAX];
+	struct rdmax_client *c = NULL;
 	struct rdmax_region *pool;
-	struct rdmax_desc desc;
+	struct rdmax_desc desc = {0};
+	uint8_t *base;
 	int ret;
 
 	/*
@@ -268,16 +250,23 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 	if (k->decode_sleep) {
 		setenv("RDMAX_SPIN_US", "0", 0);
 	}
-	ret = rdmax_client_open(k->decode_socket, "rdmax-bench-kv-decode", &c);
-	if (ret < 0) {
-		return bench_fail("kv decode: rdmax_client_open", ret);
+	if (r) {
+		base = kv_relay_map(r->pool_fd, pool_blocks * k->block_len);
+		if (!base) {
+			return bench_fail("kv decode: mapping the relay's pool", -errno);
+		}
+	} else {
+		ret = rdmax_client_open(k->decode_socket, "rdmax-bench-kv-decode", &c);
+		if (ret < 0) {
+			return bench_fail("kv decode: rdmax_client_open", ret);
+		}
+		ret = rdmax_region_alloc_host(c, pool_blocks * k->block_len,
+					      RDMAX_ACCESS_REMOTE_WRITE, &pool);
+		if (ret < 0) {
+			return bench_fail("kv decode: rdmax_region_alloc_host", ret);
+		}
+		base = rdmax_region_addr(pool);
 	}
-	ret = rdmax_region_alloc_host(c, pool_blocks * k->block_len, RDMAX_ACCESS_REMOTE_WRITE,
-				      &pool);
-	if (ret < 0) {
-		return bench_fail("kv decode: rdmax_region_alloc_host", ret);
-	}
-	uint8_t *base = rdmax_region_addr(pool);
 	for (uint32_t cl = 0; cl < k->clients; cl++) {
 		for (uint32_t w = 0; w < k->window; w++) {
 			next_seq[cl][w] = w;
@@ -290,6 +279,9 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 						k, cl, l, i, 1);
 				}
 			}
+			if (r) {
+				continue; /* the relay tells every imm */
+			}
 			/* One standing claim per slot fires for each of its requests. */
 			ret = rdmax_expect_imm_flags(c, KV_IMM(cl, w), kv_jobs_per_request(k),
 						     k->claim_each ? 0 : RDMAX_EXPECT_STANDING);
@@ -298,25 +290,34 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 			}
 		}
 	}
-	rdmax_region_desc(pool, &desc);
+	if (c) {
+		rdmax_region_desc(pool, &desc);
+	}
 	if (write(desc_fd, &desc, sizeof(desc)) != (ssize_t)sizeof(desc)) {
 		return bench_fail("kv decode: handing over the descriptor", -errno);
 	}
 	close(desc_fd);
 	struct bench_usage from = bench_self_usage();
 	while (!bench_stop) {
-		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 100);
+		int n = r ? kv_relay_poll(r->decode_sock[0], imms, EVENTS_MAX, 100)
+			  : rdmax_poll_events(c, ev, EVENTS_MAX, 100);
 		if (n == -EINTR) {
 			continue;
 		}
 		if (n < 0) {
-			return bench_fail("kv decode: rdmax_poll_events", n);
+			return bench_fail("kv decode: waiting for imms", n);
 		}
-		for (int e = 0; e < n; e++) {
-			if (ev[e].type != RDMAX_EVENT_IMM_REACHED) {
-				continue;
+		int n_imms = r ? n : 0;
+		for (int e = 0; !r && e < n; e++) {
+			if (ev[e].type == RDMAX_EVENT_IMM_REACHED) {
+				imms[n_imms++] = ev[e].imm;
 			}
-			uint32_t cl = (ev[e].imm >> 8) & 0xff, w = ev[e].imm & 0xff;
+		}
+		for (int e = 0; e < n_imms; e++) {
+			uint32_t cl = (imms[e] >> 8) & 0xff, w = imms[e] & 0xff;
+			if (cl >= k->clients || w >= k->window) {
+				return bench_fail("kv decode: imm", -EPROTO);
+			}
 			uint64_t seq = next_seq[cl][w];
 			uint32_t variant = kv_variant(k, seq);
 			/*
@@ -360,7 +361,7 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 			if (!k->claim_each) {
 				continue;
 			}
-			ret = rdmax_expect_imm(c, ev[e].imm, kv_jobs_per_request(k));
+			ret = rdmax_expect_imm(c, imms[e], kv_jobs_per_request(k));
 			if (ret < 0) {
 				return bench_fail("kv decode: rdmax_expect_imm", ret);
 			}
@@ -370,7 +371,9 @@ static int kv_decode(const struct kv_opts *k, int desc_fd, int *token_fds, int r
 	if (write(result_fd, &res, sizeof(res)) != (ssize_t)sizeof(res)) {
 		return 1;
 	}
-	rdmax_client_close(c);
+	if (c) {
+		rdmax_client_close(c);
+	}
 	return 0;
 }
 
@@ -380,8 +383,9 @@ static int kv_cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdmax_desc *peer,
-		      int token_fd, int result_fd)
+/* A prefill client; with a relay (--relay, r) its sources are the relay's memfd. */
+static int kv_prefill(const struct kv_opts *k, const struct kv_relay *r, uint32_t client,
+		      const struct rdmax_desc *peer, int token_fd, int result_fd)
 {
 	uint64_t slot_bytes = (uint64_t)k->layers * k->blocks * k->block_len;
 	struct kv_result res = {0};
@@ -394,23 +398,34 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 	uint64_t lat_cap = 1 << 16, n_lat = 0;
 	uint64_t *lat = malloc(lat_cap * sizeof(*lat));
 	uint32_t free_slots[KV_WINDOW_MAX], n_free = k->window, outstanding = 0;
-	struct rdmax_client *c;
-	struct rdmax_region *src;
+	struct rdmax_client *c = NULL;
+	struct rdmax_region *src = NULL;
 	uint64_t seq_of[KV_WINDOW_MAX], job_id = 1, last_token;
+	uint32_t done[EVENTS_MAX];
+	int sock = r ? r->prefill_sock[client][0] : -1;
+	uint8_t *base;
 	int ret;
 
 	if (!jobs || !src_idx || !dst_idx || !t_sent || !lat) {
 		return bench_fail("kv prefill: calloc", -ENOMEM);
 	}
-	ret = rdmax_client_open(k->socket_path, "rdmax-bench-kv-prefill", &c);
-	if (ret < 0) {
-		return bench_fail("kv prefill: rdmax_client_open", ret);
+	if (r) {
+		base = kv_relay_map(r->src_fd[client], 2 * k->window * slot_bytes);
+		if (!base) {
+			return bench_fail("kv prefill: mapping the relay's sources", -errno);
+		}
+	} else {
+		ret = rdmax_client_open(k->socket_path, "rdmax-bench-kv-prefill", &c);
+		if (ret < 0) {
+			return bench_fail("kv prefill: rdmax_client_open", ret);
+		}
+		ret = rdmax_region_alloc_host(c, 2 * k->window * slot_bytes, RDMAX_ACCESS_LOCAL,
+					      &src);
+		if (ret < 0) {
+			return bench_fail("kv prefill: rdmax_region_alloc_host", ret);
+		}
+		base = rdmax_region_addr(src);
 	}
-	ret = rdmax_region_alloc_host(c, 2 * k->window * slot_bytes, RDMAX_ACCESS_LOCAL, &src);
-	if (ret < 0) {
-		return bench_fail("kv prefill: rdmax_region_alloc_host", ret);
-	}
-	uint8_t *base = rdmax_region_addr(src);
 	for (uint32_t w = 0; w < k->window; w++) {
 		free_slots[w] = k->window - 1 - w;
 		seq_of[w] = w;
@@ -466,17 +481,21 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 				};
 			}
 			t_sent[w] = bench_now_ns();
-			ret = rdmax_submit(c, jobs, n_jobs);
+			ret = r ? kv_relay_submit(sock, w, KV_IMM(client, w), per_job,
+						  src_idx + src_at,
+						  dst_idx + w * k->layers * k->blocks)
+				: rdmax_submit(c, jobs, n_jobs);
 			if (ret < 0) {
-				return bench_fail("kv prefill: rdmax_submit", ret);
+				return bench_fail("kv prefill: submitting a request", ret);
 			}
 			outstanding++;
 		}
-		int n = rdmax_poll_events(c, ev, EVENTS_MAX, 0);
+		int n = r ? kv_relay_poll(sock, done, EVENTS_MAX, 0)
+			  : rdmax_poll_events(c, ev, EVENTS_MAX, 0);
 		if (n < 0) {
-			return bench_fail("kv prefill: rdmax_poll_events", n);
+			return bench_fail("kv prefill: polling for completions", n);
 		}
-		for (int e = 0; e < n; e++) {
+		for (int e = 0; !r && e < n; e++) {
 			if (ev[e].type == RDMAX_EVENT_COMPLETION && ev[e].status != 0) {
 				fprintf(stderr, "rdmax-bench kv: paged write failed: %s: %s\n",
 					rdmax_strerror(ev[e].status), ev[e].reason);
@@ -510,8 +529,9 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 		}
 		if (n == 0 && tokens == 0 && outstanding > 0) {
 			/* Nothing to do: sleep until a completion or a slot comes back. */
-			struct pollfd pfd[2] = {{.fd = token_fd, .events = POLLIN},
-						{.fd = rdmax_client_fd(c), .events = POLLIN}};
+			struct pollfd pfd[2] = {
+				{.fd = token_fd, .events = POLLIN},
+				{.fd = r ? sock : rdmax_client_fd(c), .events = POLLIN}};
 			poll(pfd, 2, 100);
 		}
 	}
@@ -525,7 +545,9 @@ static int kv_prefill(const struct kv_opts *k, uint32_t client, const struct rdm
 	if (write(result_fd, &res, sizeof(res)) != (ssize_t)sizeof(res)) {
 		return 1;
 	}
-	rdmax_client_close(c);
+	if (c) {
+		rdmax_client_close(c);
+	}
 	return 0;
 }
 
@@ -538,6 +560,8 @@ static int kv_usage(FILE *out, int ret)
 		"                      [--window N] [-D SECS] [--label TEXT] [--json=FILE]\n"
 		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--one-job]\n"
 		"                      [--no-verify] [--decode-sleep] [--claim-each]\n"
+		"       rdmax-bench kv --relay --one-job [the same options but the sockets and "
+		"pids]\n"
 		"N prefill clients (processes) on the first daemon push requests of LAYERS\n"
 		"paged writes of BLOCKS blocks each, with one imm per request, into one decode\n"
 		"client on the second daemon, which checks every byte. Defaults: 2 clients, 8\n"
@@ -548,6 +572,8 @@ static int kv_usage(FILE *out, int ret)
 		"library's spin (RDMAX_SPIN_US=0 unless the environment sets it).\n"
 		"--claim-each: the decode client claims each request's imm when the one\n"
 		"before it in the slot fired, instead of one standing claim per slot.\n"
+		"--relay: the same clients over two raw relay processes and one TCP connection\n"
+		"where the daemons stand (the row's raw reference; needs --one-job).\n"
 		"--no-verify: the decode client hands slots back without checking (transport\n"
 		"only; the check costs the decode client one read of every byte). BYTES: a\n"
 		"multiple of 8.\n");
@@ -573,6 +599,7 @@ int bench_kv_main(int argc, char **argv)
 		{"one-job", no_argument, NULL, 'O'},
 		{"decode-sleep", no_argument, NULL, 'Z'},
 		{"claim-each", no_argument, NULL, 'E'},
+		{"relay", no_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -644,14 +671,28 @@ int bench_kv_main(int argc, char **argv)
 		case 'E':
 			k.claim_each = true;
 			break;
+		case 'R':
+			k.relay = true;
+			break;
 		case 'h':
 			return kv_usage(stdout, 0);
 		default:
 			return kv_usage(stderr, 2);
 		}
 	}
-	if (!k.socket_path || !k.decode_socket || k.duration_s <= 0) {
+	if ((!k.relay && (!k.socket_path || !k.decode_socket)) || k.duration_s <= 0) {
 		return kv_usage(stderr, 2);
+	}
+	struct kv_relay relay = {0}, *r = NULL;
+	if (k.relay) {
+		int ret = kv_relay_start(&k, &relay);
+		if (ret < 0) {
+			kv_relay_stop(&relay);
+			return ret == -EINVAL ? 2 : bench_fail("kv: starting the relays", ret);
+		}
+		r = &relay;
+		k.daemon_pid = relay.sender;
+		k.peer_pid = relay.receiver;
 	}
 
 	int desc_pipe[2], result_pipe[2], tokens[KV_CLIENTS_MAX][2];
@@ -680,7 +721,7 @@ int bench_kv_main(int argc, char **argv)
 			w[i] = tokens[i][1];
 			close(tokens[i][0]);
 		}
-		_exit(kv_decode(&k, desc_pipe[1], w, result_pipe[1]));
+		_exit(kv_decode(&k, r, desc_pipe[1], w, result_pipe[1]));
 	}
 	close(desc_pipe[1]);
 	struct rdmax_desc peer;
@@ -697,7 +738,7 @@ int bench_kv_main(int argc, char **argv)
 			return bench_fail("kv: fork", -errno);
 		}
 		if (prefill[i] == 0) {
-			_exit(kv_prefill(&k, i, &peer, tokens[i][0], result_pipe[1]));
+			_exit(kv_prefill(&k, r, i, &peer, tokens[i][0], result_pipe[1]));
 		}
 	}
 	int failed = 0, status;
@@ -709,23 +750,27 @@ int bench_kv_main(int argc, char **argv)
 			failed = 1;
 			continue;
 		}
-		struct kv_result r;
-		if (read(result_pipe[0], &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+		struct kv_result one;
+		if (read(result_pipe[0], &one, sizeof(one)) != (ssize_t)sizeof(one)) {
 			failed = 1;
 			continue;
 		}
-		sum.requests += r.requests;
-		sum.seconds_ns = MAX_U64(sum.seconds_ns, r.seconds_ns);
-		sum.used.cpu_s += r.used.cpu_s;
-		sum.used.switches += r.used.switches;
-		p50 = MAX_U64(p50, r.lat_ns_p50);
-		p99 = MAX_U64(p99, r.lat_ns_p99);
+		sum.requests += one.requests;
+		sum.seconds_ns = MAX_U64(sum.seconds_ns, one.seconds_ns);
+		sum.used.cpu_s += one.used.cpu_s;
+		sum.used.switches += one.used.switches;
+		p50 = MAX_U64(p50, one.lat_ns_p50);
+		p99 = MAX_U64(p99, one.lat_ns_p99);
 	}
 	double cpu = bench_proc_cpu_s(k.daemon_pid) - cpu0,
 	       peer_cpu = bench_proc_cpu_s(k.peer_pid) - peer0;
 	double idle1 = bench_host_idle_s(), wall = (double)(bench_now_ns() - wall0) / 1e9;
 	dsched = dsched && bench_proc_sched(k.daemon_pid, &ds1);
 	psched = psched && bench_proc_sched(k.peer_pid, &ps1);
+	if (r && kv_relay_stop(r) < 0) {
+		fprintf(stderr, "rdmax-bench kv: a relay failed\n");
+		failed = 1;
+	}
 	kill(decode, SIGTERM);
 	struct kv_decode_result dec = {0};
 	if (waitpid(decode, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
@@ -739,7 +784,7 @@ int bench_kv_main(int argc, char **argv)
 			sum.requests, dec.verified);
 		failed = 1;
 	}
-	uint64_t req = kv_request_bytes(&k);
+	uint64_t req = kv_slot_bytes(&k);
 	double secs = (double)sum.seconds_ns / 1e9;
 	double gb = (double)(req * sum.requests) / 1e9;
 	double gbps = secs > 0 ? gb * 8 / secs : 0;
@@ -754,10 +799,10 @@ int bench_kv_main(int argc, char **argv)
 			", \"op\": \"paged\", \"status\": \"%s\", \"params\": {\"clients\": %u, "
 			"\"layers\": %u, \"blocks\": %u, \"block_len\": %" PRIu64
 			", \"window\": %u, \"jobs_per_request\": %u, \"claims\": \"%s\", "
-			"\"duration_s\": %g}, \"results\": [\n",
+			"\"transport\": \"%s\", \"duration_s\": %g}, \"results\": [\n",
 			failed ? "failed" : "ok", k.clients, k.layers, k.blocks, k.block_len,
 			k.window, kv_jobs_per_request(&k), k.claim_each ? "each" : "standing",
-			k.duration_s);
+			k.relay ? "relay" : "rdmaxd", k.duration_s);
 		fprintf(f,
 			"  {\"bytes\": %" PRIu64 ", \"jobs\": %" PRIu64
 			", \"seconds\": %.6f, \"GBps\": %.6f, \"Gbps\": %.6f, \"jobs_per_s\": "
