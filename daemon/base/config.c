@@ -869,6 +869,7 @@ void config_defaults(struct config *cfg)
 	cfg->chunk_bytes = 1 * MiB;
 	cfg->busy_poll_us = 1000;
 	cfg->tcp_io_threads = 2;
+	cfg->tcp_chunk_bytes = 4 * MiB;
 
 	snprintf(cfg->devices, sizeof(cfg->devices), "%s", "auto");
 	cfg->rail_retry_ms = 5000;

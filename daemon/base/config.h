@@ -48,11 +48,12 @@ struct config {
 
 	/* [transport] */
 	enum config_transport transport;
-	char listen_addr[64];    /* numeric address daemons connect to (TCP and rdma_cm) */
-	uint16_t listen_port;    /* TCP transport port; 0 = ephemeral */
-	char advertise_addr[64]; /* address put in descriptors; default listen_addr */
-	bool tcp_encryption;     /* TLS 1.3 with a PSK from the auth key on TCP peer links */
-	uint32_t tcp_io_threads; /* TCP payload copies off the loop; 0: on the loop */
+	char listen_addr[64];     /* numeric address daemons connect to (TCP and rdma_cm) */
+	uint16_t listen_port;     /* TCP transport port; 0 = ephemeral */
+	char advertise_addr[64];  /* address put in descriptors; default listen_addr */
+	bool tcp_encryption;      /* TLS 1.3 with a PSK from the auth key on TCP peer links */
+	uint32_t tcp_io_threads;  /* TCP payload copies off the loop; 0: on the loop */
+	uint32_t tcp_chunk_bytes; /* chunks of a job over TCP: one frame and one answer each */
 
 	/* [auth] */
 	char auth_key_file[256]; /* shared key for daemon-to-daemon HMAC; empty = off */

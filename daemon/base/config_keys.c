@@ -71,6 +71,11 @@ const struct config_key g_keys[] = {
 	 "daemon's loop stays free for clients, small frames and latency-class connections, "
 	 "and sleeps instead of spinning while bulk bytes move. 0 copies everything on the loop. "
 	 "Connections with tcp_encryption = on copy on the loop."},
+	{"transport", "tcp_chunk_bytes", KEY_SIZE, FIELD(tcp_chunk_bytes), 4 * KiB, GiB, 0,
+	 "Large jobs to other daemons over TCP are split into chunks of this many bytes (what "
+	 "engine.chunk_bytes is over RDMA devices): each chunk is one frame and one answer on "
+	 "the connection, so larger chunks cost fewer frames, answers and system calls per "
+	 "byte. A chunk of pages carries at most 256 of them."},
 
 	{"auth", "key_file", KEY_PATH, FIELD(auth_key_file), 0, 0, KEY_EMPTY | KEY_RELOAD,
 	 "Absolute path of the file holding the shared key with which daemons authenticate each "

@@ -244,13 +244,17 @@ int job_dest_own_endpoints(const struct job_node *node, const struct endpoint *e
 			   uint32_t n_endpoints, const char *which, struct endpoint **ret_eps,
 			   uint32_t *ret_n, char *why, size_t why_size);
 
-/* Local copies need no chunks, and a message is never cut. */
+/*
+ * Local copies need no chunks, and a message is never cut; a transport may cut
+ * its own size (TCP: transport.tcp_chunk_bytes), the rest engine.chunk_bytes.
+ */
 static inline uint64_t job_chunk_bytes(const struct job *job, const struct job_node *node)
 {
 	if (!node->transport || job->kind == JOB_SEND) {
 		return UINT64_MAX;
 	}
-	return job->engine->daemon->cfg.chunk_bytes;
+	return node->transport->chunk_bytes ? node->transport->chunk_bytes
+					    : job->engine->daemon->cfg.chunk_bytes;
 }
 
 static inline struct job_node *job_node_of_run(struct job *job, const struct plan_run *run)

@@ -388,6 +388,21 @@ void job_qos_release(struct job *job)
 	}
 }
 
+/*
+ * The scheduler's quantum: the largest chunk any transport cuts, so that one
+ * quantum always covers one charge (qos.c).
+ */
+static uint64_t qos_quantum(const struct rdmaxd *daemon)
+{
+	uint64_t q = daemon->cfg.chunk_bytes;
+
+	for (int k = 0; k < ENDPOINT_MAX; k++) {
+		const struct transport *t = daemon->transports[k];
+		q = t && t->chunk_bytes > q ? t->chunk_bytes : q;
+	}
+	return q;
+}
+
 void engine_qos_dispatch(struct engine *engine)
 {
 	const struct config *cfg = &engine->daemon->cfg;
@@ -404,8 +419,8 @@ void engine_qos_dispatch(struct engine *engine)
 				eligible |= 1u << c;
 			}
 		}
-		struct qos_waiter *w =
-			qos_pick(&engine->qos, cfg->qos_weight, cfg->chunk_bytes, eligible);
+		struct qos_waiter *w = qos_pick(&engine->qos, cfg->qos_weight,
+						qos_quantum(engine->daemon), eligible);
 		if (!w) {
 			break;
 		}

@@ -245,6 +245,8 @@ struct transport {
 	bool ordered;
 	/* Runs one WRITE or READ xfer may carry (xfer->runs); 0 or 1: one range per xfer. */
 	uint32_t max_runs;
+	/* Largest xfer the engine cuts a job into for this transport; 0: engine.chunk_bytes. */
+	uint64_t chunk_bytes;
 };
 
 /*

@@ -92,7 +92,9 @@ START_TEST(imm_counts_whole_jobs)
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
 	itest_daemon_set(a, "engine.chunk_bytes=%" PRIu64, CHUNK);
+	itest_daemon_set(a, "transport.tcp_chunk_bytes=%" PRIu64, CHUNK);
 	itest_daemon_set(b, "engine.chunk_bytes=%" PRIu64, CHUNK);
+	itest_daemon_set(b, "transport.tcp_chunk_bytes=%" PRIu64, CHUNK);
 	itest_daemon_start(a);
 	itest_daemon_start(b);
 	struct rdmax_client *sender = itest_client(a, "sender");
@@ -189,6 +191,8 @@ START_TEST(imm_same_node)
 	struct itest_daemon *a = itest_daemon_new("a", itest_addr_a());
 
 	itest_daemon_set(a, "engine.chunk_bytes=%" PRIu64, CHUNK);
+
+	itest_daemon_set(a, "transport.tcp_chunk_bytes=%" PRIu64, CHUNK);
 	itest_daemon_start(a);
 	struct rdmax_client *sender = itest_client(a, "sender");
 	struct rdmax_client *recv = itest_client(a, "receiver");
@@ -230,6 +234,8 @@ START_TEST(imm_standing_claim)
 	struct itest_daemon *b = itest_daemon_new("b", itest_addr_b());
 
 	itest_daemon_set(a, "engine.chunk_bytes=%" PRIu64, CHUNK);
+
+	itest_daemon_set(a, "transport.tcp_chunk_bytes=%" PRIu64, CHUNK);
 	itest_daemon_start(a);
 	itest_daemon_start(b);
 	struct rdmax_client *sender = itest_client(a, "sender");

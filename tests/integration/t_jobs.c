@@ -63,6 +63,7 @@ START_TEST(jobs_paged_write_many_pages)
 	struct itest_daemon *a = itest_daemon_new("prefill", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("decode", itest_addr_b());
 	itest_daemon_set(a, "engine.chunk_bytes=65536");
+	itest_daemon_set(a, "transport.tcp_chunk_bytes=65536");
 	itest_daemon_start(a);
 	itest_daemon_start(b);
 	struct rdmax_client *sender = itest_client(a, "prefill");
@@ -227,6 +228,7 @@ START_TEST(jobs_scatter_three_nodes)
 	for (int i = 0; i < 3; i++) {
 		d[i] = itest_daemon_new(names[i], i == 0 ? itest_addr_a() : itest_addr_b());
 		itest_daemon_set(d[i], "engine.chunk_bytes=16384");
+		itest_daemon_set(d[i], "transport.tcp_chunk_bytes=16384");
 		itest_daemon_start(d[i]);
 		recv[i] = itest_client(d[i], "receiver");
 		dst[i] = itest_alloc(recv[i], len, RDMAX_ACCESS_REMOTE_WRITE);

@@ -56,7 +56,9 @@ static void fixture_start(struct fixture *f, uint64_t block, const char *old_a, 
 	f->b = itest_daemon_new("decode", itest_addr_b());
 	/* Small chunks: each pair's pages travel as several xfers. */
 	itest_daemon_set(f->a, "engine.chunk_bytes=65536");
+	itest_daemon_set(f->a, "transport.tcp_chunk_bytes=65536");
 	itest_daemon_set(f->b, "engine.chunk_bytes=65536");
+	itest_daemon_set(f->b, "transport.tcp_chunk_bytes=65536");
 	start_as_old(f->a, old_a);
 	start_as_old(f->b, old_b);
 	f->ca = itest_client(f->a, "prefill");

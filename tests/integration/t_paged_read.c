@@ -46,6 +46,7 @@ START_TEST(paged_read_many_pages)
 	struct itest_daemon *a = itest_daemon_new("prefill", itest_addr_a());
 	struct itest_daemon *b = itest_daemon_new("decode", itest_addr_b());
 	itest_daemon_set(b, "engine.chunk_bytes=65536");
+	itest_daemon_set(b, "transport.tcp_chunk_bytes=65536");
 	itest_daemon_start(a);
 	itest_daemon_start(b);
 	struct rdmax_client *owner = itest_client(a, "prefill");

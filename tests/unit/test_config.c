@@ -121,6 +121,7 @@ START_TEST(defaults_are_valid)
 	ck_assert_uint_eq(cfg.peer_timeout_ms, 10000);
 	ck_assert_uint_eq(cfg.idle_timeout_s, 300);
 	ck_assert_uint_eq(cfg.chunk_bytes, 1048576);
+	ck_assert_uint_eq(cfg.tcp_chunk_bytes, 4 << 20);
 	ck_assert_uint_eq(cfg.busy_poll_us, 1000);
 	ck_assert_str_eq(cfg.loop_cpus, "");
 	ck_assert_str_eq(cfg.worker_cpus, "");
@@ -152,6 +153,7 @@ static const char g_every_key[] = "; all keys\n"
 				  "advertise = fd00::17\n"
 				  "tcp_encryption = on\n"
 				  "tcp_io_threads = 5\n"
+				  "tcp_chunk_bytes = 256K\n"
 				  "[auth]\n"
 				  "key_file = /etc/rdmaxd/key\n"
 				  "[limits]\n"
@@ -248,6 +250,7 @@ START_TEST(every_key_is_parsed)
 	ck_assert_str_eq(cfg.advertise_addr, "fd00::17");
 	ck_assert(cfg.tcp_encryption);
 	ck_assert_uint_eq(cfg.tcp_io_threads, 5);
+	ck_assert_uint_eq(cfg.tcp_chunk_bytes, 256 << 10);
 	ck_assert_str_eq(cfg.auth_key_file, "/etc/rdmaxd/key");
 	ck_assert_uint_eq(cfg.max_clients, 17);
 	ck_assert_uint_eq(cfg.max_message_bytes, 65536);
@@ -323,7 +326,7 @@ START_TEST(every_key_is_parsed)
 		pa += la + (pa[la] == '\n');
 		pb += lb + (pb[lb] == '\n');
 	}
-	ck_assert_int_eq(keys, 77);
+	ck_assert_int_eq(keys, 78);
 	ck_assert_int_eq(differ, keys);
 	free(a);
 	free(b);
@@ -818,13 +821,13 @@ START_TEST(restart_keys_follow_reload_rules)
 
 	/* With every key changed, exactly the restart-only keys are named. */
 	ck_assert_msg(load_text(&cfg, g_every_key, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 37);
+	ck_assert_int_eq(config_restart_keys(&def, &cfg, names, sizeof(names)), 38);
 	ck_assert_str_eq(
 		names, "[daemon] socket, [daemon] admin_socket, [daemon] admin_group, "
 		       "[daemon] socket_mode, "
 		       "[daemon] node_name, [transport] type, [transport] listen, "
 		       "[transport] port, [transport] advertise, [transport] tcp_encryption, "
-		       "[transport] tcp_io_threads, "
+		       "[transport] tcp_io_threads, [transport] tcp_chunk_bytes, "
 		       "[limits] max_message_bytes, [limits] max_isolation_domains, "
 		       "[peers] connect_timeout_ms, "
 		       "[peers] connect_retries, [peers] retry_backoff_ms, "
@@ -982,7 +985,7 @@ START_TEST(man_page_documents_every_key)
 			      name, want);
 		free(para);
 	}
-	ck_assert_int_eq(keys, 77);
+	ck_assert_int_eq(keys, 78);
 	free(printed);
 	free(man);
 }

@@ -250,6 +250,44 @@ START_TEST(engine_groups_runs_per_xfer)
 }
 END_TEST
 
+/*
+ * A transport with a chunk size of its own (TCP: transport.tcp_chunk_bytes)
+ * gets xfers of that size instead of engine.chunk_bytes, plain and paged;
+ * one that has none gets engine.chunk_bytes.
+ */
+START_TEST(engine_transport_chunk_bytes)
+{
+	F.ft.base.chunk_bytes = 16384; /* four of engine.chunk_bytes (4096) */
+	F.ft.base.max_runs = 32;
+	submit_write(1, 0, 16384 + 4096 + 100, 0, 9);
+	ck_assert_int_eq(F.ft.n, 2);
+	ck_assert_uint_eq(F.ft.xfers[0]->length, 16384);
+	ck_assert_uint_eq(F.ft.xfers[1]->length, 4096 + 100);
+	ck_assert_uint_eq(F.ft.xfers[1]->remote_offset, 16384);
+	ck_assert_int_eq(F.ft.xfers[1]->has_imm, 1);
+	fake_transport_finish_all(&F.ft, 0);
+	ck_assert_int_eq(g_n_done, 1);
+	ck_assert_int_eq(g_done[0].err, 0);
+	/* 20 pages of 1 KiB: 16 in the first xfer (16 KiB), 4 in the second. */
+	submit_paged(2, 20, 6);
+	ck_assert_int_eq(F.ft.n, 4);
+	ck_assert_uint_eq(F.ft.xfers[2]->n_runs, 16);
+	ck_assert_uint_eq(F.ft.xfers[2]->length, 16384);
+	ck_assert_uint_eq(F.ft.xfers[3]->n_runs, 4);
+	fake_transport_finish_all(&F.ft, 2);
+	ck_assert_int_eq(g_n_done, 2);
+	ck_assert_int_eq(g_done[1].err, 0);
+	ck_assert_uint_eq(g_done[1].bytes, 20 * 1024);
+	/* Without one: engine.chunk_bytes again. */
+	F.ft.base.chunk_bytes = 0;
+	submit_write(3, 0, 8192, 0, -1);
+	ck_assert_int_eq(F.ft.n, 6);
+	ck_assert_uint_eq(F.ft.xfers[4]->length, 4096);
+	fake_transport_finish_all(&F.ft, 4);
+	ck_assert_int_eq(g_n_done, 3);
+}
+END_TEST
+
 START_TEST(engine_unordered_holds_imm_chunk)
 {
 	F.ft.base.ordered = false;
@@ -919,6 +957,7 @@ Suite *validate_suite(void)
 	tcase_set_timeout(tc, 10);
 	tcase_add_checked_fixture(tc, fixture_setup, fixture_teardown);
 	tcase_add_test(tc, engine_chunks_and_completes_once);
+	tcase_add_test(tc, engine_transport_chunk_bytes);
 	tcase_add_test(tc, engine_unordered_holds_imm_chunk);
 	tcase_add_test(tc, engine_groups_runs_per_xfer);
 	tcase_add_test(tc, engine_error_completes_early_once);

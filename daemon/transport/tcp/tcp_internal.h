@@ -25,7 +25,7 @@
 #include "util.h"
 #include "wire.h"
 
-#define IOV_BATCH      64    /* iovecs per sendmsg() */
+#define IOV_BATCH      512   /* iovecs per sendmsg(): a chunk of pages and its headers */
 #define TX_BUDGET      16    /* sendmsg() calls per readiness callback */
 #define RX_BUDGET      64    /* recvmsg() calls per readiness callback */
 #define ACCEPT_BUDGET  32    /* accept() calls per readiness callback */
@@ -36,7 +36,7 @@
 #define RX_TAIL_MAX    65536 /* payloads up to this size are read with the next header */
 #define FRAME_CACHE    1024  /* freed frames kept for reuse, per transport */
 #define MSG_BYTES      256
-#define RX_SEG_IOV     64                  /* segments of a WRITE_SEGS read by one recvmsg() */
+#define RX_SEG_IOV     WIRE_SEGS_MAX       /* segments of a WRITE_SEGS read by one recvmsg(): all */
 #define DISCARD_MAX    (UINT64_C(1) << 30) /* largest refused WRITE whose payload is skipped */
 /*
  * Bytes one connection moves per readiness callback, each way, so that a

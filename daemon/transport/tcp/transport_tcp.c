@@ -605,6 +605,8 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	tt->base.daemon = daemon;
 	tt->base.ordered = true;           /* one stream per peer, answered in order */
 	tt->base.max_runs = WIRE_SEGS_MAX; /* paged jobs: one *_SEGS frame per chunk */
+	/* One stream, nothing to spread over: a chunk is a frame and its answer. */
+	tt->base.chunk_bytes = daemon->cfg.tcp_chunk_bytes;
 	tt->daemon = daemon;
 	const char *no_segs = getenv("RDMAXD_TEST_NO_WRITE_SEGS");
 	const char *no_read_segs = getenv("RDMAXD_TEST_NO_READ_SEGS");
