@@ -239,7 +239,7 @@ TOOLS = {
     "spinbatch": "spin+batch16",
     "span": "raw TCP, 32MiB",
     "spinspan": "raw spin, 32MiB",
-    "relay": "raw relays, same clients",
+    "relay": "raw KV relays",
     "iperf3": "iperf3",
     "ucxtag": "UCX tag tcp",
     "ucxput": "UCX put tcp",
