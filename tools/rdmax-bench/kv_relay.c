@@ -203,7 +203,7 @@ static int kv_sender(const struct kv_opts *k, const struct kv_relay *r, int tcp)
 						.iov_len = offsetof(struct kv_relay_hdr, dst) +
 							   req->count * sizeof(uint32_t)};
 			for (uint32_t b = 0; b < req->count; b++) {
-				if ((uint64_t)(req->idx[b] + 1) * k->block_len > kv_src_bytes(k)) {
+				if (((uint64_t)req->idx[b] + 1) * k->block_len > kv_src_bytes(k)) {
 					return 1;
 				}
 				iov[1 + b] = (struct iovec){
