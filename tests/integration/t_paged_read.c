@@ -6,8 +6,9 @@
  * inside each block) into random local pages equal a model built page by page
  * and leave unlisted pages zero; contiguous pages coalesce; one Submit of one
  * PAGED_READ per layer (K and V of several layers, the same block ids)
- * lands every layer byte for byte; bad page lists and a region without
- * remote read access are refused by name.
+ * lands every layer byte for byte; full 4 MiB frames of 256 pages each way
+ * land every byte; bad page lists and a region without remote read access are
+ * refused by name.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -154,6 +155,58 @@ START_TEST(paged_read_layers_in_one_submit)
 }
 END_TEST
 
+/*
+ * With the daemons' default chunk sizes: a PAGED_WRITE of 512 scattered 16 KiB
+ * pages and a PAGED_READ of them back into other scattered pages. Over TCP
+ * that is two 4 MiB frames of 256 segments each way (transport.tcp_chunk_bytes),
+ * sent in calls of up to 512 iovecs that the socket may cut anywhere and
+ * received 256 segments per recvmsg(): every byte lands where its page says.
+ */
+START_TEST(paged_full_frames)
+{
+	enum { PAGES = 512, POOL = 2 * PAGES };
+	const uint64_t page = 16 * KiB, len = POOL * page;
+	uint32_t *src_ids = malloc(POOL * sizeof(uint32_t)),
+		 *mid_ids = malloc(POOL * sizeof(uint32_t));
+	uint32_t *back_ids = malloc(POOL * sizeof(uint32_t));
+	ck_assert(src_ids && mid_ids && back_ids);
+	struct itest_daemon *a, *b;
+	struct rdmax_client *ca, *cb;
+	itest_pair_start(&a, &b, &ca, "prefill", &cb, "decode");
+	struct rdmax_region *src = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *back = itest_alloc(ca, len, RDMAX_ACCESS_LOCAL);
+	struct rdmax_region *mid =
+		itest_alloc(cb, len, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ);
+	struct rdmax_desc desc = itest_desc(mid);
+	itest_fill(itest_bytes(src), len, itest_seed() + 20);
+	itest_permute(src_ids, POOL, itest_seed() + 21);
+	itest_permute(mid_ids, POOL, itest_seed() + 22);
+	itest_permute(back_ids, POOL, itest_seed() + 23);
+
+	struct rdmax_job w = itest_job(30, RDMAX_OP_PAGED_WRITE, src, 0, &desc, 0, 0);
+	w.u.paged.page_len = page;
+	w.u.paged.local_pages = (struct rdmax_pages){.indices = src_ids, .count = PAGES};
+	w.u.paged.remote_pages = (struct rdmax_pages){.indices = mid_ids, .count = PAGES};
+	expect_ok(ca, &w, PAGES * page);
+	struct rdmax_job r = paged_read(31, back, &desc, page);
+	r.u.paged.remote_pages = (struct rdmax_pages){.indices = mid_ids, .count = PAGES};
+	r.u.paged.local_pages = (struct rdmax_pages){.indices = back_ids, .count = PAGES};
+	expect_ok(ca, &r, PAGES * page);
+	for (size_t i = 0; i < PAGES; i++) {
+		itest_assert_mem_eq(itest_bytes(mid) + (uint64_t)mid_ids[i] * page,
+				    itest_bytes(src) + (uint64_t)src_ids[i] * page, page,
+				    "written page");
+		itest_assert_mem_eq(itest_bytes(back) + (uint64_t)back_ids[i] * page,
+				    itest_bytes(src) + (uint64_t)src_ids[i] * page, page,
+				    "read page");
+	}
+	itest_pair_end(ca, cb, a, b);
+	free(src_ids);
+	free(mid_ids);
+	free(back_ids);
+}
+END_TEST
+
 START_TEST(paged_read_errors)
 {
 	struct itest_daemon *a, *b;
@@ -234,6 +287,7 @@ TCase *itest_tcase_paged_read(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, paged_read_many_pages);
 	tcase_add_test(tc, paged_read_layers_in_one_submit);
+	tcase_add_test(tc, paged_full_frames);
 	tcase_add_test(tc, paged_read_errors);
 	return tc;
 }
