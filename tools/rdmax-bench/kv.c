@@ -224,6 +224,41 @@ static uint32_t kv_variant(const struct kv_opts *k, uint64_t seq)
 }
 
 /*
+ * A client's memory of len bytes: with a relay (--relay, relay_fd) the relay's
+ * memfd, otherwise a host region of the daemon at socket_path, opened as *ret_c.
+ * \return its address, or NULL after saying why (what: the client's name)
+ */
+static uint8_t *kv_client_memory(const char *what, int relay_fd, const char *socket_path,
+				 uint64_t len, uint32_t access, struct rdmax_client **ret_c,
+				 struct rdmax_region **ret_region)
+{
+	char name[64];
+	int ret;
+
+	*ret_c = NULL;
+	if (relay_fd >= 0) {
+		uint8_t *base = kv_relay_map(relay_fd, len);
+		if (!base) {
+			snprintf(name, sizeof(name), "kv %s: mapping the relay's memory", what);
+			bench_fail(name, -errno);
+		}
+		return base;
+	}
+	snprintf(name, sizeof(name), "rdmax-bench-kv-%s", what);
+	ret = rdmax_client_open(socket_path, name, ret_c);
+	if (ret == 0) {
+		ret = rdmax_region_alloc_host(*ret_c, len, access, ret_region);
+	}
+	if (ret < 0) {
+		snprintf(name, sizeof(name), "kv %s: %s", what,
+			 *ret_c ? "rdmax_region_alloc_host" : "rdmax_client_open");
+		bench_fail(name, ret);
+		return NULL;
+	}
+	return rdmax_region_addr(*ret_region);
+}
+
+/*
  * The decode client. With a relay (--relay, r) instead of a daemon its pool
  * is the relay's memfd and the relay's socket brings the imms.
  */
@@ -250,22 +285,10 @@ static int kv_decode(const struct kv_opts *k, const struct kv_relay *r, int desc
 	if (k->decode_sleep) {
 		setenv("RDMAX_SPIN_US", "0", 0);
 	}
-	if (r) {
-		base = kv_relay_map(r->pool_fd, pool_blocks * k->block_len);
-		if (!base) {
-			return bench_fail("kv decode: mapping the relay's pool", -errno);
-		}
-	} else {
-		ret = rdmax_client_open(k->decode_socket, "rdmax-bench-kv-decode", &c);
-		if (ret < 0) {
-			return bench_fail("kv decode: rdmax_client_open", ret);
-		}
-		ret = rdmax_region_alloc_host(c, pool_blocks * k->block_len,
-					      RDMAX_ACCESS_REMOTE_WRITE, &pool);
-		if (ret < 0) {
-			return bench_fail("kv decode: rdmax_region_alloc_host", ret);
-		}
-		base = rdmax_region_addr(pool);
+	base = kv_client_memory("decode", r ? r->pool_fd : -1, k->decode_socket,
+				pool_blocks * k->block_len, RDMAX_ACCESS_REMOTE_WRITE, &c, &pool);
+	if (!base) {
+		return 1;
 	}
 	for (uint32_t cl = 0; cl < k->clients; cl++) {
 		for (uint32_t w = 0; w < k->window; w++) {
@@ -387,7 +410,6 @@ static int kv_cmp_u64(const void *a, const void *b)
 static int kv_prefill(const struct kv_opts *k, const struct kv_relay *r, uint32_t client,
 		      const struct rdmax_desc *peer, int token_fd, int result_fd)
 {
-	uint64_t slot_bytes = (uint64_t)k->layers * k->blocks * k->block_len;
 	struct kv_result res = {0};
 	struct rdmax_event ev[EVENTS_MAX];
 	struct rdmax_job *jobs = calloc(k->layers, sizeof(*jobs));
@@ -409,22 +431,10 @@ static int kv_prefill(const struct kv_opts *k, const struct kv_relay *r, uint32_
 	if (!jobs || !src_idx || !dst_idx || !t_sent || !lat) {
 		return bench_fail("kv prefill: calloc", -ENOMEM);
 	}
-	if (r) {
-		base = kv_relay_map(r->src_fd[client], 2 * k->window * slot_bytes);
-		if (!base) {
-			return bench_fail("kv prefill: mapping the relay's sources", -errno);
-		}
-	} else {
-		ret = rdmax_client_open(k->socket_path, "rdmax-bench-kv-prefill", &c);
-		if (ret < 0) {
-			return bench_fail("kv prefill: rdmax_client_open", ret);
-		}
-		ret = rdmax_region_alloc_host(c, 2 * k->window * slot_bytes, RDMAX_ACCESS_LOCAL,
-					      &src);
-		if (ret < 0) {
-			return bench_fail("kv prefill: rdmax_region_alloc_host", ret);
-		}
-		base = rdmax_region_addr(src);
+	base = kv_client_memory("prefill", r ? r->src_fd[client] : -1, k->socket_path,
+				kv_src_bytes(k), RDMAX_ACCESS_LOCAL, &c, &src);
+	if (!base) {
+		return 1;
 	}
 	for (uint32_t w = 0; w < k->window; w++) {
 		free_slots[w] = k->window - 1 - w;

@@ -63,6 +63,8 @@ struct kv_relay_req {
 
 uint64_t kv_slot_bytes(const struct kv_opts *k);
 uint64_t kv_pool_blocks(const struct kv_opts *k);
+/* A prefill client's sources: both variants of every slot's request. */
+uint64_t kv_src_bytes(const struct kv_opts *k);
 /* Sets up the memory and sockets and starts both relays. \return 0 or a negative errno */
 int kv_relay_start(const struct kv_opts *k, struct kv_relay *r);
 /* Stops both relays (after their CPU time was read). \return 0 when both ran to the end */

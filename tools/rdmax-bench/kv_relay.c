@@ -40,8 +40,7 @@ uint64_t kv_pool_blocks(const struct kv_opts *k)
 	return (uint64_t)k->clients * k->window * k->layers * 2 * k->blocks;
 }
 
-/* A prefill client's sources: both variants of every slot's request. */
-static uint64_t kv_src_bytes(const struct kv_opts *k)
+uint64_t kv_src_bytes(const struct kv_opts *k)
 {
 	return 2 * (uint64_t)k->window * kv_slot_bytes(k);
 }
