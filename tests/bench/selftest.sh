@@ -81,6 +81,15 @@ PY
 	-D 0.3 --json="$dir/kv-relay.json" >"$dir/kv-relay.out" 2>&1 ||
 	fail "rdmax-bench kv --relay failed: $(tail -n 3 "$dir/kv-relay.out")"
 kv_json_ok "$dir/kv-relay.json" relay || fail "kv --relay JSON: $(cat "$dir/kv-relay.json")"
+# Relays that poll without sleeping (--relay-spin: non-blocking calls retried until the
+# spin runs out, then a sleeping one): every byte still checked.
+"$build/rdmax-bench" kv --relay --relay-spin 200 --one-job --decode-sleep --layers 2 --blocks 8 \
+	--block-len 16K -D 0.3 --json="$dir/kv-relay-spin.json" >"$dir/kv-relay-spin.out" 2>&1 ||
+	fail "rdmax-bench kv --relay --relay-spin failed: $(tail -n 3 "$dir/kv-relay-spin.out")"
+kv_json_ok "$dir/kv-relay-spin.json" relay ||
+	fail "kv --relay --relay-spin JSON: $(cat "$dir/kv-relay-spin.json")"
+grep -q '"relay_spin_us": 200,' "$dir/kv-relay-spin.json" ||
+	fail "kv --relay --relay-spin: the JSON does not say the relays spun"
 # Without --one-job the relays have no per-layer imm count to keep: refused by name.
 if "$build/rdmax-bench" kv --relay -D 0.1 >"$dir/kv-relay2.out" 2>&1; then
 	fail "rdmax-bench kv --relay without --one-job ran"

@@ -570,8 +570,9 @@ static int kv_usage(FILE *out, int ret)
 		"                      [--window N] [-D SECS] [--label TEXT] [--json=FILE]\n"
 		"                      [--daemon-pid PID] [--peer-daemon-pid PID] [--one-job]\n"
 		"                      [--no-verify] [--decode-sleep] [--claim-each]\n"
-		"       rdmax-bench kv --relay --one-job [the same options but the sockets and "
-		"pids]\n"
+		"       rdmax-bench kv --relay --one-job [--relay-spin US] [the same options but "
+		"the\n"
+		"                      sockets and pids]\n"
 		"N prefill clients (processes) on the first daemon push requests of LAYERS\n"
 		"paged writes of BLOCKS blocks each, with one imm per request, into one decode\n"
 		"client on the second daemon, which checks every byte. Defaults: 2 clients, 8\n"
@@ -584,6 +585,9 @@ static int kv_usage(FILE *out, int ret)
 		"before it in the slot fired, instead of one standing claim per slot.\n"
 		"--relay: the same clients over two raw relay processes and one TCP connection\n"
 		"where the daemons stand (the row's raw reference; needs --one-job).\n"
+		"--relay-spin US: the relays poll without sleeping for up to US after the last\n"
+		"message, as rdmaxd's loop does for [engine] busy_poll_us (default 0: they\n"
+		"sleep in the kernel, the stronger reference on two CPUs).\n"
 		"--no-verify: the decode client hands slots back without checking (transport\n"
 		"only; the check costs the decode client one read of every byte). BYTES: a\n"
 		"multiple of 8.\n");
@@ -610,6 +614,7 @@ int bench_kv_main(int argc, char **argv)
 		{"decode-sleep", no_argument, NULL, 'Z'},
 		{"claim-each", no_argument, NULL, 'E'},
 		{"relay", no_argument, NULL, 'R'},
+		{"relay-spin", required_argument, NULL, 'Y'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -683,6 +688,13 @@ int bench_kv_main(int argc, char **argv)
 			break;
 		case 'R':
 			k.relay = true;
+			break;
+		case 'Y':
+			if (bench_parse_u64(optarg, &v) < 0 || v > 1000000) {
+				fprintf(stderr, "rdmax-bench kv: bad --relay-spin '%s'\n", optarg);
+				return 2;
+			}
+			k.relay_spin_us = (uint32_t)v;
 			break;
 		case 'h':
 			return kv_usage(stdout, 0);
@@ -809,10 +821,11 @@ int bench_kv_main(int argc, char **argv)
 			", \"op\": \"paged\", \"status\": \"%s\", \"params\": {\"clients\": %u, "
 			"\"layers\": %u, \"blocks\": %u, \"block_len\": %" PRIu64
 			", \"window\": %u, \"jobs_per_request\": %u, \"claims\": \"%s\", "
-			"\"transport\": \"%s\", \"duration_s\": %g}, \"results\": [\n",
+			"\"transport\": \"%s\", \"relay_spin_us\": %u, \"duration_s\": %g}, "
+			"\"results\": [\n",
 			failed ? "failed" : "ok", k.clients, k.layers, k.blocks, k.block_len,
 			k.window, kv_jobs_per_request(&k), k.claim_each ? "each" : "standing",
-			k.relay ? "relay" : "rdmaxd", k.duration_s);
+			k.relay ? "relay" : "rdmaxd", k.relay_spin_us, k.duration_s);
 		fprintf(f,
 			"  {\"bytes\": %" PRIu64 ", \"jobs\": %" PRIu64
 			", \"seconds\": %.6f, \"GBps\": %.6f, \"Gbps\": %.6f, \"jobs_per_s\": "

@@ -25,11 +25,12 @@ struct kv_opts {
 	double duration_s;
 	int daemon_pid;
 	int peer_pid;
-	bool verify;       /* the decode client checks every byte of every block */
-	bool one_job;      /* one PAGED_WRITE per request instead of one per layer */
-	bool decode_sleep; /* the decode client sleeps between imms instead of spinning */
-	bool claim_each;   /* the decode client claims each request's imm anew */
-	bool relay;        /* --relay: raw relay processes stand where the daemons do */
+	bool verify;            /* the decode client checks every byte of every block */
+	bool one_job;           /* one PAGED_WRITE per request instead of one per layer */
+	bool decode_sleep;      /* the decode client sleeps between imms instead of spinning */
+	bool claim_each;        /* the decode client claims each request's imm anew */
+	bool relay;             /* --relay: raw relay processes stand where the daemons do */
+	uint32_t relay_spin_us; /* --relay-spin: the relays poll this long before they sleep */
 };
 
 /*
@@ -41,7 +42,10 @@ struct kv_opts {
  * recvmsg()), acknowledges the request over TCP and tells the decode client
  * its imm; the sending relay passes the acknowledgement back to the prefill
  * client as its completion. Both relays sleep in the kernel between
- * messages. The memory is shared memfds, as rdmaxd's host regions are.
+ * messages, or with --relay-spin US poll without sleeping for up to US
+ * after the last one, yielding the CPU every few microseconds, as rdmaxd's
+ * loop does for [engine] busy_poll_us. The memory is shared memfds, as
+ * rdmaxd's host regions are.
  */
 struct kv_relay {
 	int src_fd[KV_CLIENTS_MAX];          /* each prefill client's source memfd */

@@ -10,6 +10,7 @@
  */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 
@@ -29,6 +30,35 @@ struct kv_relay_ack {
 	uint32_t client;
 	uint32_t slot;
 };
+
+/*
+ * --relay-spin: a relay polls without sleeping until this long after the
+ * last time it moved something (each relay is a process of its own).
+ */
+#define KV_SPIN_YIELD_NS 4000 /* a yield after this much spinning, as rdmaxd's (spin_yield.h) */
+static uint64_t kv_spin_ns;
+static uint64_t kv_spin_until_ns;
+static uint64_t kv_spin_yield_ns;
+
+static void kv_spin_moved(void)
+{
+	kv_spin_until_ns = bench_now_ns() + kv_spin_ns;
+}
+
+/* Nothing to move: whether to try again at once (spinning) rather than sleep. */
+static bool kv_spin_again(void)
+{
+	uint64_t now = bench_now_ns();
+
+	if (now >= kv_spin_until_ns) {
+		return false;
+	}
+	if (now >= kv_spin_yield_ns) {
+		sched_yield();
+		kv_spin_yield_ns = bench_now_ns() + KV_SPIN_YIELD_NS;
+	}
+	return true;
+}
 
 uint64_t kv_slot_bytes(const struct kv_opts *k)
 {
@@ -80,20 +110,31 @@ static int kv_relay_move(int fd, struct iovec *iov, uint32_t n, bool out)
 	for (uint32_t i = 0; i < n; i++) {
 		rest += iov[i].iov_len;
 	}
+	bool spin = kv_spin_ns > 0;
+
 	while (n > 0) {
 		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
+		int flags = spin ? MSG_DONTWAIT : 0;
 		ssize_t got;
 		if (out) {
-			got = sendmsg(fd, &msg, MSG_NOSIGNAL);
+			got = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
 		} else {
 			kv_relay_lowat(fd, &lowat, rest);
-			got = recvmsg(fd, &msg, 0);
+			got = recvmsg(fd, &msg, flags);
 		}
 		if (got < 0 && errno == EINTR) {
 			continue;
 		}
+		if (got < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			spin = kv_spin_again(); /* past the spin: the next call sleeps */
+			continue;
+		}
 		if (got <= 0) {
 			return got == 0 ? -EPIPE : -errno;
+		}
+		if (kv_spin_ns > 0) {
+			kv_spin_moved();
+			spin = true;
 		}
 		rest -= (uint64_t)got;
 		for (; n > 0 && (size_t)got >= iov->iov_len; iov++, n--) {
@@ -137,11 +178,19 @@ static int kv_sender(const struct kv_opts *k, const struct kv_relay *r, int tcp)
 		pfd[1 + i] = (struct pollfd){.fd = r->prefill_sock[i][1], .events = POLLIN};
 	}
 	for (;;) {
-		if (poll(pfd, 1 + k->clients, -1) < 0) {
+		bool spin = kv_spin_ns > 0 && kv_spin_again();
+		int ready = poll(pfd, 1 + k->clients, spin ? 0 : -1);
+		if (ready < 0) {
 			if (errno == EINTR) {
 				continue;
 			}
 			return 1;
+		}
+		if (ready == 0) {
+			continue;
+		}
+		if (kv_spin_ns > 0) {
+			kv_spin_moved();
 		}
 		if (pfd[0].revents) {
 			ssize_t got = recv(tcp, (uint8_t *)acks + ack_bytes,
@@ -297,6 +346,7 @@ int kv_relay_start(const struct kv_opts *k, struct kv_relay *r)
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, r->decode_sock) < 0) {
 		return -errno;
 	}
+	kv_spin_ns = (uint64_t)k->relay_spin_us * 1000;
 	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 1) < 0 ||
 	    getsockname(lfd, (struct sockaddr *)&sa, &sa_len) < 0) {
