@@ -90,6 +90,11 @@ kv_json_ok "$dir/kv-relay-spin.json" relay ||
 	fail "kv --relay --relay-spin JSON: $(cat "$dir/kv-relay-spin.json")"
 grep -q '"relay_spin_us": 200,' "$dir/kv-relay-spin.json" ||
 	fail "kv --relay --relay-spin: the JSON does not say the relays spun"
+if "$build/rdmax-bench" kv --relay-spin 200 --one-job -D 0.1 >"$dir/kv-relay3.out" 2>&1; then
+	fail "rdmax-bench kv --relay-spin without --relay ran"
+fi
+grep -q 'relay-spin takes --relay' "$dir/kv-relay3.out" ||
+	fail "kv --relay-spin without --relay: $(cat "$dir/kv-relay3.out")"
 # Without --one-job the relays have no per-layer imm count to keep: refused by name.
 if "$build/rdmax-bench" kv --relay -D 0.1 >"$dir/kv-relay2.out" 2>&1; then
 	fail "rdmax-bench kv --relay without --one-job ran"

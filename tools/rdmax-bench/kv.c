@@ -702,6 +702,10 @@ int bench_kv_main(int argc, char **argv)
 			return kv_usage(stderr, 2);
 		}
 	}
+	if (k.relay_spin_us > 0 && !k.relay) {
+		fprintf(stderr, "rdmax-bench kv: --relay-spin takes --relay\n");
+		return 2;
+	}
 	if ((!k.relay && (!k.socket_path || !k.decode_socket)) || k.duration_s <= 0) {
 		return kv_usage(stderr, 2);
 	}
