@@ -11,7 +11,13 @@
 # TCP with two CPUs or more: on, with each daemon's loop and the latency
 # client on CPU 0 and the daemons' I/O threads and the bulk client on the
 # other CPUs; and the relayed raw ping-pong with its processes on CPU 0,
-# idle and beside that pinned bulk load, as its reference):
+# idle and beside that pinned bulk load, as its reference; nodes, over TCP
+# with two CPUs or more: on, with each node on CPUs of its own, as two
+# machines would be: daemon a and both clients on the first half of the
+# CPUs, daemon b and its serving clients on the second half, nothing
+# configured in the daemons; and as its reference the relayed raw ping-pong
+# laid out the same way, its timing process and relay on node a's CPUs and
+# its receiver on one of node b's, idle and beside that bulk load):
 #   idle   latency-class 64 KiB writes alone, one at a time (--lat): p50/p99
 #   bulk   bulk-class 8 MiB writes alone, window 16: GB/s
 #   mixed  the same bulk writes for SECONDS+3, and meanwhile (from 0.5 s on)
@@ -237,9 +243,15 @@ fi
 modes="off on"
 ncpu=$(nproc)
 if [ "$transport" = tcp ] && [ "$ncpu" -ge 2 ]; then
-	modes="off on pinned"
+	modes="off on pinned nodes"
 	workers=1
 	[ "$ncpu" -gt 2 ] && workers=1-$((ncpu - 1))
+	# [qos] nodes: node a on the first half of the CPUs, node b on the rest.
+	half=$((ncpu / 2))
+	node_a=0
+	[ "$half" -gt 1 ] && node_a=0-$((half - 1))
+	node_b=$half
+	[ $((ncpu - half)) -gt 1 ] && node_b=$half-$((ncpu - 1))
 fi
 modes=${RDMAX_BENCH_QOS_MODES:-$modes} # a subset, for runs by hand
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -273,6 +285,16 @@ for ((rep = 1; rep <= reps; rep++)); do
 			cleanup
 			break 2
 		fi
+		if [ "$mode" = nodes ]; then
+			# Every thread of each daemon (those started later inherit it) and
+			# each serving client on its node's CPUs; the clients below on a's.
+			taskset -a -p -c "$node_a" "${pids[0]}" >/dev/null &&
+				taskset -a -p -c "$node_b" "${pids[1]}" >/dev/null &&
+				taskset -a -p -c "$node_b" "${pids[2]}" >/dev/null &&
+				taskset -a -p -c "$node_b" "${pids[3]}" >/dev/null || failed=1
+			latpin=(taskset -c "$node_a")
+			bulkpin=(taskset -c "$node_a")
+		fi
 		p=$out/$pre-$mode
 		# Bulk alone and the unpinned raw references beside the rdmax bulk load come
 		# before any latency-class job: the latency lane that job opens keeps bulk copies (TCP) and
@@ -301,6 +323,20 @@ for ((rep = 1; rep <= reps; rep++)); do
 		sleep 0.5
 		lat "$p-mixedlat-r$rep.json" || failed=1
 		wait $bpid || failed=1
+		if [ "$mode" = nodes ]; then
+			# The reference laid out as the nodes are: the timing process and
+			# the relay on node a's CPUs, the receiver on node b's first.
+			rawpin=(taskset -c "$node_a")
+			rawlat "$out/host-qos-raw-idlenodesrelay-r$rep.json" --relay --recv-cpu "$half" ||
+				failed=1
+			bulk "$p-rawbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
+			bpid=$!
+			sleep 0.5
+			rawlat "$out/host-qos-raw-mixednodesrelay-r$rep.json" --relay --recv-cpu "$half" ||
+				failed=1
+			wait $bpid || failed=1
+			rawpin=()
+		fi
 		if [ "$mode" = pinned ]; then
 			# The reference under equal conditions: the relayed ping-pong's three
 			# processes on CPU 0 with the latency chain, idle and beside the
@@ -340,8 +376,8 @@ def fmt(v, unit):
 print("traffic classes, %s, %d repetitions (median, then each run); "
       "load average %s before, %s after; latency client RDMAX_SPIN_US=%s"
       % (sys.argv[7], reps, sys.argv[3], sys.argv[4], sys.argv[5]))
-for mode in ("off", "on", "pinned"):
-    if mode == "pinned" and not vals(mode, "idle", "p99"):
+for mode in ("off", "on", "pinned", "nodes"):
+    if mode in ("pinned", "nodes") and not vals(mode, "idle", "p99"):
         continue
     idle50, idle99 = vals(mode, "idle", "p50"), vals(mode, "idle", "p99")
     mix50, mix99 = vals(mode, "mixedlat", "p50"), vals(mode, "mixedlat", "p99")
@@ -362,11 +398,12 @@ for mode in ("off", "on", "pinned"):
             [x * 1000 for x in vals("on", "bulk", "GBps")])
         print("  bulk with latency, pinned / bulk alone, [qos] on unpinned = %.2f "
               "(what the CPU given to the loops costs the bulk class)" % rb_on)
-    if mode == "pinned":
-        r50, r99 = vals("raw", "idlepinnedrelay", "p50"), vals("raw", "idlepinnedrelay", "p99")
-        m50, m99 = vals("raw", "mixedpinnedrelay", "p50"), vals("raw", "mixedpinnedrelay", "p99")
-        print("  relayed ping-pong on CPU 0, idle  p50 %s   p99 %s" % (fmt(r50, "us"), fmt(r99, "us")))
-        print("  relayed ping-pong on CPU 0, + bulk p50 %s   p99 %s" % (fmt(m50, "us"), fmt(m99, "us")))
+    if mode in ("pinned", "nodes"):
+        where = "on CPU 0" if mode == "pinned" else "node by node"
+        r50, r99 = vals("raw", "idle%srelay" % mode, "p50"), vals("raw", "idle%srelay" % mode, "p99")
+        m50, m99 = vals("raw", "mixed%srelay" % mode, "p50"), vals("raw", "mixed%srelay" % mode, "p99")
+        print("  relayed ping-pong %s, idle  p50 %s   p99 %s" % (where, fmt(r50, "us"), fmt(r99, "us")))
+        print("  relayed ping-pong %s, + bulk p50 %s   p99 %s" % (where, fmt(m50, "us"), fmt(m99, "us")))
         if r99 and m99:
             print("  its p99 under load / idle p99 = %.2f (the same layout without rdmax's code)"
                   % (statistics.median(m99) / statistics.median(r99)))

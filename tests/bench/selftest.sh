@@ -33,6 +33,20 @@ assert abs(r["cpu_s_per_GB"] * r["jobs"] * r["bytes"] / 1e9
            - (r["send_cpu_s"] + r["recv_cpu_s"])) < 0.01, r
 PY
 
+# --recv-cpu: the receiving process (beyond a relay) ends the stream on the CPU it was
+# given, whichever CPU the sending end runs on (qos.sh's layout of one node per CPU).
+last_cpu=$(($(nproc) - 1))
+"$build/tests/bench/tcp-stream" --lat --relay -s 4K -n 200 --json --recv-cpu "$last_cpu" \
+	>"$dir/stream-cpu.json" || fail "tcp-stream --recv-cpu failed"
+for key in recv_cpu recv_last_cpu; do
+	grep -q "\"$key\": $last_cpu}" "$dir/stream-cpu.json" ||
+		fail "tcp-stream --recv-cpu $last_cpu, $key: $(cat "$dir/stream-cpu.json")"
+done
+if "$build/tests/bench/tcp-stream" --recv-cpu x -n 1 >/dev/null 2>"$dir/stream-cpu.err"; then
+	fail "tcp-stream --recv-cpu x ran"
+fi
+grep -q "bad --recv-cpu 'x'" "$dir/stream-cpu.err" || fail "tcp-stream --recv-cpu x: $(cat "$dir/stream-cpu.err")"
+
 # A KV row's JSON (rdmax's or the relays', TRANSPORT): every byte checked, every process's
 # CPU per GB and runs per request in it.
 kv_json_ok() { # FILE TRANSPORT

@@ -43,6 +43,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -79,6 +80,7 @@ struct opts {
 	uint64_t span;  /* --span: bytes the messages cycle through; 0: one message's */
 	bool answer;    /* --answer: ANSWER_BYTES back per message */
 	bool quickack;  /* --quickack: TCP_QUICKACK after each answer */
+	int recv_cpu;   /* --recv-cpu: the receiving process's one CPU; -1: the parent's */
 	const char *addr;
 	const char *label;
 };
@@ -91,12 +93,14 @@ struct result {
 	double cpu_s;     /* sender + receiver */
 	double send_cpu_s, recv_cpu_s;
 	double send_wait_s, recv_wait_s; /* waiting for a CPU while runnable */
+	int recv_last_cpu;               /* where the receiver ended the stream */
 };
 
 /* What the receiver (and the relay) report at the end of the stream: seconds. */
 struct end_report {
 	double cpu_s;
 	double wait_s;
+	int32_t cpu; /* the receiver's CPU at the end (sched_getcpu()) */
 };
 
 static uint64_t now_ns(void)
@@ -291,7 +295,8 @@ static int receiver(int lfd, const struct opts *o, uint64_t max_size)
 			}
 		}
 		/* End of stream: acknowledge with our CPU time, so the sender can add it. */
-		struct end_report end = {rusage_s(RUSAGE_SELF) - c0, run_wait_s() - w0};
+		struct end_report end = {rusage_s(RUSAGE_SELF) - c0, run_wait_s() - w0,
+					 sched_getcpu()};
 		if (write_all(fd, (const uint8_t *)&end, sizeof(end)) < 0) {
 			return 1;
 		}
@@ -468,6 +473,7 @@ static int sender_one(const struct opts *o, const struct sockaddr_in *sa, uint64
 	r->send_wait_s = run_wait_s() - w0;
 	r->recv_cpu_s = peer.cpu_s;
 	r->recv_wait_s = peer.wait_s;
+	r->recv_last_cpu = peer.cpu;
 	r->cpu_s = r->send_cpu_s + r->recv_cpu_s;
 	if (o->lat && msgs > 0) {
 		double sum = 0;
@@ -510,11 +516,11 @@ static void print_results(const struct opts *o, const struct result *rs, uint32_
 		}
 		printf("\", \"op\": \"write\", \"status\": \"ok\", \"params\": {\"iters\": %" PRIu64
 		       ", \"duration_s\": %g, \"lat\": %s, \"spin\": %s, \"relay\": %s, \"epoll\": "
-		       "%s, \"batch\": %u, \"span\": %" PRIu64 "}, "
+		       "%s, \"batch\": %u, \"span\": %" PRIu64 ", \"recv_cpu\": %d}, "
 		       "\"results\": [",
 		       o->iters, o->duration_s, o->lat ? "true" : "false",
 		       o->spin ? "true" : "false", o->relay ? "true" : "false",
-		       o->epoll ? "true" : "false", o->batch, o->span);
+		       o->epoll ? "true" : "false", o->batch, o->span, o->recv_cpu);
 	} else {
 		printf("tcp-stream%s%s%s%s%s: one TCP connection to %s\n%9s %8s %8s %8s %8s %10s "
 		       "%9s "
@@ -538,11 +544,11 @@ static void print_results(const struct opts *o, const struct result *rs, uint32_
 			       "%.1f, \"lat_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f, "
 			       "\"max\": %.3f, \"mean\": %.3f}, \"cpu_s_per_GB\": %.4f, "
 			       "\"send_cpu_s\": %.4f, \"send_wait_s\": %.4f, \"recv_cpu_s\": %.4f, "
-			       "\"recv_wait_s\": %.4f}",
+			       "\"recv_wait_s\": %.4f, \"recv_last_cpu\": %d}",
 			       i ? "," : "", r->size, r->msgs, r->seconds, gbs, gbs * 8, rate,
 			       r->lat_us[0], r->lat_us[1], r->lat_us[2], r->lat_us[3], r->lat_us[4],
-			       cpu_gb, r->send_cpu_s, r->send_wait_s, r->recv_cpu_s,
-			       r->recv_wait_s);
+			       cpu_gb, r->send_cpu_s, r->send_wait_s, r->recv_cpu_s, r->recv_wait_s,
+			       r->recv_last_cpu);
 		} else {
 			printf("%9" PRIu64 " %8" PRIu64
 			       " %8.3f %8.3f %8.3f %10.0f %9.1f %9.1f %9.1f "
@@ -585,8 +591,10 @@ static void usage(FILE *out)
 	fprintf(out, "Usage: tcp-stream [-s SIZE[,SIZE...]] [-n MSGS | -D SECS] [--lat] [--json]\n"
 		     "                  [--spin] [--batch N] [--relay] [--epoll] [--addr IPV4]\n"
 		     "                  [--span BYTES] [--answer [--quickack]] [--label TEXT]\n"
+		     "                  [--recv-cpu CPU]\n"
 		     "One TCP stream between two processes (--relay: the sender's end in a\n"
-		     "third process); sizes take K/M suffixes.\n");
+		     "third process); sizes take K/M suffixes. --recv-cpu: the receiving\n"
+		     "process runs on that CPU alone (the sending end keeps the caller's CPUs).\n");
 }
 
 int main(int argc, char **argv)
@@ -606,6 +614,7 @@ int main(int argc, char **argv)
 		{"span", required_argument, NULL, 'P'}, /* stream mode only */
 		{"answer", no_argument, NULL, 'W'},
 		{"quickack", no_argument, NULL, 'Q'},
+		{"recv-cpu", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -613,7 +622,8 @@ int main(int argc, char **argv)
 			 .addr = "127.0.0.1",
 			 .n_sizes = 1,
 			 .sizes = {1 << 20},
-			 .batch = 1};
+			 .batch = 1,
+			 .recv_cpu = -1};
 	struct result rs[MAX_SIZES];
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t sa_len = sizeof(sa);
@@ -678,6 +688,16 @@ int main(int argc, char **argv)
 		case 'Q':
 			o.quickack = true;
 			break;
+		case 'C': {
+			char *end;
+			long cpu = strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || cpu < 0 || cpu >= CPU_SETSIZE) {
+				fprintf(stderr, "tcp-stream: bad --recv-cpu '%s'\n", optarg);
+				return 2;
+			}
+			o.recv_cpu = (int)cpu;
+			break;
+		}
 		case 'P':
 			if (parse_size(optarg, &o.span) < 0) {
 				fprintf(stderr, "tcp-stream: bad span '%s'\n", optarg);
@@ -724,6 +744,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (child == 0) {
+		if (o.recv_cpu >= 0) {
+			cpu_set_t set;
+			CPU_ZERO(&set);
+			CPU_SET(o.recv_cpu, &set);
+			if (sched_setaffinity(0, sizeof(set), &set) < 0) {
+				fprintf(stderr, "tcp-stream: --recv-cpu %d: %s\n", o.recv_cpu,
+					strerror(errno));
+				_exit(1);
+			}
+		}
 		_exit(receiver(lfd, &o, max_size));
 	}
 	close(lfd);
