@@ -14,9 +14,10 @@
 #       daemon, bandwidth, job rate and the daemon's RSS.
 #   (d) traffic classes (tests/bench/qos.sh): p99 of latency-class 64 KiB
 #       writes idle and under a saturating bulk load, and the bulk bandwidth,
-#       with [qos] off, on, and on with the loops on a CPU of their own
-#       (pinned), against a raw TCP 64 KiB ping-pong idle and
-#       under load (summary in host-qos-summary.txt);
+#       with [qos] off, on, on with the loops on a CPU of their own
+#       (pinned), and on with each node on CPUs of its own (nodes), against
+#       raw TCP 64 KiB ping-pongs (direct and relayed, laid out as rdmax's
+#       chain) idle and under load (summary in host-qos-summary.txt);
 #   (e) the same over verbs, in a second two-node Soft-RoCE boot (qos.sh
 #       with RDMAX_BENCH_QOS_TRANSPORT=verbs), against perftest's
 #       ib_write_lat and ib_send_lat -e idle and under ib_write_bw
@@ -416,7 +417,7 @@ RDMAX_BUILD=$build RDMAX_BENCH_OUT=$out RDMAX_BENCH_SECONDS=$secs tests/bench/sc
 	host_failed=1
 echo "== scaling part took $(($(date +%s) - t0)) s"
 
-# ---- (d) traffic classes: latency writes under a bulk load, [qos] off, on, pinned ----
+# ---- (d) traffic classes: latency writes under a bulk load, [qos] off, on, pinned, nodes ----
 echo "== qos part: latency-class 64 KiB writes under bulk-class 8 MiB writes (TCP, loopback)"
 t0=$(date +%s)
 RDMAX_BUILD=$build RDMAX_BENCH_OUT=$out RDMAX_BENCH_SECONDS=$secs tests/bench/qos.sh ||
