@@ -34,10 +34,12 @@ assert abs(r["cpu_s_per_GB"] * r["jobs"] * r["bytes"] / 1e9
 PY
 
 # --recv-cpu: the receiving process (beyond a relay) ends the stream on the CPU it was
-# given, whichever CPU the sending end runs on (qos.sh's layout of one node per CPU).
+# given, not on the sending end's (qos.sh's layout of one node per CPU). The sending end
+# runs on CPU 0, so with two CPUs or more a receiver that kept its parent's CPUs would end
+# on CPU 0 and fail the check.
 last_cpu=$(($(nproc) - 1))
-"$build/tests/bench/tcp-stream" --lat --relay -s 4K -n 200 --json --recv-cpu "$last_cpu" \
-	>"$dir/stream-cpu.json" || fail "tcp-stream --recv-cpu failed"
+taskset -c 0 "$build/tests/bench/tcp-stream" --lat --relay -s 4K -n 200 --json \
+	--recv-cpu "$last_cpu" >"$dir/stream-cpu.json" || fail "tcp-stream --recv-cpu failed"
 for key in recv_cpu recv_last_cpu; do
 	grep -q "\"$key\": $last_cpu}" "$dir/stream-cpu.json" ||
 		fail "tcp-stream --recv-cpu $last_cpu, $key: $(cat "$dir/stream-cpu.json")"
