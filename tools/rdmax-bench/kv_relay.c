@@ -278,7 +278,13 @@ static int kv_receiver(const struct kv_opts *k, const struct kv_relay *r, int tc
 	}
 	for (;;) {
 		int ret = kv_relay_move_buf(tcp, hdr, offsetof(struct kv_relay_hdr, dst), false);
-		if (ret == -EPIPE) {
+		/*
+		 * Between requests the sending relay's end is the end of the run: a
+		 * close, or a reset where it was stopped with acknowledgements still
+		 * unread (a prefill client may end once the decode handed every slot
+		 * back, before its last completions).
+		 */
+		if (ret == -EPIPE || ret == -ECONNRESET) {
 			return 0;
 		}
 		if (ret < 0 || hdr->count == 0 || hdr->count > KV_RELAY_BLOCKS_MAX ||
