@@ -173,7 +173,8 @@ double bench_self_cpu_s(void);
 struct bench_sched {
 	double run_s;
 	double wait_s;
-	double runs; /* times a thread was put on a CPU: wake-ups and preemptions */
+	double runs;   /* times a thread was put on a CPU: wake-ups and preemptions */
+	double sleeps; /* times a thread went to sleep (voluntary context switches) */
 };
 bool bench_proc_sched(int pid, struct bench_sched *ret);
 double bench_host_idle_s(void);

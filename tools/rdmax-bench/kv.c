@@ -862,6 +862,10 @@ int bench_kv_main(int argc, char **argv)
 		bench_print_num(f, dsched ? (ds1.runs - ds0.runs) / nreq : -1, 2);
 		fprintf(f, ", \"peer\": ");
 		bench_print_num(f, psched ? (ps1.runs - ps0.runs) / nreq : -1, 2);
+		fprintf(f, "}, \"sleeps_per_request\": {\"daemon\": ");
+		bench_print_num(f, dsched ? (ds1.sleeps - ds0.sleeps) / nreq : -1, 2);
+		fprintf(f, ", \"peer\": ");
+		bench_print_num(f, psched ? (ps1.sleeps - ps0.sleeps) / nreq : -1, 2);
 		fprintf(f, "}, \"host_idle\": ");
 		bench_print_num(f,
 				idle0 >= 0 && idle1 >= 0 && wall > 0

@@ -80,8 +80,9 @@ double bench_proc_cpu_s(int pid)
 /*
  * Time every thread of a process ran and waited to run (the scheduler's
  * /proc/PID/task/TID/schedstat, nanoseconds: exact where utime+stime counts
- * ticks), in seconds, and how many times they were put on a CPU; false when
- * unreadable. Threads that exited are not
+ * ticks), in seconds, how many times they were put on a CPU and how many
+ * times they went to sleep (status: voluntary_ctxt_switches; a yield or a
+ * preemption is not one); false when unreadable. Threads that exited are not
  * counted.
  */
 bool bench_proc_sched(int pid, struct bench_sched *ret)
@@ -116,6 +117,20 @@ bool bench_proc_sched(int pid, struct bench_sched *ret)
 			ret->wait_s += (double)wait / 1e9;
 			ret->runs += (double)runs;
 			any = true;
+		}
+		fclose(f);
+		snprintf(file, sizeof(file), "/proc/%d/task/%.16s/status", pid, e->d_name);
+		f = fopen(file, "r");
+		if (!f) {
+			continue;
+		}
+		char line[128];
+		unsigned long long sleeps;
+		while (fgets(line, sizeof(line), f)) {
+			if (sscanf(line, "voluntary_ctxt_switches: %llu", &sleeps) == 1) {
+				ret->sleeps += (double)sleeps;
+				break;
+			}
 		}
 		fclose(f);
 	}
