@@ -32,7 +32,10 @@
 #              load, with a round trip that does not go through the daemons
 #   raw relay  the blocking ping-pong through a relay process (tcp-stream
 #              --relay: four hand-offs per round trip, as a job through two
-#              daemons), idle and under the rdmax bulk load
+#              daemons), idle and under the rdmax bulk load: before any latency
+#              job (the copies on the daemons' loops) and, after the mixed run,
+#              with the latency lane open (the copies on the I/O threads, as the
+#              latency writes met them)
 # Over verbs the raw reference is perftest between the same two devices: two
 # ping-pongs of 64 KiB, `ib_write_lat` (writes; its ends spin on memory) and
 # `ib_send_lat -e` (sends; its ends sleep on completion events, as the
@@ -236,10 +239,15 @@ if [ "$transport" = tcp ] && [ ! -x "$stream" ]; then
 fi
 # [qos] pinned (TCP, two CPUs or more): [qos] on with each daemon's loop on CPU 0 and its
 # I/O threads on the others (engine.loop_cpus, engine.worker_cpus), the latency client on
-# CPU 0 and the bulk client on the others; docs/operations.md, "CPUs". Pinned daemons
-# run with [qos] lane_linger_ms = 0: once the latency runs opened the lane, the bulk
-# copies stay on the I/O threads' CPUs for the relayed raw reference that follows, as
-# they were during the mixed run, though no rdmax latency job runs beside it.
+# CPU 0 and the bulk client on the others; docs/operations.md, "CPUs".
+# Over TCP every [qos] setting runs both daemons with [qos] lane_linger_ms = 0: once the
+# latency runs opened the lane, the bulk copies stay on the I/O threads for the relayed raw
+# references that follow the mixed run, as they were during it, though no rdmax latency job
+# runs beside them. With the default linger they would go back to the loops a second later,
+# and a reference would meet another load: one copying thread per daemon instead of its
+# I/O threads, which leaves a round trip far more of the CPUs (docs/benchmarks.md, "The
+# load the latency writes meet"). Bulk alone runs before any latency job, so it moves as
+# it does without latency traffic either way.
 modes="off on"
 ncpu=$(nproc)
 if [ "$transport" = tcp ] && [ "$ncpu" -ge 2 ]; then
@@ -271,9 +279,9 @@ for ((rep = 1; rep <= reps; rep++)); do
 		pin=()
 		latpin=()
 		bulkpin=()
+		[ "$transport" = tcp ] && [ "$mode" != off ] && pin=(--set qos.lane_linger_ms=0)
 		if [ "$mode" = pinned ]; then
-			pin=(--set engine.loop_cpus=0 --set "engine.worker_cpus=$workers"
-				--set qos.lane_linger_ms=0)
+			pin+=(--set engine.loop_cpus=0 --set "engine.worker_cpus=$workers")
 			latpin=(taskset -c 0)
 			bulkpin=(taskset -c "$workers")
 		fi
@@ -323,6 +331,15 @@ for ((rep = 1; rep <= reps; rep++)); do
 		sleep 0.5
 		lat "$p-mixedlat-r$rep.json" || failed=1
 		wait $bpid || failed=1
+		if [ "$mode" = on ] && [ -x "$stream" ]; then
+			# The relayed ping-pong beside the same bulk load as the latency writes
+			# met it: the lane open, the copies on the I/O threads.
+			bulk "$p-rawbulkio-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
+			bpid=$!
+			sleep 0.5
+			rawlat "$out/host-qos-raw-mixedrdmaxiorelay-r$rep.json" --relay || failed=1
+			wait $bpid || failed=1
+		fi
 		if [ "$mode" = nodes ]; then
 			# The reference laid out as the nodes are: the timing process and
 			# the relay on node a's CPUs, the receiver on node b's first.
@@ -398,15 +415,22 @@ for mode in ("off", "on", "pinned", "nodes"):
             [x * 1000 for x in vals("on", "bulk", "GBps")])
         print("  bulk with latency, pinned / bulk alone, [qos] on unpinned = %.2f "
               "(what the CPU given to the loops costs the bulk class)" % rb_on)
-    if mode in ("pinned", "nodes"):
-        where = "on CPU 0" if mode == "pinned" else "node by node"
-        r50, r99 = vals("raw", "idle%srelay" % mode, "p50"), vals("raw", "idle%srelay" % mode, "p99")
-        m50, m99 = vals("raw", "mixed%srelay" % mode, "p50"), vals("raw", "mixed%srelay" % mode, "p99")
+    if mode in ("on", "pinned", "nodes"):
+        where = {"on": "unpinned, lane open", "pinned": "on CPU 0", "nodes": "node by node"}[mode]
+        idle, mixed = {"on": ("idlerelay", "mixedrdmaxiorelay")}.get(
+            mode, ("idle%srelay" % mode, "mixed%srelay" % mode))
+        r50, r99 = vals("raw", idle, "p50"), vals("raw", idle, "p99")
+        m50, m99 = vals("raw", mixed, "p50"), vals("raw", mixed, "p99")
+        if not m99:
+            continue
         print("  relayed ping-pong %s, idle  p50 %s   p99 %s" % (where, fmt(r50, "us"), fmt(r99, "us")))
         print("  relayed ping-pong %s, + bulk p50 %s   p99 %s" % (where, fmt(m50, "us"), fmt(m99, "us")))
         if r99 and m99:
             print("  its p99 under load / idle p99 = %.2f (the same layout without rdmax's code)"
                   % (statistics.median(m99) / statistics.median(r99)))
+        if mix99:
+            print("  rdmax's p99 under load / the relayed ping-pong's = %.2f"
+                  % (statistics.median(mix99) / statistics.median(m99)))
 # The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream
 # (over verbs: the perftest ping-pongs under ib_write_bw).
 def ratio(num, den):
@@ -461,20 +485,27 @@ if pre != "host-qos":
     rawbulk_share()
     sys.exit(0)
 print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between two other "
-      "processes, or rdmax's 8M bulk writes")
-LOADS = {"block": "blocking", "spin": "spinning", "rdmax": "rdmax"}
+      "processes, or rdmax's 8M bulk writes (rdmax: before any latency job, the copies on "
+      "the daemons' loops; rdmax-io: the latency lane open, the copies on the I/O threads, "
+      "as rdmax's latency writes meet the load)")
+LOADS = {"block": "blocking", "spin": "spinning", "rdmax": "rdmax", "rdmaxio": "rdmax-io"}
+# rdmax: the bulk load before any latency job, its copies on the daemons' loops;
+# rdmax-io: the same load once the latency lane is open, its copies on the I/O threads,
+# as rdmax's latency writes meet it.
 raw = {}
 for lat, tag in (("blocking", ""), ("spinning", "spin"), ("relayed", "relay")):
     idle50, idle99 = vals("raw", "idle" + tag, "p50"), vals("raw", "idle" + tag, "p99")
     print("  %-8s ping-pong idle              p50 %s   p99 %s" %
           (lat, fmt(idle50, "us"), fmt(idle99, "us")))
-    for load in ("block", "spin", "rdmax"):
+    for load in ("block", "spin", "rdmax", "rdmaxio"):
         m50 = vals("raw", "mixed" + load + tag, "p50")
         m99 = vals("raw", "mixed" + load + tag, "p99")
-        if tag == "relay" and load != "rdmax":
+        if tag == "relay" and load in ("block", "spin"):
             continue  # the relayed ping-pong runs under the rdmax load only
+        if tag != "relay" and load == "rdmaxio":
+            continue  # and it alone once the lane is open
         print("  %-8s ping-pong + %-8s %s p50 %s   p99 %s" %
-              (lat, LOADS[load], "bulk  " if load == "rdmax" else "stream", fmt(m50, "us"),
+              (lat, LOADS[load], "bulk  " if load.startswith("rdmax") else "stream", fmt(m50, "us"),
                fmt(m99, "us")))
         raw[(tag, load)] = (ratio(m50, idle50), ratio(m99, idle99))
 for load in ("block", "spin"):

@@ -17,7 +17,8 @@
 #       with [qos] off, on, on with the loops on a CPU of their own
 #       (pinned), and on with each node on CPUs of its own (nodes), against
 #       raw TCP 64 KiB ping-pongs (direct and relayed, laid out as rdmax's
-#       chain) idle and under load (summary in host-qos-summary.txt);
+#       chain) idle and under load, the relayed one also beside the bulk load as
+#       the latency writes meet it (summary in host-qos-summary.txt);
 #   (e) the same over verbs, in a second two-node Soft-RoCE boot (qos.sh
 #       with RDMAX_BENCH_QOS_TRANSPORT=verbs), against perftest's
 #       ib_write_lat and ib_send_lat -e idle and under ib_write_bw
