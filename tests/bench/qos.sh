@@ -415,7 +415,9 @@ for mode in ("off", "on", "pinned", "nodes"):
             [x * 1000 for x in vals("on", "bulk", "GBps")])
         print("  bulk with latency, pinned / bulk alone, [qos] on unpinned = %.2f "
               "(what the CPU given to the loops costs the bulk class)" % rb_on)
-    if mode in ("on", "pinned", "nodes"):
+    # The relayed ping-pong is TCP's reference (its files are host-qos-raw-*,
+    # which a verbs run in the guest may find beside its own).
+    if mode in ("on", "pinned", "nodes") and pre == "host-qos":
         where = {"on": "unpinned, lane open", "pinned": "on CPU 0", "nodes": "node by node"}[mode]
         idle, mixed = {"on": ("idlerelay", "mixedrdmaxiorelay")}.get(
             mode, ("idle%srelay" % mode, "mixed%srelay" % mode))
