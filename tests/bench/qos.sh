@@ -41,7 +41,8 @@
 # `ib_send_lat -e` (sends; its ends sleep on completion events, as the
 # latency client and the daemons' loops do between jobs), their typical and
 # 99 % figures, alone, while `ib_write_bw -s 8M -q 2` runs between the
-# devices, and under the rdmax bulk load. The class
+# devices, and under the rdmax bulk load (before any latency job, and again
+# after the mixed run with the lane open). The class
 # is the session's, from $RDMAX_TRAFFIC_CLASS. Results go to
 # $RDMAX_BENCH_OUT (build/bench): host-qos-MODE-TEST-rREP.json (rdmax-bench
 # --json; guest-qos-verbs-... over verbs), and a summary with medians and
@@ -240,14 +241,15 @@ fi
 # [qos] pinned (TCP, two CPUs or more): [qos] on with each daemon's loop on CPU 0 and its
 # I/O threads on the others (engine.loop_cpus, engine.worker_cpus), the latency client on
 # CPU 0 and the bulk client on the others; docs/operations.md, "CPUs".
-# Over TCP every [qos] setting runs both daemons with [qos] lane_linger_ms = 0: once the
-# latency runs opened the lane, the bulk copies stay on the I/O threads for the relayed raw
-# references that follow the mixed run, as they were during it, though no rdmax latency job
-# runs beside them. With the default linger they would go back to the loops a second later,
-# and a reference would meet another load: one copying thread per daemon instead of its
-# I/O threads, which leaves a round trip far more of the CPUs (docs/benchmarks.md, "The
-# load the latency writes meet"). Bulk alone runs before any latency job, so it moves as
-# it does without latency traffic either way.
+# Every [qos] setting but off runs both daemons with [qos] lane_linger_ms = 0: once the
+# latency runs opened the lane, the bulk copies (TCP) and the bulk posts on software
+# devices (verbs) stay off the loops for the raw references that follow the mixed run, as
+# they were during it, though no rdmax latency job runs beside them. With the default
+# linger they would go back to the loops a second later, and a reference would meet another
+# load: over TCP one copying thread per daemon instead of its I/O threads, which leaves a
+# round trip far more of the CPUs (docs/benchmarks.md, "The load the latency writes meet").
+# Bulk alone runs before any latency job, so it moves as it does without latency traffic
+# either way.
 modes="off on"
 ncpu=$(nproc)
 if [ "$transport" = tcp ] && [ "$ncpu" -ge 2 ]; then
@@ -279,7 +281,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 		pin=()
 		latpin=()
 		bulkpin=()
-		[ "$transport" = tcp ] && [ "$mode" != off ] && pin=(--set qos.lane_linger_ms=0)
+		[ "$mode" != off ] && pin=(--set qos.lane_linger_ms=0)
 		if [ "$mode" = pinned ]; then
 			pin+=(--set engine.loop_cpus=0 --set "engine.worker_cpus=$workers")
 			latpin=(taskset -c 0)
@@ -338,6 +340,13 @@ for ((rep = 1; rep <= reps; rep++)); do
 			bpid=$!
 			sleep 0.5
 			rawlat "$out/host-qos-raw-mixedrdmaxiorelay-r$rep.json" --relay || failed=1
+			wait $bpid || failed=1
+		elif [ "$mode" = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
+			# The same over verbs: the lane open, the bulk posts on the posting thread.
+			bulk "$p-rawbulkio-r$rep.json" "$vloadsecs" &
+			bpid=$!
+			sleep 1
+			verbs_rawlat mixedrdmaxio "$rep" "$bpid" || failed=1
 			wait $bpid || failed=1
 		fi
 		if [ "$mode" = nodes ]; then
@@ -462,12 +471,15 @@ def rawbulk_share():
 if pre != "host-qos":
     print("raw reference (perftest): 64K ping-pongs, ib_write_lat (ends spin) and "
           "ib_send_lat -e (ends sleep on completion events); half a round trip, typical "
-          "and 99 %; load: ib_write_bw -s 8M -q 2, or rdmax's 8M bulk writes")
+          "and 99 %; load: ib_write_bw -s 8M -q 2, or rdmax's 8M bulk writes (before any "
+          "latency job, the bulk posts on the loops; lane open: after the latency runs, "
+          "the bulk posts on the posting threads, as rdmax's latency writes meet them)")
     for tool, tag in (("ib_write_lat ", ""), ("ib_send_lat -e", "ev")):
         idle = perftest("idle" + tag)
         print("  %s idle          typical %s   99%% %s" %
               (tool, fmt(idle[0], "us"), fmt(idle[1], "us")))
-        for load, name in (("perf", "ib_write_bw"), ("rdmax", "rdmax bulk ")):
+        for load, name in (("perf", "ib_write_bw"), ("rdmax", "rdmax bulk "),
+                           ("rdmaxio", "rdmax bulk, lane open")):
             m = perftest("mixed" + load + tag)
             print("  %s + %s  typical %s   99%% %s" %
                   (tool, name, fmt(m[0], "us"), fmt(m[1], "us")))
