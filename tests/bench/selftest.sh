@@ -4,7 +4,8 @@
 # end's CPU and wait, and report.py's sender line splits tcp@1MiB into share x
 # cost from the JSON that rdmax-bench and tcp-stream write, and tcp_vs_best takes
 # the fastest stream reference, and the KV rows' CPU account adds every process of
-# the row per GB against the references' two ends and the raw relays'. Fixture files
+# the row per GB against the references' two ends and the raw relays', and qos_summary.py
+# sets rdmax's p99 against the relayed raw ping-pong's beside the same load. Fixture files
 # with known figures, so every printed factor is checked, one short real stream, one
 # short real KV row between two daemons and one over the raw relays, and the wake-up
 # probe.
@@ -222,4 +223,39 @@ grep -q '^kv_tcp 16 KiB blocks, .* all 0.450; iperf3.s two ends 0.23, 0.51 of th
 	"$dir/report.txt" || fail "KV account line: $(grep kv_tcp "$dir/report.txt")"
 grep -q 'tcp@1MiB = share 0.85 x cost 1.05;.* each pair, share x cost: 0.80 x 1.00, 0.90 x 1.11$' \
 	"$dir/report.txt" || fail "sender line: $(grep sender "$dir/report.txt")"
+# qos_summary.py: each layout's rdmax p99 under load against the relayed raw ping-pong's
+# beside the same load (the lane open), and a verbs summary that leaves that TCP round trip
+# out, though its files lie beside the verbs part's own (the guest writes where the host does).
+q=$dir/qos
+mkdir -p "$q"
+qos_run() { # FILE P50 P99 [GBPS]
+	printf '{"status": "ok", "results": [{"bytes": 65536, "seconds": 2.0, "GBps": %s, "Gbps": 0, "jobs_per_s": 1, "lat_us": {"p50": %s, "p99": %s, "p999": 0, "mean": 0}}]}\n' \
+		"${4:-0.1}" "$2" "$3" >"$1"
+}
+for pre in host-qos guest-qos-verbs; do
+	qos_run "$q/$pre-on-idle-r1.json" 50 100
+	qos_run "$q/$pre-on-mixedlat-r1.json" 60 500
+	qos_run "$q/$pre-on-bulk-r1.json" 0 0 5.0
+	qos_run "$q/$pre-on-mixedbulk-r1.json" 0 0 4.0
+done
+qos_run "$q/host-qos-raw-idlerelay-r1.json" 55 80
+qos_run "$q/host-qos-raw-mixedrdmaxrelay-r1.json" 50 90
+qos_run "$q/host-qos-raw-mixedrdmaxiorelay-r1.json" 50 400
+"${PYTHON:-python3}" tests/bench/qos_summary.py "$q" 1 0 0 0 host-qos TCP >"$dir/qos-tcp.txt" ||
+	fail "qos_summary.py failed over TCP"
+for line in 'p99 under load / idle p99 = 5.00 (target <= 2)   bulk with / without latency = 0.80' \
+	'relayed ping-pong unpinned, lane open, + bulk p50 50.0 us (50.0)   p99 400.0 us (400.0)' \
+	'its p99 under load / idle p99 = 5.00 (the same layout' \
+	"rdmax's p99 under load / the relayed ping-pong's = 1.25" \
+	'relayed  ping-pong + rdmax    bulk   p50 50.0 us (50.0)   p99 90.0 us (90.0)' \
+	'raw relayed  ping-pong, rdmax-io load: p50 0.9x, p99 5.0x; rdmax / raw: p50 1.32, p99 1.00'; do
+	grep -qF "$line" "$dir/qos-tcp.txt" || fail "qos summary over TCP lacks: $line"
+done
+"${PYTHON:-python3}" tests/bench/qos_summary.py "$q" 1 0 0 0 guest-qos-verbs verbs >"$dir/qos-verbs.txt" ||
+	fail "qos_summary.py failed over verbs"
+grep -qF 'p99 under load / idle p99 = 5.00 (target <= 2)' "$dir/qos-verbs.txt" ||
+	fail "qos summary over verbs lacks its own ratio"
+if grep -q 'relayed' "$dir/qos-verbs.txt"; then
+	fail "qos summary over verbs prints the TCP relayed ping-pong: $(grep relayed "$dir/qos-verbs.txt")"
+fi
 echo "bench selftest: ok"
