@@ -175,6 +175,15 @@ rawpair() { # PID NAME REP [relay]: the raw ping-pongs while load PID runs, then
 	wait "$1" || failed=1
 }
 
+relay_beside_bulk() { # BULKFILE RAWFILE [TCP-STREAM-ARGS...]: the relayed ping-pong beside the rdmax bulk load
+	local b
+	bulk "$1" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
+	b=$!
+	sleep 0.5
+	rawlat "$2" --relay "${@:3}" || failed=1
+	wait $b || failed=1
+}
+
 # Over verbs: perftest ping-pongs between the two devices (server on b's, client on a's).
 vport=18620
 vlatiters=${RDMAX_BENCH_QOS_PERF_ITERS:-300}
@@ -201,6 +210,15 @@ verbs_rawlat1() { # FILE LOADPID TOOL [ARGS...]: one ping-pong; it must end befo
 verbs_rawlat() { # NAME REP [LOADPID]: the spinning and the sleeping ping-pong
 	verbs_rawlat1 "$out/$pre-raw-$1-r$2.txt" "${3:-}" ib_write_lat &&
 		verbs_rawlat1 "$out/$pre-raw-${1}ev-r$2.txt" "${3:-}" ib_send_lat -e
+}
+
+verbs_beside_bulk() { # BULKFILE NAME REP: both perftest ping-pongs beside the rdmax bulk load
+	local b
+	bulk "$1" "$vloadsecs" &
+	b=$!
+	sleep 1
+	verbs_rawlat "$2" "$3" "$b" || failed=1
+	wait $b || failed=1
 }
 
 verbs_rawref() { # REP: both ping-pongs alone, then under ib_write_bw 8 MiB on 2 QPs
@@ -319,11 +337,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 			bulk "$p-rawbulk-r$rep.json" "$relayloadsecs" &
 			rawpair $! mixedrdmax "$rep" relay
 		elif [ "$mode" = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
-			bulk "$p-rawbulk-r$rep.json" "$vloadsecs" &
-			bpid=$!
-			sleep 1
-			verbs_rawlat mixedrdmax "$rep" "$bpid" || failed=1
-			wait $bpid || failed=1
+			verbs_beside_bulk "$p-rawbulk-r$rep.json" mixedrdmax "$rep"
 		fi
 		lat "$p-idle-r$rep.json" || failed=1
 		# Bulk starts first and runs past the latency writes (their warm-up, and a last
@@ -336,18 +350,10 @@ for ((rep = 1; rep <= reps; rep++)); do
 		if [ "$mode" = on ] && [ -x "$stream" ]; then
 			# The relayed ping-pong beside the same bulk load as the latency writes
 			# met it: the lane open, the copies on the I/O threads.
-			bulk "$p-rawbulkio-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
-			bpid=$!
-			sleep 0.5
-			rawlat "$out/host-qos-raw-mixedrdmaxiorelay-r$rep.json" --relay || failed=1
-			wait $bpid || failed=1
+			relay_beside_bulk "$p-rawbulkio-r$rep.json" "$out/host-qos-raw-mixedrdmaxiorelay-r$rep.json"
 		elif [ "$mode" = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
 			# The same over verbs: the lane open, the bulk posts on the posting thread.
-			bulk "$p-rawbulkio-r$rep.json" "$vloadsecs" &
-			bpid=$!
-			sleep 1
-			verbs_rawlat mixedrdmaxio "$rep" "$bpid" || failed=1
-			wait $bpid || failed=1
+			verbs_beside_bulk "$p-rawbulkio-r$rep.json" mixedrdmaxio "$rep"
 		fi
 		if [ "$mode" = nodes ]; then
 			# The reference laid out as the nodes are: the timing process and
@@ -355,12 +361,8 @@ for ((rep = 1; rep <= reps; rep++)); do
 			rawpin=(taskset -c "$node_a")
 			rawlat "$out/host-qos-raw-idlenodesrelay-r$rep.json" --relay --recv-cpu "$half" ||
 				failed=1
-			bulk "$p-rawbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
-			bpid=$!
-			sleep 0.5
-			rawlat "$out/host-qos-raw-mixednodesrelay-r$rep.json" --relay --recv-cpu "$half" ||
-				failed=1
-			wait $bpid || failed=1
+			relay_beside_bulk "$p-rawbulk-r$rep.json" \
+				"$out/host-qos-raw-mixednodesrelay-r$rep.json" --recv-cpu "$half"
 			rawpin=()
 		fi
 		if [ "$mode" = pinned ]; then
@@ -369,11 +371,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 			# pinned bulk load, its copies on the I/O threads as in the mixed run.
 			rawpin=(taskset -c 0)
 			rawlat "$out/host-qos-raw-idlepinnedrelay-r$rep.json" --relay || failed=1
-			bulk "$p-rawbulk-r$rep.json" "$(awk -v s="$secs" 'BEGIN { print s + 2 }')" &
-			bpid=$!
-			sleep 0.5
-			rawlat "$out/host-qos-raw-mixedpinnedrelay-r$rep.json" --relay || failed=1
-			wait $bpid || failed=1
+			relay_beside_bulk "$p-rawbulk-r$rep.json" "$out/host-qos-raw-mixedpinnedrelay-r$rep.json"
 			rawpin=()
 		fi
 		cleanup
