@@ -35,7 +35,9 @@
 #              daemons), idle and under the rdmax bulk load: before any latency
 #              job (the copies on the daemons' loops) and, after the mixed run,
 #              with the latency lane open (the copies on the I/O threads, as the
-#              latency writes met them)
+#              latency writes met them); and the same relay with its relay and
+#              receiver waiting in epoll_wait() (--epoll), as an event loop such as
+#              rdmaxd's waits, idle and with the lane open
 # Over verbs the raw reference is perftest between the same two devices: two
 # ping-pongs of 64 KiB, `ib_write_lat` (writes; its ends spin on memory) and
 # `ib_send_lat -e` (sends; its ends sleep on completion events, as the
@@ -243,6 +245,7 @@ rawref() { # REP: raw ping-pongs idle, then under a raw 8 MiB stream (blocking, 
 	rawlat "$out/host-qos-raw-idle-r$1.json" || failed=1
 	rawlat "$out/host-qos-raw-idlespin-r$1.json" --spin || failed=1
 	rawlat "$out/host-qos-raw-idlerelay-r$1.json" --relay || failed=1
+	rawlat "$out/host-qos-raw-idlerelayep-r$1.json" --relay --epoll || failed=1
 	for load in block spin; do
 		b=()
 		[ $load = spin ] && b=(--spin)
@@ -351,6 +354,9 @@ for ((rep = 1; rep <= reps; rep++)); do
 			# The relayed ping-pong beside the same bulk load as the latency writes
 			# met it: the lane open, the copies on the I/O threads.
 			relay_beside_bulk "$p-rawbulkio-r$rep.json" "$out/host-qos-raw-mixedrdmaxiorelay-r$rep.json"
+			# And the relay that waits as an event loop must, on many sockets at once.
+			relay_beside_bulk "$p-rawbulkioep-r$rep.json" \
+				"$out/host-qos-raw-mixedrdmaxiorelayep-r$rep.json" --epoll
 		elif [ "$mode" = on ] && [ "$transport" = verbs ] && [ -n "$gid_a" ]; then
 			# The same over verbs: the lane open, the bulk posts on the posting thread.
 			verbs_beside_bulk "$p-rawbulkio-r$rep.json" mixedrdmaxio "$rep"

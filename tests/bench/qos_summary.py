@@ -48,20 +48,25 @@ for mode in ("off", "on", "pinned", "nodes"):
     # which a verbs run in the guest may find beside its own).
     if mode in ("on", "pinned", "nodes") and pre == "host-qos":
         where = {"on": "unpinned, lane open", "pinned": "on CPU 0", "nodes": "node by node"}[mode]
-        idle, mixed = {"on": ("idlerelay", "mixedrdmaxiorelay")}.get(
-            mode, ("idle%srelay" % mode, "mixed%srelay" % mode))
-        r50, r99 = vals("raw", idle, "p50"), vals("raw", idle, "p99")
-        m50, m99 = vals("raw", mixed, "p50"), vals("raw", mixed, "p99")
-        if not m99:
-            continue
-        print("  relayed ping-pong %s, idle  p50 %s   p99 %s" % (where, fmt(r50, "us"), fmt(r99, "us")))
-        print("  relayed ping-pong %s, + bulk p50 %s   p99 %s" % (where, fmt(m50, "us"), fmt(m99, "us")))
-        if r99 and m99:
-            print("  its p99 under load / idle p99 = %.2f (the same layout without rdmax's code)"
-                  % (statistics.median(m99) / statistics.median(r99)))
-        if mix99:
-            print("  rdmax's p99 under load / the relayed ping-pong's = %.2f"
-                  % (statistics.median(mix99) / statistics.median(m99)))
+        refs = [("relayed ping-pong", "relay")]
+        if mode == "on":
+            # The same relay waiting in epoll_wait(), as an event loop waits.
+            refs.append(("relayed ping-pong in epoll_wait()", "relayep"))
+        for name, tag in refs:
+            idle, mixed = {"on": ("idle" + tag, "mixedrdmaxio" + tag)}.get(
+                mode, ("idle%s%s" % (mode, tag), "mixed%s%s" % (mode, tag)))
+            r50, r99 = vals("raw", idle, "p50"), vals("raw", idle, "p99")
+            m50, m99 = vals("raw", mixed, "p50"), vals("raw", mixed, "p99")
+            if not m99:
+                continue
+            print("  %s %s, idle  p50 %s   p99 %s" % (name, where, fmt(r50, "us"), fmt(r99, "us")))
+            print("  %s %s, + bulk p50 %s   p99 %s" % (name, where, fmt(m50, "us"), fmt(m99, "us")))
+            if r99:
+                print("  its p99 under load / idle p99 = %.2f (the same layout without rdmax's code)"
+                      % (statistics.median(m99) / statistics.median(r99)))
+            if mix99:
+                print("  rdmax's p99 under load / the %s's = %.2f"
+                      % (name, statistics.median(mix99) / statistics.median(m99)))
 # The machine's floor: the same ratios for a raw TCP ping-pong under a raw stream
 # (over verbs: the perftest ping-pongs under ib_write_bw).
 def ratio(num, den):
@@ -121,23 +126,28 @@ if pre != "host-qos":
 print("raw reference (tcp-stream): 64K ping-pong; load: a raw 8M stream between two other "
       "processes, or rdmax's 8M bulk writes (rdmax: before any latency job, the copies on "
       "the daemons' loops; rdmax-io: the latency lane open, the copies on the I/O threads, "
-      "as rdmax's latency writes meet the load)")
+      "as rdmax's latency writes meet the load); relayed: through a relay process, four "
+      "hand-offs per round trip; relayed (epoll): its relay and receiver waiting in "
+      "epoll_wait(), as an event loop such as rdmaxd's waits")
 LOADS = {"block": "blocking", "spin": "spinning", "rdmax": "rdmax", "rdmaxio": "rdmax-io"}
 # rdmax: the bulk load before any latency job, its copies on the daemons' loops;
 # rdmax-io: the same load once the latency lane is open, its copies on the I/O threads,
 # as rdmax's latency writes meet it.
 raw = {}
-for lat, tag in (("blocking", ""), ("spinning", "spin"), ("relayed", "relay")):
+for lat, tag in (("blocking", ""), ("spinning", "spin"), ("relayed", "relay"),
+                 ("relayed (epoll)", "relayep")):
     idle50, idle99 = vals("raw", "idle" + tag, "p50"), vals("raw", "idle" + tag, "p99")
     print("  %-8s ping-pong idle              p50 %s   p99 %s" %
           (lat, fmt(idle50, "us"), fmt(idle99, "us")))
     for load in ("block", "spin", "rdmax", "rdmaxio"):
         m50 = vals("raw", "mixed" + load + tag, "p50")
         m99 = vals("raw", "mixed" + load + tag, "p99")
-        if tag == "relay" and load in ("block", "spin"):
-            continue  # the relayed ping-pong runs under the rdmax load only
-        if tag != "relay" and load == "rdmaxio":
-            continue  # and it alone once the lane is open
+        if tag.startswith("relay") and load in ("block", "spin"):
+            continue  # the relayed ping-pongs run under the rdmax load only
+        if tag == "relayep" and load == "rdmax":
+            continue  # the one waiting in epoll only once the lane is open
+        if not tag.startswith("relay") and load == "rdmaxio":
+            continue  # and they alone once the lane is open
         print("  %-8s ping-pong + %-8s %s p50 %s   p99 %s" %
               (lat, LOADS[load], "bulk  " if load.startswith("rdmax") else "stream", fmt(m50, "us"),
                fmt(m99, "us")))
@@ -157,5 +167,6 @@ if on[1] is not None:
         if r99 is None:
             continue
         print("  raw %-8s ping-pong, %-8s load: p50 %.1fx, p99 %.1fx; rdmax / raw: "
-              "p50 %.2f, p99 %.2f" % ({"": "blocking", "spin": "spinning", "relay": "relayed"}[tag], LOADS[load], r50,
+              "p50 %.2f, p99 %.2f" % ({"": "blocking", "spin": "spinning", "relay": "relayed",
+                                       "relayep": "relayed (epoll)"}[tag], LOADS[load], r50,
                                        r99, on[0] / r50, on[1] / r99))

@@ -224,7 +224,8 @@ grep -q '^kv_tcp 16 KiB blocks, .* all 0.450; iperf3.s two ends 0.23, 0.51 of th
 grep -q 'tcp@1MiB = share 0.85 x cost 1.05;.* each pair, share x cost: 0.80 x 1.00, 0.90 x 1.11$' \
 	"$dir/report.txt" || fail "sender line: $(grep sender "$dir/report.txt")"
 # qos_summary.py: each layout's rdmax p99 under load against the relayed raw ping-pong's
-# beside the same load (the lane open), and a verbs summary that leaves that TCP round trip
+# beside the same load (the lane open; unpinned, also against the same relay waiting in
+# epoll_wait()), and a verbs summary that leaves that TCP round trip
 # out, though its files lie beside the verbs part's own (the guest writes where the host does).
 q=$dir/qos
 mkdir -p "$q"
@@ -241,6 +242,8 @@ done
 qos_run "$q/host-qos-raw-idlerelay-r1.json" 55 80
 qos_run "$q/host-qos-raw-mixedrdmaxrelay-r1.json" 50 90
 qos_run "$q/host-qos-raw-mixedrdmaxiorelay-r1.json" 50 400
+qos_run "$q/host-qos-raw-idlerelayep-r1.json" 55 100
+qos_run "$q/host-qos-raw-mixedrdmaxiorelayep-r1.json" 52 625
 "${PYTHON:-python3}" tests/bench/qos_summary.py "$q" 1 0 0 0 host-qos TCP >"$dir/qos-tcp.txt" ||
 	fail "qos_summary.py failed over TCP"
 for line in 'p99 under load / idle p99 = 5.00 (target <= 2)   bulk with / without latency = 0.80' \
@@ -248,7 +251,11 @@ for line in 'p99 under load / idle p99 = 5.00 (target <= 2)   bulk with / withou
 	'its p99 under load / idle p99 = 5.00 (the same layout' \
 	"rdmax's p99 under load / the relayed ping-pong's = 1.25" \
 	'relayed  ping-pong + rdmax    bulk   p50 50.0 us (50.0)   p99 90.0 us (90.0)' \
-	'raw relayed  ping-pong, rdmax-io load: p50 0.9x, p99 5.0x; rdmax / raw: p50 1.32, p99 1.00'; do
+	'raw relayed  ping-pong, rdmax-io load: p50 0.9x, p99 5.0x; rdmax / raw: p50 1.32, p99 1.00' \
+	'relayed ping-pong in epoll_wait() unpinned, lane open, + bulk p50 52.0 us (52.0)   p99 625.0 us (625.0)' \
+	'its p99 under load / idle p99 = 6.25 (the same layout' \
+	"rdmax's p99 under load / the relayed ping-pong in epoll_wait()'s = 0.80" \
+	'raw relayed (epoll) ping-pong, rdmax-io load: p50 0.9x, p99 6.2x; rdmax / raw: p50 1.27, p99 0.80'; do
 	grep -qF "$line" "$dir/qos-tcp.txt" || fail "qos summary over TCP lacks: $line"
 done
 "${PYTHON:-python3}" tests/bench/qos_summary.py "$q" 1 0 0 0 guest-qos-verbs verbs >"$dir/qos-verbs.txt" ||
