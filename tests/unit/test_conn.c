@@ -8,12 +8,15 @@
  *    answer completing them in either order with the send completion, answers
  *    from the wrong link or for unknown ids ignored, and messages waiting for
  *    an answer failed exactly once by a disconnect or the peer watchdog.
+ *  - case "random interleavings": seeded runs of a modelled posting thread
+ *    and QPs under conn.c, interleaved with failures of every kind.
  * The send-queue planner has its own suite in test_sq_plan.c.
  * Every xfer's done callback is counted: each must run exactly once, and
  * never from inside conn_submit().
  */
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +58,14 @@ struct fake {
 
 static struct fake g_fake;
 
+/* The random-interleaving model (conn_model_exactly_once) sees the link ops when set. */
+struct model;
+static struct model *g_model;
+static bool model_post(struct conn_link *link, const struct wr_desc *wrs, size_t n);
+static void model_settle(struct conn_link *link);
+static void model_disconnect(struct conn_link *link);
+static void model_destroy(struct conn_link *link);
+
 static int f_link_start(void *ctx, struct conn_link *link, char *why, size_t why_size)
 {
 	g_fake.starts++;
@@ -87,6 +98,9 @@ static int f_link_connect(void *ctx, struct conn_link *link, const uint8_t *pd, 
 static void f_link_disconnect(void *ctx, struct conn_link *link)
 {
 	g_fake.disconnects++;
+	if (g_model) {
+		model_disconnect(link);
+	}
 }
 
 static int f_link_post(void *ctx, struct conn_link *link, const struct wr_desc *wrs, size_t n,
@@ -97,6 +111,13 @@ static int f_link_post(void *ctx, struct conn_link *link, const struct wr_desc *
 	if (g_fake.fail_post) {
 		snprintf(why, why_size, "fake post failure");
 		return g_fake.fail_post;
+	}
+	if (g_model) {
+		if (!model_post(link, wrs, n)) {
+			snprintf(why, why_size, "no queue pair");
+			return -EINVAL;
+		}
+		return 0;
 	}
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_uint_lt(g_fake.n_posted, MAX_POSTED);
@@ -111,11 +132,17 @@ static int f_link_post(void *ctx, struct conn_link *link, const struct wr_desc *
 static void f_link_settle(void *ctx, struct conn_link *link)
 {
 	g_fake.settles++;
+	if (g_model) {
+		model_settle(link);
+	}
 }
 
 static void f_link_destroy(void *ctx, struct conn_link *link)
 {
 	g_fake.destroys++;
+	if (g_model) {
+		model_destroy(link);
+	}
 	link->priv = NULL;
 }
 
@@ -1989,6 +2016,295 @@ START_TEST(conn_latency_lane)
 }
 END_TEST
 
+/* ------------------------------------------------- random interleavings */
+
+/*
+ * A model of what lies under conn.c in the daemon: a posting thread (one
+ * FIFO of post lists, a QP's lists after its first failure dropped unless a
+ * drain marker, each QP's failure reported later, settle withdrawing a QP's
+ * lists and its report), and per QP a send queue that completes in order:
+ * signaled WRs complete, every WR flushes once the QP is in error, nothing
+ * completes once it is destroyed. Random steps interleave all of it with
+ * port failures, rdma_cm events, fatal completions, timers and new xfers.
+ */
+#define MODEL_LISTS 512
+#define MODEL_WRS   1024
+#define MODEL_XFERS 48
+#define MODEL_SEEDS 1000
+
+struct model_list {
+	struct conn_link *link;
+	bool marker;
+	size_t n;
+	struct wr_desc wrs[16];
+};
+
+struct model_qp {
+	struct conn_link *link;
+	bool error, destroyed, failed, report, report_marker;
+	size_t head, n;
+	struct wr_desc wrs[MODEL_WRS];
+};
+
+struct model {
+	uint64_t rng;
+	bool thread; /* post lists go through the thread (else straight to the QP) */
+	size_t n_lists;
+	struct model_list lists[MODEL_LISTS];
+	size_t n_qps;
+	struct model_qp qps[8];
+};
+
+static uint32_t model_rand(struct model *m, uint32_t n)
+{
+	m->rng = m->rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (uint32_t)((m->rng >> 33) % n);
+}
+
+static struct model_qp *model_qp(struct conn_link *link)
+{
+	for (size_t i = 0; i < g_model->n_qps; i++) {
+		if (g_model->qps[i].link == link) {
+			return &g_model->qps[i];
+		}
+	}
+	ck_assert_uint_lt(g_model->n_qps, ARRAY_SIZE(g_model->qps));
+	struct model_qp *q = &g_model->qps[g_model->n_qps++];
+	memset(q, 0, sizeof(*q));
+	q->link = link;
+	return q;
+}
+
+static void qp_push(struct model_qp *q, const struct wr_desc *wrs, size_t n)
+{
+	ck_assert_msg(!q->destroyed, "a WR posted to a destroyed QP");
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_uint_lt(q->head + q->n, MODEL_WRS);
+		q->wrs[q->head + q->n++] = wrs[i];
+	}
+}
+
+static bool model_post(struct conn_link *link, const struct wr_desc *wrs, size_t n)
+{
+	struct model_qp *q = model_qp(link);
+	bool marker = n == 1 && wrs[0].kind == WR_MARKER;
+
+	if (q->destroyed) {
+		return false;
+	}
+	if (!g_model->thread) {
+		qp_push(q, wrs, n);
+		return true;
+	}
+	ck_assert_uint_lt(g_model->n_lists, MODEL_LISTS);
+	ck_assert_uint_le(n, ARRAY_SIZE(g_model->lists[0].wrs));
+	struct model_list *l = &g_model->lists[g_model->n_lists++];
+	l->link = link;
+	l->marker = marker;
+	l->n = n;
+	memcpy(l->wrs, wrs, n * sizeof(*wrs));
+	return true;
+}
+
+static void model_settle(struct conn_link *link)
+{
+	struct model_qp *q = model_qp(link);
+	size_t k = 0;
+
+	for (size_t i = 0; i < g_model->n_lists; i++) {
+		if (g_model->lists[i].link != link) {
+			g_model->lists[k++] = g_model->lists[i];
+		}
+	}
+	g_model->n_lists = k;
+	q->report = q->report_marker = false;
+}
+
+static void model_disconnect(struct conn_link *link)
+{
+	model_qp(link)->error = true;
+}
+
+static void model_destroy(struct conn_link *link)
+{
+	struct model_qp *q = model_qp(link);
+
+	model_settle(link);
+	q->destroyed = q->error = true;
+	q->n = 0;
+}
+
+/* The thread takes its next list: posts it, drops it, or its post fails. */
+static void model_thread_step(struct model *m, bool may_fail)
+{
+	if (m->n_lists == 0) {
+		return;
+	}
+	struct model_list l = m->lists[0];
+	memmove(m->lists, m->lists + 1, (m->n_lists - 1) * sizeof(m->lists[0]));
+	m->n_lists--;
+	struct model_qp *q = model_qp(l.link);
+	if (q->failed && !l.marker) {
+		return;
+	}
+	if (may_fail && model_rand(m, 8) == 0) {
+		q->failed = true;
+		q->report = true;
+		q->report_marker |= l.marker;
+		return;
+	}
+	qp_push(q, l.wrs, l.n);
+}
+
+/* The loop reads a QP's failure report (the marker's when both failed). */
+static void model_report(struct model *m, struct model_qp *q)
+{
+	if (!q->report) {
+		return;
+	}
+	bool marker = q->report_marker;
+	q->report = q->report_marker = false;
+	conn_link_post_failed(q->link, marker, "model post failure");
+}
+
+/* The QP's next WR completes: a signaled one, or any once the QP is in error. */
+static void model_qp_step(struct model_qp *q, uint64_t now)
+{
+	if (q->n == 0 || q->destroyed) {
+		return;
+	}
+	struct wr_desc wr = q->wrs[q->head++];
+	q->n--;
+	if (q->error) {
+		conn_link_wc(q->link, wr.seq, IBV_WC_WR_FLUSH_ERR, 0, now);
+	} else if (wr.signaled) {
+		conn_link_wc(q->link, wr.seq, IBV_WC_SUCCESS, 0, now);
+	}
+}
+
+static void model_check_once(const struct txfer *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_msg(x[i].calls <= 1, "xfer %zu done %d times", i, x[i].calls);
+	}
+}
+
+START_TEST(conn_model_exactly_once)
+{
+	static struct model m;
+	static struct txfer x[MODEL_XFERS];
+
+	for (uint64_t seed = 1; seed <= MODEL_SEEDS; seed++) {
+		struct conn_table t;
+		struct conn_policy p = test_policy();
+		size_t n_x = 0;
+		uint64_t now = 1;
+
+		memset(&m, 0, sizeof(m));
+		m.rng = seed;
+		m.thread = seed % 4 != 0;
+		g_model = &m;
+		table_setup(&t, &p, NULL);
+		for (; n_x < 8; n_x++) {
+			unit_txfer_init(&x[n_x], XFER_WRITE, 4096, PEER_INSTANCE);
+			ck_assert_int_eq(conn_submit(&t, &x[n_x].x, now), 0);
+		}
+		struct conn *conn = the_conn(&t);
+		connect_all(conn, NULL, PEER_INSTANCE, now);
+		for (int step = 0; step < 200; step++) {
+			now += model_rand(&m, 50);
+			uint32_t l = model_rand(&m, conn->n_links);
+			struct model_qp *q = model_qp(&conn->links[l]);
+			switch (model_rand(&m, 12)) {
+			case 0:
+			case 1:
+				model_thread_step(&m, true);
+				break;
+			case 2:
+				model_report(&m, q);
+				break;
+			case 3:
+			case 4:
+				model_qp_step(q, now);
+				break;
+			case 5:
+				if (model_rand(&m, 4) == 0 && conn->state != CONN_CLOSED) {
+					/* The device's port went down (verbs_completions.c). */
+					conn_close(conn, RDMAX_E_TRANSPORT_ERROR,
+						   "model port down");
+				}
+				break;
+			case 6:
+				if (model_rand(&m, 4) == 0 && conn->state != CONN_CLOSED) {
+					static const enum conn_event evs[] = {
+						CONN_EV_DISCONNECTED, CONN_EV_DEVICE_REMOVAL,
+						CONN_EV_QP_ERROR, CONN_EV_ADDR_CHANGE};
+					q->error = true;
+					conn_link_event(&conn->links[l], evs[model_rand(&m, 4)],
+							NULL, now);
+				}
+				break;
+			case 7:
+				if (model_rand(&m, 4) == 0 && q->n > 0 && !q->error) {
+					/* A WR fails on its own: the QP goes to error behind it. */
+					struct wr_desc wr = q->wrs[q->head++];
+					q->n--;
+					q->error = true;
+					conn_link_wc(q->link, wr.seq, IBV_WC_RETRY_EXC_ERR, 0, now);
+				}
+				break;
+			case 8:
+				if (g_fake.timer_on && conn->state != CONN_CLOSED) {
+					now += g_fake.timer_ms;
+					conn_timer_fired(conn, now);
+				}
+				break;
+			case 9:
+				if (n_x < MODEL_XFERS && conn->state == CONN_ESTABLISHED) {
+					unit_txfer_init(&x[n_x], XFER_WRITE,
+							(model_rand(&m, 3) + 1) << 20,
+							PEER_INSTANCE);
+					ck_assert_int_eq(conn_submit(&t, &x[n_x].x, now), 0);
+					n_x++;
+				}
+				break;
+			default:
+				conn_table_work(&t, now);
+				break;
+			}
+			model_check_once(x, n_x);
+		}
+		/* Then whatever is left runs out: no failure may strand an xfer. */
+		for (int round = 0; round < 10000; round++) {
+			bool busy = m.n_lists > 0;
+			model_thread_step(&m, false);
+			for (size_t i = 0; i < m.n_qps; i++) {
+				busy |= m.qps[i].report || (m.qps[i].n > 0 && !m.qps[i].destroyed);
+				model_report(&m, &m.qps[i]);
+				model_qp_step(&m.qps[i], now);
+			}
+			if (!busy && g_fake.timer_on && conn->state != CONN_CLOSED) {
+				now += g_fake.timer_ms;
+				conn_timer_fired(conn, now);
+				busy = true;
+			}
+			conn_table_work(&t, now);
+			if (!busy) {
+				break;
+			}
+		}
+		model_check_once(x, n_x);
+		for (size_t i = 0; i < n_x; i++) {
+			ck_assert_msg(x[i].calls == 1,
+				      "seed %" PRIu64 ": xfer %zu of %zu never done (conn %s)",
+				      seed, i, n_x, conn_state_name(conn->state));
+		}
+		g_model = NULL;
+		table_teardown(&t);
+	}
+}
+END_TEST
+
 Suite *conn_suite(void)
 {
 	Suite *s = suite_create("conn");
@@ -2015,6 +2331,10 @@ Suite *conn_suite(void)
 	tcase_add_test(tc, conn_latency_lane);
 	tcase_add_test(tc, conn_post_failure_and_lists);
 	tcase_add_test(tc, conn_post_failure_reported_later);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("random interleavings");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, conn_model_exactly_once);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("private data and errors");
 	tcase_set_timeout(tc, 10);
