@@ -20,6 +20,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "log.h"
 #include "post_thread.h"
 
 Suite *post_thread_suite(void);
@@ -403,6 +404,47 @@ START_TEST(post_thread_settle_forgets_the_failure)
 }
 END_TEST
 
+/*
+ * A settle whose post call does not return within the threshold is counted
+ * (and logged), and still waits for it: the loop never returns from a settle
+ * while the post is in progress.
+ */
+START_TEST(post_thread_settle_counts_a_long_wait)
+{
+	struct fixture f;
+	struct ibv_send_wr wrs[1];
+	struct ibv_sge sges[1];
+	struct settler s = {0};
+	pthread_t settle_thread;
+
+	setup(&f);
+	int level = log_get_level();
+	log_set_level(LOG_ERR); /* the two warnings are expected */
+	post_thread_set_settle_warn_ms(f.pt, 20);
+	g.block_wr_id[0] = 1;
+	make_list(wrs, sges, 1, 1);
+	ck_assert_int_eq(post_thread_submit(f.pt, &f.a, wrs, false), 0);
+	wait_flag(&g.blocked[0]);
+	s.q = &f.a;
+	ck_assert_int_eq(pthread_create(&settle_thread, NULL, settle_main, &s), 0);
+	while (post_thread_slow_settles(f.pt) == 0) {
+		sched_yield();
+	}
+	pthread_mutex_lock(&g.lock);
+	ck_assert(!s.returned);
+	pthread_mutex_unlock(&g.lock);
+	set_flag(&g.released[0]);
+	ck_assert_int_eq(pthread_join(settle_thread, NULL), 0);
+	ck_assert(s.in_progress_returned);
+	ck_assert_uint_eq(post_thread_slow_settles(f.pt), 1);
+	/* A settle with nothing in progress waits for nothing. */
+	ck_assert_uint_eq(post_qp_settle(&f.a), 0);
+	ck_assert_uint_eq(post_thread_slow_settles(f.pt), 1);
+	log_set_level(level);
+	teardown(&f);
+}
+END_TEST
+
 Suite *post_thread_suite(void)
 {
 	Suite *s = suite_create("post_thread");
@@ -412,6 +454,7 @@ Suite *post_thread_suite(void)
 	tcase_add_test(tc, post_thread_failure_drops_all_but_the_marker);
 	tcase_add_test(tc, post_thread_settle_withdraws_and_waits);
 	tcase_add_test(tc, post_thread_settle_forgets_the_failure);
+	tcase_add_test(tc, post_thread_settle_counts_a_long_wait);
 	suite_add_tcase(s, tc);
 	return s;
 }

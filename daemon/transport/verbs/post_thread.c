@@ -5,9 +5,11 @@
  * over, whatever their QP, as the loop posted them before.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu_affinity.h"
 #include "log.h"
@@ -35,6 +37,8 @@ struct post_thread {
 	struct list_node reports; /* struct post_qp with a failure to report */
 	struct post_qp *current;  /* whose list is being posted; NULL when none */
 	bool stop;
+	uint32_t settle_warn_ms; /* a settle waiting longer says so in the log */
+	uint64_t slow_settles;   /* settles that waited longer than that */
 };
 
 /* Copy a post list into one allocation, its next and sg_list pointers into the copy. */
@@ -167,11 +171,17 @@ int post_thread_create(uv_loop_t *loop, post_thread_post_fn post, post_thread_fa
 	pt->post = post;
 	pt->failed = failed;
 	pt->arg = arg;
+	pt->settle_warn_ms = POST_THREAD_SETTLE_WARN_MS;
 	list_init(&pt->queue);
 	list_init(&pt->reports);
 	pthread_mutex_init(&pt->lock, NULL);
 	pthread_cond_init(&pt->work, NULL);
-	pthread_cond_init(&pt->done, NULL);
+	/* A settle's wait is timed on the monotonic clock (settle_wait()). */
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&pt->done, &attr);
+	pthread_condattr_destroy(&attr);
 	err = uv_async_init(loop, &pt->async, on_async);
 	if (err < 0) {
 		pthread_cond_destroy(&pt->done);
@@ -237,6 +247,58 @@ bool post_qp_busy(struct post_qp *q)
 	return busy;
 }
 
+/*
+ * Wait, under pt->lock, until the thread's post call for q returns. On a
+ * software device that call does the QP's protocol work and may take long
+ * (post_thread.h); the loop waits in the meantime, so a wait longer than
+ * settle_warn_ms is logged, and its end too.
+ */
+static void settle_wait(struct post_thread *pt, struct post_qp *q)
+{
+	uint64_t start = now_ms();
+	bool warned = false;
+
+	while (pt->current == q) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += pt->settle_warn_ms / 1000;
+		ts.tv_nsec += (long)(pt->settle_warn_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		if (pthread_cond_timedwait(&pt->done, &pt->lock, &ts) == ETIMEDOUT &&
+		    pt->current == q && !warned) {
+			warned = true;
+			pt->slow_settles++;
+			log_warn("verbs posting thread: a post call on a queue pair being closed "
+				 "has "
+				 "not returned after %" PRIu64 " ms; the event loop waits for it, "
+				 "since WRs of failed jobs must not reach the device afterwards",
+				 now_ms() - start);
+		}
+	}
+	if (warned) {
+		log_warn("verbs posting thread: that post call returned after %" PRIu64 " ms",
+			 now_ms() - start);
+	}
+}
+
+void post_thread_set_settle_warn_ms(struct post_thread *pt, uint32_t ms)
+{
+	pthread_mutex_lock(&pt->lock);
+	pt->settle_warn_ms = MAX(ms, 1u);
+	pthread_mutex_unlock(&pt->lock);
+}
+
+uint64_t post_thread_slow_settles(struct post_thread *pt)
+{
+	pthread_mutex_lock(&pt->lock);
+	uint64_t n = pt->slow_settles;
+	pthread_mutex_unlock(&pt->lock);
+	return n;
+}
+
 uint32_t post_qp_settle(struct post_qp *q)
 {
 	struct post_thread *pt = q->pt;
@@ -257,9 +319,7 @@ uint32_t post_qp_settle(struct post_qp *q)
 			withdrawn++;
 		}
 	}
-	while (pt->current == q) {
-		pthread_cond_wait(&pt->done, &pt->lock);
-	}
+	settle_wait(pt, q);
 	if (q->reporting) {
 		list_del(&q->report_node);
 		q->reporting = false;

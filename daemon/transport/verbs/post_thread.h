@@ -85,4 +85,13 @@ bool post_qp_busy(struct post_qp *q);
  */
 uint32_t post_qp_settle(struct post_qp *q);
 
+/* A settle that waits longer than this for the post call logs it (and its end). */
+#define POST_THREAD_SETTLE_WARN_MS 1000
+
+/* Set that threshold (tests); at least 1 ms. */
+void post_thread_set_settle_warn_ms(struct post_thread *pt, uint32_t ms);
+
+/* How many settles waited longer than the threshold. */
+uint64_t post_thread_slow_settles(struct post_thread *pt);
+
 #endif /* RDMAXD_POST_THREAD_H */
