@@ -364,7 +364,6 @@ static uint64_t rail_writes(struct rdmax_client *c, struct rdmax_region *src,
 		      "%zu of %zu writes completed (the link went down %" PRIu64
 		      " ms after the first completion)",
 		      got, count, down_ms);
-
 	for (size_t i = 0; i < count; i++) {
 		ck_assert_msg(ev[i].status == 0, "job %" PRIu64 " failed: %s (%s)", ev[i].job_id,
 			      rdmax_err_name(ev[i].status), ev[i].reason);

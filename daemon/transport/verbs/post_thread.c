@@ -255,6 +255,9 @@ bool post_qp_busy(struct post_qp *q)
  */
 static void settle_wait(struct post_thread *pt, struct post_qp *q)
 {
+	if (pt->current != q) {
+		return;
+	}
 	uint64_t start = now_ms();
 	bool warned = false;
 
@@ -271,11 +274,11 @@ static void settle_wait(struct post_thread *pt, struct post_qp *q)
 		    pt->current == q && !warned) {
 			warned = true;
 			pt->slow_settles++;
-			log_warn("verbs posting thread: a post call on a queue pair being closed "
-				 "has "
-				 "not returned after %" PRIu64 " ms; the event loop waits for it, "
-				 "since WRs of failed jobs must not reach the device afterwards",
-				 now_ms() - start);
+			log_warn(
+				"verbs posting thread: a post call on a queue pair being closed "
+				"has not returned after %" PRIu64 " ms; the event loop waits for "
+				"it, since WRs of failed jobs must not reach the device afterwards",
+				now_ms() - start);
 		}
 	}
 	if (warned) {
