@@ -33,6 +33,7 @@
 	X(ipc)                                                                                     \
 	X(qos)                                                                                     \
 	X(spin_yield)                                                                              \
+	X(loop_wake)                                                                               \
 	X(cpu_affinity)
 
 #define DECLARE(name) extern Suite *name##_suite(void) __attribute__((weak));

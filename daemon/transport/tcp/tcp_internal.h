@@ -19,6 +19,7 @@
 #include "auth.h"
 #include "listen_backoff.h"
 #include "log.h"
+#include "loop_wake.h"
 #include "rdmax.h"
 #include "rdmaxd.h"
 #include "transport.h"
@@ -178,10 +179,10 @@ struct tcp_offload {
 	pthread_cond_t work;     /* an op was queued, or stop */
 	pthread_cond_t finished; /* an op is done */
 	struct list_node queue;  /* ops waiting for a thread */
-	struct list_node done;   /* ops done, for the loop's async callback */
+	struct list_node done;   /* ops done, for the loop's wake-up callback */
 	bool stop;
-	uv_async_t async;
-	bool async_open;
+	struct loop_wake wake; /* the threads' results are in done */
+	bool wake_open;
 };
 
 struct tcp_conn {
@@ -292,7 +293,7 @@ struct tcp_conn {
 	/* copies on the I/O threads (tcp_offload.c), one per direction */
 	struct tcp_offload_op tx_op;
 	struct tcp_offload_op rx_op;
-	bool offload_kick; /* an op came back: serve the connection from the async callback */
+	bool offload_kick; /* an op came back: serve the connection from the wake-up callback */
 	bool lane_counted; /* a ready latency-class connection, counted in tt->n_latency_lanes */
 };
 

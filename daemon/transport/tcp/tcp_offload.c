@@ -174,7 +174,10 @@ static void *io_thread(void *arg)
 		atomic_store_explicit(&op->running, 0, memory_order_release);
 		list_add_tail(&pool->done, &op->link);
 		pthread_cond_broadcast(&pool->finished);
-		uv_async_send(&pool->async);
+		/* Not under the lock: the loop this wakes takes it first thing. */
+		pthread_mutex_unlock(&pool->lock);
+		loop_wake_send(&pool->wake);
+		pthread_mutex_lock(&pool->lock);
 	}
 	pthread_mutex_unlock(&pool->lock);
 	cpu_affinity_worker_exit();
@@ -267,9 +270,9 @@ static void kick_conns(struct tcp_transport *tt)
 	}
 }
 
-static void on_async(uv_async_t *async)
+static void on_wake(struct loop_wake *wake)
 {
-	struct tcp_transport *tt = async->data;
+	struct tcp_transport *tt = wake->poll.data;
 	struct tcp_offload *pool = &tt->offload;
 	struct list_node done;
 
@@ -302,12 +305,12 @@ int tcp_offload_start(struct tcp_transport *tt, uint32_t n_threads)
 	pthread_mutex_init(&pool->lock, NULL);
 	pthread_cond_init(&pool->work, NULL);
 	pthread_cond_init(&pool->finished, NULL);
-	int err = uv_async_init(tt->daemon->loop, &pool->async, on_async);
+	int err = loop_wake_init(tt->daemon->loop, &pool->wake, on_wake);
 	if (err < 0) {
 		goto out_free;
 	}
-	pool->async.data = tt;
-	pool->async_open = true;
+	pool->wake.poll.data = tt;
+	pool->wake_open = true;
 	for (; pool->n_threads < n_threads; pool->n_threads++) {
 		err = -pthread_create(&pool->threads[pool->n_threads], NULL, io_thread, pool);
 		if (err < 0) {
@@ -326,7 +329,7 @@ out_free:
 	return err;
 }
 
-/* Connections are gone (their ops reaped): join the threads; the async handle closes with cb. */
+/* Connections are gone (their ops reaped): join the threads; the wake-up handle closes with cb. */
 void tcp_offload_stop(struct tcp_transport *tt, uv_close_cb cb)
 {
 	struct tcp_offload *pool = &tt->offload;
@@ -341,9 +344,9 @@ void tcp_offload_stop(struct tcp_transport *tt, uv_close_cb cb)
 	for (uint32_t i = 0; i < pool->n_threads; i++) {
 		pthread_join(pool->threads[i], NULL);
 	}
-	if (pool->async_open) {
-		uv_close((uv_handle_t *)&pool->async, cb);
-		pool->async_open = false;
+	if (pool->wake_open) {
+		loop_wake_close(&pool->wake, cb);
+		pool->wake_open = false;
 	}
 	pthread_cond_destroy(&pool->finished);
 	pthread_cond_destroy(&pool->work);
@@ -404,7 +407,7 @@ void tcp_offload_submit(struct tcp_offload_op *op)
 /*
  * Take an op back on the loop now: a queued one is unqueued, a running one
  * is asked to stop and waited for (one system call at most). Its bytes are
- * credited, its connection kicked from the next async callback.
+ * credited, its connection kicked from the next wake-up callback.
  */
 void tcp_offload_reap(struct tcp_offload_op *op)
 {
@@ -423,7 +426,7 @@ void tcp_offload_reap(struct tcp_offload_op *op)
 	op->state = OP_IDLE;
 	pthread_mutex_unlock(&pool->lock);
 	op_apply(op);
-	uv_async_send(&pool->async);
+	loop_wake_send(&pool->wake);
 }
 
 /* Whether the request frame at the head of the send queue is request_id's. */

@@ -649,7 +649,7 @@ int transport_tcp_create(struct rdmaxd *daemon, struct transport **ret_transport
 	tcp_flush_init(tt);
 	tt->handles = 4;
 	err = tcp_offload_start(tt, daemon->cfg.tcp_io_threads);
-	tt->handles += tt->offload.async_open;
+	tt->handles += tt->offload.wake_open;
 	if (err < 0) {
 		/* Start-up fails; the handles close with the loop, the transport is not freed. */
 		log_err("cannot start the TCP I/O threads: %s", strerror(-err));

@@ -13,6 +13,7 @@
 
 #include "cpu_affinity.h"
 #include "log.h"
+#include "loop_wake.h"
 #include "post_thread.h"
 
 /* One post list as handed over: its WRs, then their SGEs. */
@@ -24,7 +25,7 @@ struct post_list {
 };
 
 struct post_thread {
-	uv_async_t async;
+	struct loop_wake wake; /* a failure to report */
 	post_thread_post_fn post;
 	post_thread_failed_fn failed;
 	void *arg;
@@ -111,9 +112,14 @@ static void *post_main(void *arg)
 				q->reporting = true;
 				list_add_tail(&pt->reports, &q->report_node);
 			}
-			uv_async_send(&pt->async);
 		}
 		pthread_cond_broadcast(&pt->done);
+		if (err < 0) {
+			/* Not under the lock: the loop this wakes takes it first thing. */
+			pthread_mutex_unlock(&pt->lock);
+			loop_wake_send(&pt->wake);
+			pthread_mutex_lock(&pt->lock);
+		}
 	}
 	pthread_mutex_unlock(&pt->lock);
 	cpu_affinity_worker_exit();
@@ -121,9 +127,9 @@ static void *post_main(void *arg)
 }
 
 /* On the loop: each QP's failure once; the marker's, when both, as it ends the drain. */
-static void on_async(uv_async_t *async)
+static void on_wake(struct loop_wake *wake)
 {
-	struct post_thread *pt = async->data;
+	struct post_thread *pt = wake->poll.data;
 
 	for (;;) {
 		pthread_mutex_lock(&pt->lock);
@@ -182,7 +188,7 @@ int post_thread_create(uv_loop_t *loop, post_thread_post_fn post, post_thread_fa
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&pt->done, &attr);
 	pthread_condattr_destroy(&attr);
-	err = uv_async_init(loop, &pt->async, on_async);
+	err = loop_wake_init(loop, &pt->wake, on_wake);
 	if (err < 0) {
 		pthread_cond_destroy(&pt->done);
 		pthread_cond_destroy(&pt->work);
@@ -190,11 +196,11 @@ int post_thread_create(uv_loop_t *loop, post_thread_post_fn post, post_thread_fa
 		free(pt);
 		return err;
 	}
-	pt->async.data = pt;
+	pt->wake.poll.data = pt;
 	err = -pthread_create(&pt->thread, NULL, post_main, pt);
 	if (err < 0) {
 		/* The handle goes with the loop's next turn, and pt with it (on_closed). */
-		uv_close((uv_handle_t *)&pt->async, on_closed);
+		loop_wake_close(&pt->wake, on_closed);
 		return err;
 	}
 	*ret_pt = pt;
@@ -209,7 +215,7 @@ void post_thread_stop(struct post_thread *pt, void (*closed)(void *arg))
 	pthread_mutex_unlock(&pt->lock);
 	pthread_join(pt->thread, NULL);
 	pt->closed = closed;
-	uv_close((uv_handle_t *)&pt->async, on_closed);
+	loop_wake_close(&pt->wake, on_closed);
 }
 
 int post_thread_submit(struct post_thread *pt, struct post_qp *q, const struct ibv_send_wr *wrs,

@@ -13,7 +13,7 @@
  * The thread only posts. Each post list is copied when it is handed over
  * (the transport's scratch WRs are reused by the next post), posted in the
  * order handed over, and its failure comes back to the loop through a
- * uv_async: the owner's failed() callback runs there. After a QP's first
+ * wake-up (loop_wake.h): the owner's failed() callback runs there. After a QP's first
  * failure its later lists are dropped unposted, but drain markers, so that
  * no WR posted after a failed one can complete and confirm the failed one
  * (RC completes in order); markers still go, to end the drain. Before the
