@@ -100,6 +100,13 @@ struct fixture {
 
 static void fixture_open(struct fixture *f, loop_wake_cb cb, uint64_t deadline_ms)
 {
+	/* Each test starts from nothing seen, forked by check or not. */
+	atomic_store(&g_published, 0);
+	atomic_store(&g_finished, 0);
+	atomic_store(&g_acked, 0);
+	atomic_store(&g_timed_out, false);
+	g_seen = g_calls = 0;
+	g_seen_finished = 0;
 	ck_assert_int_eq(uv_loop_init(&f->loop), 0);
 	ck_assert_int_eq(loop_wake_init(&f->loop, &f->w, cb), 0);
 	f->w.poll.data = &f->closed;
