@@ -27,7 +27,6 @@ struct loop_wake {
 	int fd;         /* -1 once closed */
 	atomic_bool pending;
 	loop_wake_cb cb;
-	void *data; /* the owner's */
 };
 
 /*

@@ -13,10 +13,11 @@
  * The thread only posts. Each post list is copied when it is handed over
  * (the transport's scratch WRs are reused by the next post), posted in the
  * order handed over, and its failure comes back to the loop through a
- * wake-up (loop_wake.h): the owner's failed() callback runs there. After a QP's first
- * failure its later lists are dropped unposted, but drain markers, so that
- * no WR posted after a failed one can complete and confirm the failed one
- * (RC completes in order); markers still go, to end the drain. Before the
+ * wake-up (loop_wake.h): the owner's failed() callback runs there. After a
+ * QP's first failure its later lists are dropped unposted, but drain
+ * markers, so that no WR posted after a failed one can complete and
+ * confirm the failed one (RC completes in order); markers still go, to end
+ * the drain. Before the
  * owner fails a QP's WRs without their completions, or destroys the QP, it
  * settles it (post_thread_settle()): lists not yet posted are withdrawn and
  * the one being posted is waited for, so no WR of a finished job reaches the
