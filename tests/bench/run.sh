@@ -85,12 +85,26 @@ machine() {
 }
 machine
 
+# The guest writes only into this directory (its 9p share, tests/vm/run-in-guest); what it
+# writes anywhere else stays in its own memory and is gone with it, so an output directory
+# outside the repository would leave every guest ratio n/a without a word.
+out_abs=$(realpath -m "$out")
+here=$(pwd -P)
+guest_out_why=''
+case $out_abs/ in
+"$here"/*) ;;
+*) guest_out_why="RDMAX_BENCH_OUT ($out_abs) is outside $here, the only place the guest writes to" ;;
+esac
+
 # ---- (a) guest: Soft-RoCE, perftest vs rdmax over verbs ----
 echo "== guest part: Soft-RoCE two nodes (rxe0 -> rxe1), perftest vs rdmax-bench"
 t0=$(date +%s)
 if [ "${RDMAX_BENCH_SKIP_GUEST:-0}" = 1 ]; then
 	echo "SKIP guest part: RDMAX_BENCH_SKIP_GUEST=1"
 	echo "RDMAX_BENCH_SKIP_GUEST=1" >"$out/guest-skip.txt"
+elif [ -n "$guest_out_why" ]; then
+	echo "SKIP guest part: $guest_out_why"
+	echo "$guest_out_why" >"$out/guest-skip.txt"
 elif [ ! -x tests/vm/run-in-guest ]; then
 	echo "SKIP guest part: tests/vm/run-in-guest is missing"
 	echo "tests/vm/run-in-guest is missing" >"$out/guest-skip.txt"
@@ -434,6 +448,8 @@ if [ "${RDMAX_BENCH_SKIP_GUEST:-0}" = 1 ]; then
 	echo "SKIP qos part over verbs: RDMAX_BENCH_SKIP_GUEST=1"
 elif [ -n "${RDMAX_BENCH_ONLY:-}" ] && [[ " $RDMAX_BENCH_ONLY " != *" qos_verbs "* ]]; then
 	echo "SKIP qos part over verbs: RDMAX_BENCH_ONLY does not name qos_verbs"
+elif [ -n "$guest_out_why" ]; then
+	echo "SKIP qos part over verbs: $guest_out_why"
 elif [ ! -x tests/vm/run-in-guest ]; then
 	echo "SKIP qos part over verbs: tests/vm/run-in-guest is missing"
 else
