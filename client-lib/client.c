@@ -281,6 +281,7 @@ static int dispatch(struct rdmax_client *c, const uint8_t *buf, size_t len)
 	}
 	if (msg->body_case == RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY) {
 		/* Only a wake-up: the completions are in the ring. */
+		c->notifies_read++;
 		rdmax__v1__daemon_msg__free_unpacked(msg, NULL);
 		return 0;
 	}
@@ -469,6 +470,34 @@ static int ring_rewake(struct rdmax_client *c)
 	return ring_drain(c, false);
 }
 
+/* With RDMAX_CAP_RING_COUNTS: whether the daemon says it sent datagrams not read yet. */
+static bool counted_unread(const struct rdmax_client *c)
+{
+	return client_ring_daemon_notifies(&c->ring) > c->notifies_read ||
+	       client_ring_daemon_sent(&c->ring) > c->msgs_received;
+}
+
+/*
+ * Read as many datagrams as the daemon's counts say wait (RingNotifies
+ * included), not one call more: the call that would only hear EAGAIN is
+ * the one a sleeping client pays per wake-up otherwise. A daemon whose
+ * counts run ahead costs that call back, never a datagram.
+ * \return 1 when one was read, 0 when none, or an error
+ */
+static int read_counted(struct rdmax_client *c)
+{
+	int got = 0;
+
+	while (counted_unread(c)) {
+		int r = recv_nonblock(c);
+		if (r <= 0) {
+			return r < 0 ? r : got;
+		}
+		got = 1;
+	}
+	return got;
+}
+
 /*
  * Without a system call unless the daemon sent something: the datagrams it
  * says it sent (and a RingNotify it may have), then the ring.
@@ -481,7 +510,16 @@ static int ring_progress(struct rdmax_client *c)
 	if (c->err) {
 		return c->err;
 	}
-	while (c->notify_pending || client_ring_daemon_sent(&c->ring) > c->msgs_received) {
+	if (c->ring_counts) {
+		/* The counts say whether the RingNotify the daemon took the request for came. */
+		c->notify_pending = false;
+		got = read_counted(c);
+		if (got < 0) {
+			return got;
+		}
+	}
+	while (!c->ring_counts &&
+	       (c->notify_pending || client_ring_daemon_sent(&c->ring) > c->msgs_received)) {
 		int r = recv_nonblock(c);
 		if (r < 0) {
 			return r;
@@ -499,7 +537,11 @@ static int ring_progress(struct rdmax_client *c)
 	return got || n > 0;
 }
 
-/* Block in poll() on the socket until readable or \p deadline (ns, -1: none), \p now being now. */
+/*
+ * Block in poll() on the socket until readable or \p deadline (ns, -1: none),
+ * \p now being now.
+ * \return 1 when the socket woke it, 0 otherwise, or an error
+ */
 static int sleep_on_socket(struct rdmax_client *c, int64_t deadline, int64_t now)
 {
 	int timeout_ms = -1;
@@ -509,10 +551,11 @@ static int sleep_on_socket(struct rdmax_client *c, int64_t deadline, int64_t now
 		timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
 	}
 	struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-	if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
+	int n = poll(&pfd, 1, timeout_ms);
+	if (n < 0 && errno != EINTR) {
 		return fail(c, -errno);
 	}
-	return 0;
+	return n > 0;
 }
 
 /* recv_one() with a ring: spin on the ring, then sleep on the socket for a RingNotify. */
@@ -521,6 +564,7 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 	int64_t start = now_ns();
 	int64_t spin_end = start + c->spin_ns;
 	int64_t pause_end = start + c->spin_pause_ns;
+	bool woken = false; /* poll() returned for a datagram */
 
 	ring_unwake(c);
 	for (;;) {
@@ -547,8 +591,14 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 		}
 		r = ring_rewake(c);
 		if (r == 0) {
-			/* Stale RingNotifies too: poll() must not return for them. */
-			r = drain_all(c);
+			/*
+			 * Stale RingNotifies too: poll() must not return for them.
+			 * The counts name them without a call that hears EAGAIN;
+			 * a wake-up they did not explain (a daemon that counts
+			 * late or not at all) drains the socket, so poll() never
+			 * spins on a datagram left unread.
+			 */
+			r = c->ring_counts && !woken ? read_counted(c) : drain_all(c);
 		}
 		if (r != 0) {
 			return r < 0 ? r : 1;
@@ -557,6 +607,7 @@ static int ring_wait(struct rdmax_client *c, int64_t deadline)
 		if (r < 0) {
 			return r;
 		}
+		woken = r > 0;
 		ring_unwake(c);
 	}
 }
@@ -624,6 +675,10 @@ static int send_datagram(struct rdmax_client *c, const void *buf, size_t len, in
 	for (;;) {
 		if (c->err) {
 			return c->err;
+		}
+		if (c->ring.v.base) {
+			/* Before the send: the daemon may stop reading at this count. */
+			client_ring_publish_sent(&c->ring, c->msgs_sent + 1);
 		}
 		ssize_t n = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n >= 0) {
@@ -900,6 +955,8 @@ static int ring_open(struct rdmax_client *c)
 		return c->err ? c->err : 0;
 	}
 	c->ring = ring;
+	c->ring_counts = (c->info.capabilities & RDMAX_CAP_RING_COUNTS) != 0;
+	client_ring_publish_sent(&c->ring, c->msgs_sent);
 	/* client_ring_create() left the request for a RingNotify set. */
 	c->ring_wake = true;
 	return 0;

@@ -68,6 +68,8 @@ struct rdmax_client {
 	/* Datagrams both ways, for the ring's ordering (RingNotify not counted). */
 	uint64_t msgs_sent;
 	uint64_t msgs_received;
+	uint64_t notifies_read;  /* RingNotify datagrams read */
+	bool ring_counts;        /* the daemon counts its RingNotifies (RDMAX_CAP_RING_COUNTS) */
 	struct client_ring ring; /* ring.v.base == NULL: the socket carries jobs */
 	bool ring_wake;          /* a RingNotify is asked for */
 	bool notify_pending;     /* the daemon took the request: a RingNotify may be queued */

@@ -107,6 +107,10 @@ void client_ring_cq_advance(struct client_ring *ring);
 void client_ring_cq_release(struct client_ring *ring);
 /* Datagrams the daemon says it sent (RingNotify not counted). */
 uint64_t client_ring_daemon_sent(const struct client_ring *ring);
+/* RingNotify datagrams the daemon says it sent (RDMAX_CAP_RING_COUNTS). */
+uint64_t client_ring_daemon_notifies(const struct client_ring *ring);
+/* Tell the daemon how many datagrams we have sent, before each send. */
+void client_ring_publish_sent(struct client_ring *ring, uint64_t msgs_sent);
 /*
  * Ask for (true) or withdraw (false) a RingNotify on new completions. Asking
  * is followed by a full fence, so a completion posted before the daemon saw

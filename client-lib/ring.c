@@ -123,6 +123,16 @@ uint64_t client_ring_daemon_sent(const struct client_ring *ring)
 	return atomic_load_explicit(&ring->v.ctl->msgs_sent, memory_order_acquire);
 }
 
+uint64_t client_ring_daemon_notifies(const struct client_ring *ring)
+{
+	return atomic_load_explicit(&ring->v.ctl->notifies_sent, memory_order_acquire);
+}
+
+void client_ring_publish_sent(struct client_ring *ring, uint64_t msgs_sent)
+{
+	atomic_store_explicit(&ring->v.ctl->client_msgs_sent, msgs_sent, memory_order_relaxed);
+}
+
 bool client_ring_set_wake(struct client_ring *ring, bool wake)
 {
 	if (wake) {

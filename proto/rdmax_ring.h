@@ -49,14 +49,28 @@ struct rdmax_ring_ctl {
 	_Atomic uint32_t sq_tail;      /* submission entries published */
 	_Atomic uint32_t cq_head;      /* completion entries consumed */
 	_Atomic uint32_t client_flags; /* RDMAX_RING_CLIENT_* */
-	uint8_t pad0[64 - 12];
+	uint32_t pad0;
+	/*
+	 * Datagrams the client has sent on the socket, stored before each send
+	 * (so at most one ahead). The daemon only compares it with what it has
+	 * read, to skip a read that would hear EAGAIN; any value is harmless.
+	 */
+	_Atomic uint64_t client_msgs_sent;
+	uint8_t pad1[64 - 24];
 	/* Written by the daemon only. */
 	_Atomic uint32_t sq_head;      /* submission entries consumed */
 	_Atomic uint32_t cq_tail;      /* completion entries published */
 	_Atomic uint32_t daemon_flags; /* RDMAX_RING_DAEMON_* */
-	uint32_t pad1;
-	_Atomic uint64_t msgs_sent; /* datagrams sent to the client, RingNotify not counted */
-	uint8_t pad2[64 - 24];
+	uint32_t pad2;
+	/*
+	 * Datagrams sent or queued to the client, RingNotify not counted;
+	 * RingNotify datagrams sent (kept with CAP_RING_COUNTS). Both stored
+	 * before each send and taken back if it fails: a client woken by a
+	 * datagram finds it counted.
+	 */
+	_Atomic uint64_t msgs_sent;
+	_Atomic uint64_t notifies_sent;
+	uint8_t pad3[64 - 32];
 };
 
 /*

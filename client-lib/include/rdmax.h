@@ -373,6 +373,7 @@ struct rdmax_daemon_info {
 #define RDMAX_CAP_AUTH         0x10u
 #define RDMAX_CAP_RING         0x20u /**< shared-memory submission/completion ring */
 #define RDMAX_CAP_IMM_STANDING 0x40u /**< standing imm claims (RDMAX_EXPECT_STANDING) */
+#define RDMAX_CAP_RING_COUNTS  0x80u /**< the ring counts RingNotify datagrams (no EAGAIN reads) */
 /** @} */
 
 /**

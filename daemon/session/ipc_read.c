@@ -195,6 +195,15 @@ void session_io(uv_poll_t *poll, int status, int events)
 			session_close(s, "protocol violation");
 			return;
 		}
+		/*
+		 * The client says it sent no more: the next call would most likely
+		 * only hear EAGAIN, one more system call per doorbell. Epoll's
+		 * readiness is level-triggered, so a datagram that came meanwhile
+		 * (or one a wrong count hides) brings the session back.
+		 */
+		if (s->ring.v.base && ring_client_sent_all(&s->ring, s->msgs_received)) {
+			break;
+		}
 	}
 	if (s->doomed) {
 		session_close(s, s->doom_why); /* at the top of a callback: safe now */

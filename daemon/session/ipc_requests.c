@@ -123,7 +123,8 @@ static void handle_hello(struct session *s, uint64_t seq, const Rdmax__V1__Hello
 	welcome.capabilities = (daemon->transports[ENDPOINT_TCP] ? RDMAX_CAP_TCP : 0) |
 			       (daemon->transports[ENDPOINT_VERBS] ? RDMAX_CAP_VERBS : 0) |
 			       (daemon->auth_key_len ? RDMAX_CAP_AUTH : 0) | RDMAX_CAP_RING |
-			       RDMAX_CAP_IMM_STANDING | gpu_capabilities(daemon->gpu);
+			       RDMAX_CAP_IMM_STANDING | RDMAX_CAP_RING_COUNTS |
+			       gpu_capabilities(daemon->gpu);
 	welcome.limits = &limits;
 	msg.has_seq = 1;
 	msg.seq = seq;

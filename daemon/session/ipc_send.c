@@ -27,10 +27,17 @@
 #include "session_internal.h"
 #include "status.h"
 
-/* A datagram was sent or queued: ring completions posted later come after it. */
-static void count_sent(struct session *s)
+/*
+ * A datagram is about to be sent or queued (delta 1), or was not after all
+ * (-1): ring completions posted later come after it. Counted before the
+ * send: a client that the datagram wakes finds it counted, rather than
+ * polling a readable socket until a daemon preempted between the two
+ * calls catches up. Taking a count back is safe: no client can have read
+ * a datagram that was never sent.
+ */
+static void count_sent(struct session *s, int delta)
 {
-	s->msgs_sent++;
+	s->msgs_sent += (uint64_t)(int64_t)delta;
 	if (s->ring.v.base) {
 		ring_report_sent(&s->ring, s->msgs_sent);
 	}
@@ -54,7 +61,9 @@ static void mark_dirty(struct session *s)
 
 /*
  * Completions were posted and the client asked to be woken: one RingNotify.
- * Not counted and never queued: a socket that is full is readable already.
+ * Not among the counted datagrams and never queued: a socket that is full
+ * is readable already. Counted apart, so that a client reads as many as
+ * there are and never calls once more to hear EAGAIN.
  */
 static void send_ring_notify(struct session *s)
 {
@@ -68,8 +77,12 @@ static void send_ring_notify(struct session *s)
 	msg.body_case = RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY;
 	msg.ring_notify = &notify;
 	size_t len = rdmax__v1__daemon_msg__pack(&msg, buf);
+	/* Counted before the send, as count_sent() does, and taken back if it failed. */
+	ring_report_notifies(&s->ring, ++s->notifies_sent);
 	if (send(s->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
 		s->ipc->daemon->counters.ring_notifies++;
+	} else {
+		ring_report_notifies(&s->ring, --s->notifies_sent);
 	}
 }
 
@@ -93,15 +106,11 @@ static void ring_wake_check(struct session *s)
 	}
 }
 
-static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
+static int send_now_or_queue(struct session *s, const uint8_t *data, size_t len)
 {
-	if (!session_live(s)) {
-		return -EPIPE;
-	}
 	if (list_empty(&s->out_queue)) {
 		ssize_t n = send(s->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n >= 0) {
-			count_sent(s);
 			return 0;
 		}
 		if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -120,9 +129,21 @@ static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
 	list_add_tail(&s->out_queue, &m->link);
 	s->queued_bytes += len;
 	s->share->queued_bytes += len;
-	count_sent(s);
 	session_poll_update(s);
 	return 0;
+}
+
+static int send_or_queue(struct session *s, const uint8_t *data, size_t len)
+{
+	if (!session_live(s)) {
+		return -EPIPE;
+	}
+	count_sent(s, 1);
+	int ret = send_now_or_queue(s, data, len);
+	if (ret < 0) {
+		count_sent(s, -1);
+	}
+	return ret;
 }
 
 int ipc_send_msg(struct session *s, const Rdmax__V1__DaemonMsg *msg)

@@ -142,6 +142,17 @@ void ring_report_sent(struct ring *ring, uint64_t msgs_sent)
 	atomic_store_explicit(&ring->v.ctl->msgs_sent, msgs_sent, memory_order_release);
 }
 
+void ring_report_notifies(struct ring *ring, uint64_t notifies_sent)
+{
+	atomic_store_explicit(&ring->v.ctl->notifies_sent, notifies_sent, memory_order_release);
+}
+
+bool ring_client_sent_all(const struct ring *ring, uint64_t received)
+{
+	return atomic_load_explicit(&ring->v.ctl->client_msgs_sent, memory_order_relaxed) ==
+	       received;
+}
+
 /*
  * The wake-up handshake, and why sparing a RingNotify loses none.
  *

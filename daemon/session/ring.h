@@ -58,6 +58,15 @@ int ring_cq_post(struct ring *ring, uint64_t job_id, int status, uint64_t bytes,
 
 /* Report the count of datagrams sent to the client (RingNotify excluded). */
 void ring_report_sent(struct ring *ring, uint64_t msgs_sent);
+/* Publish how many RingNotify datagrams were sent (CAP_RING_COUNTS). */
+void ring_report_notifies(struct ring *ring, uint64_t notifies_sent);
+/*
+ * Whether the client says it has sent no more datagrams than `received`
+ * (its client_msgs_sent equal to it): the socket is most likely empty. Only
+ * a hint from client memory: level-triggered readiness brings back anything
+ * a wrong value leaves unread.
+ */
+bool ring_client_sent_all(const struct ring *ring, uint64_t received);
 
 /* What ring_take_wake_request() found. */
 enum ring_wake_request {

@@ -113,6 +113,7 @@ struct session {
 	/* Datagrams both ways, for the ring's ordering (RingNotify not counted). */
 	uint64_t msgs_sent;
 	uint64_t msgs_received;
+	uint64_t notifies_sent; /* RingNotify datagrams, published in the ring (CAP_RING_COUNTS) */
 	/* Shared-memory ring (ring.v.base == NULL: none). */
 	struct ring ring;
 	struct list_node ring_link; /* in ipc->rings while the ring is mapped */

@@ -4,6 +4,8 @@
 
 #include <check.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,4 +35,20 @@ uint32_t unit_ring_consume(struct client_ring *ring)
 		client_ring_cq_release(ring);
 	}
 	return n;
+}
+
+bool unit_thread_sleeps(pid_t tid)
+{
+	char path[64], stat[512];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	FILE *fp = fopen(path, "r");
+	if (!fp) {
+		return false;
+	}
+	size_t n = fread(stat, 1, sizeof(stat) - 1, fp);
+	fclose(fp);
+	stat[n] = '\0';
+	const char *end = strrchr(stat, ')'); /* the name may hold spaces */
+	return end && end[1] == ' ' && end[2] == 'S';
 }

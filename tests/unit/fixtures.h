@@ -4,8 +4,10 @@
 #define RDMAXD_TEST_FIXTURES_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct client_ring;
 
@@ -15,6 +17,15 @@ int unit_sealed_memfd(size_t len, unsigned seals);
 /* The library's side of a ring takes every completion there is and gives the slots back; how many.
  */
 uint32_t unit_ring_consume(struct client_ring *ring);
+
+/* Whether thread `tid` of this process is asleep (state S in its /proc stat): blocked in a wait. */
+bool unit_thread_sleeps(pid_t tid);
+
+/*
+ * recvmsg() calls of the calling thread that heard EAGAIN (the unit binary
+ * links with --wrap=recvmsg; test_transport_tcp.c holds the wrapper).
+ */
+uint64_t unit_recvmsg_eagain(void);
 
 /* The TCP transport's cases (test_transport_tcp.c), run as the "wire" suite's "tcp" case. */
 TCase *unit_tcp_transport_tcase(void);

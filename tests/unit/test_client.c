@@ -18,16 +18,25 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../../client-lib/internal.h"
+#include "fixtures.h"
 #include "rdmax.h"
 #include "rdmax.pb-c.h"
 #include "ring.h"
 
 #define MAX_SEEN 4096
+
+/* serve_ring's completion: found by a spinning client, or announced by a RingNotify. */
+enum {
+	RING_NOTIFY_NONE,
+	RING_NOTIFY_COUNTED,   /* counted in notifies_sent, as the daemon does */
+	RING_NOTIFY_UNCOUNTED, /* a daemon that offers the counts but does not keep them */
+};
 
 struct fake {
 	char dir[64];
@@ -46,6 +55,9 @@ struct fake {
 	int refuse_hello;      /* Status to answer Hello with instead of Welcome */
 	bool offer_ring;       /* RDMAX_CAP_RING: serve_ring answers RingSetup */
 	bool post_after_yield; /* serve_ring: complete only once the client has yielded */
+	bool offer_counts;     /* RDMAX_CAP_RING_COUNTS */
+	int ring_notify;       /* serve_ring: RING_NOTIFY_* */
+	pid_t client_tid;      /* serve_ring with a RingNotify: the thread that waits */
 
 	/* What the fake saw. */
 	char client_name[64];
@@ -240,7 +252,8 @@ static int fake_handshake(struct fake *f)
 	w.daemon_version = "9.8.7";
 	w.instance_id = 0x1122334455667788ull;
 	w.node_name = "fake-node";
-	w.capabilities = RDMAX_CAP_TCP | RDMAX_CAP_AUTH | (f->offer_ring ? RDMAX_CAP_RING : 0);
+	w.capabilities = RDMAX_CAP_TCP | RDMAX_CAP_AUTH | (f->offer_ring ? RDMAX_CAP_RING : 0) |
+			 (f->offer_counts ? RDMAX_CAP_RING_COUNTS : 0);
 	w.limits = &l;
 	r.has_seq = 1;
 	r.seq = m->seq;
@@ -1053,6 +1066,8 @@ int __wrap_sched_yield(void)
  * at once or (post_after_yield) only after the client's first yield, and
  * answers the DeregisterRegion. Each datagram it sends is reported in the
  * ring, as the daemon does: a client on its ring reads the socket only then.
+ * With ring_notify it completes only once the client sleeps, and wakes it
+ * with a RingNotify.
  */
 static void serve_ring(struct fake *f)
 {
@@ -1096,8 +1111,22 @@ static void serve_ring(struct fake *f)
 	ring_sq_consume(&ring);
 	while (f->post_after_yield && atomic_load(&g_yields) == 0 && ms_now() < deadline) {
 	}
+	while (f->ring_notify && !unit_thread_sleeps(f->client_tid) && ms_now() < deadline) {
+	}
 	FAKE_CHECK(f, ms_now() < deadline);
 	FAKE_CHECK(f, ring_cq_post(&ring, 7, RDMAX__V1__STATUS__OK, 64, NULL, 0) == 0);
+	if (f->ring_notify) {
+		Rdmax__V1__DaemonMsg r = RDMAX__V1__DAEMON_MSG__INIT;
+		Rdmax__V1__RingNotify notify = RDMAX__V1__RING_NOTIFY__INIT;
+
+		FAKE_CHECK(f, ring_take_wake_request(&ring) == RING_WAKE_TAKEN);
+		if (f->ring_notify == RING_NOTIFY_COUNTED) {
+			ring_report_notifies(&ring, 1);
+		}
+		r.body_case = RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY;
+		r.ring_notify = &notify;
+		fake_send(f, &r);
+	}
 	m = fake_recv(f, NULL);
 	FAKE_CHECK(f, m && m->body_case == RDMAX__V1__CLIENT_MSG__BODY_DEREGISTER_REGION);
 	if (m) {
@@ -1108,6 +1137,20 @@ static void serve_ring(struct fake *f)
 		FAKE_CHECK(f, !m);
 	}
 	ring_unmap(&ring);
+}
+
+/* serve_ring's job: a 64 B write, id 7, from a new 4 KiB region (returned) to \p remote. */
+static struct rdmax_region *ring_job_region(struct rdmax_client *c, struct rdmax_job *job,
+					    struct rdmax_desc *remote)
+{
+	struct rdmax_region *region;
+	uint8_t buf[RDMAX_DESC_MAX];
+
+	ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, RDMAX_ACCESS_LOCAL, &region), 0);
+	ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 99, 8), remote), 0);
+	*job = (struct rdmax_job){
+		.id = 7, .op = RDMAX_OP_WRITE, .local = region, .length = 64, .remote = remote};
+	return region;
 }
 
 /*
@@ -1121,7 +1164,7 @@ START_TEST(test_ring_wait_pauses_before_yielding)
 		struct fake f;
 		struct rdmax_region *region;
 		struct rdmax_desc remote;
-		uint8_t buf[RDMAX_DESC_MAX];
+		struct rdmax_job job;
 
 		/* Long enough that neither the spin nor the pause can end first. */
 		setenv("RDMAX_SPIN_US", "20000000", 1);
@@ -1133,13 +1176,7 @@ START_TEST(test_ring_wait_pauses_before_yielding)
 		struct rdmax_client *c = open_client(&f);
 		unsetenv("RDMAX_SPIN_US");
 		unsetenv("RDMAX_SPIN_PAUSE_NS");
-		ck_assert_int_eq(rdmax_region_alloc_host(c, 4096, RDMAX_ACCESS_LOCAL, &region), 0);
-		ck_assert_int_eq(rdmax_desc_import(buf, make_desc(buf, 1, 1, 99, 8), &remote), 0);
-		struct rdmax_job job = {.id = 7,
-					.op = RDMAX_OP_WRITE,
-					.local = region,
-					.length = 64,
-					.remote = &remote};
+		region = ring_job_region(c, &job, &remote);
 		atomic_store(&g_yields, 0);
 		ck_assert_int_eq(rdmax_submit(c, &job, 1), 0);
 		ck_assert_int_eq(rdmax_wait_job(c, 7, 10000), 0);
@@ -1150,6 +1187,54 @@ START_TEST(test_ring_wait_pauses_before_yielding)
 		} else {
 			ck_assert_uint_ge(yields, 1);
 		}
+		ck_assert_int_eq(rdmax_region_free(c, region), 0);
+		rdmax_client_close(c);
+		fake_stop(&f);
+		fake_cleanup(&f);
+	}
+}
+END_TEST
+
+/*
+ * A sleeping ring client reads what the daemon's counts name and no more: a
+ * wake-up by a counted RingNotify costs no recvmsg() that hears EAGAIN. A
+ * daemon that offers the counts but leaves a RingNotify out of them costs
+ * the client that read back, not a busy poll() on the unread datagram.
+ */
+START_TEST(test_ring_reads_what_the_daemon_counts)
+{
+	for (int notify = RING_NOTIFY_COUNTED; notify <= RING_NOTIFY_UNCOUNTED; notify++) {
+		struct fake f;
+		struct rdmax_region *region;
+		struct rdmax_desc remote;
+		struct rdmax_job job;
+		struct rdmax_event ev;
+		struct timespec t0, t1;
+
+		setenv("RDMAX_SPIN_US", "0", 1);
+		fake_init(&f);
+		f.offer_ring = true;
+		f.offer_counts = true;
+		f.ring_notify = notify;
+		f.client_tid = (pid_t)syscall(SYS_gettid);
+		fake_start(&f, serve_ring);
+		struct rdmax_client *c = open_client(&f);
+		unsetenv("RDMAX_SPIN_US");
+		ck_assert_int_eq(rdmax_client_uses_ring(c), 1);
+		region = ring_job_region(c, &job, &remote);
+		uint64_t eagain = unit_recvmsg_eagain();
+		ck_assert_int_eq(rdmax_submit(c, &job, 1), 0);
+		ck_assert_int_eq(rdmax_wait_job(c, 7, 10000), 0);
+		if (notify == RING_NOTIFY_COUNTED) {
+			ck_assert_uint_eq(unit_recvmsg_eagain() - eagain, 0);
+		}
+		/* Nothing more comes: the wait sleeps, whatever was left unread. */
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+		ck_assert_int_eq(rdmax_poll_events(c, &ev, 1, 300), 0);
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+		int64_t cpu_ns = (t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec);
+		ck_assert_msg(cpu_ns < 30000000, "a 300 ms wait spent %lld ns of CPU",
+			      (long long)cpu_ns);
 		ck_assert_int_eq(rdmax_region_free(c, region), 0);
 		rdmax_client_close(c);
 		fake_stop(&f);
@@ -1616,6 +1701,7 @@ Suite *client_suite(void)
 	tcase_add_test(tc, test_register_fd);
 	tcase_add_test(tc, test_submit_encoding_and_wait);
 	tcase_add_test(tc, test_ring_wait_pauses_before_yielding);
+	tcase_add_test(tc, test_ring_reads_what_the_daemon_counts);
 	tcase_add_test(tc, test_submit_refused_locally);
 	tcase_add_test(tc, test_submit_refused_by_daemon);
 	tcase_add_test(tc, test_expect_and_wait_imm);

@@ -273,6 +273,7 @@ START_TEST(ipc_ring_notify_only_when_unread)
 	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
 	ck_assert_int_eq(next_body(fd), 0);
 	ck_assert_uint_eq(k->ring_notifies, 1);
+	ck_assert_uint_eq(client_ring_daemon_notifies(&ring), 1); /* counted for the client */
 	ck_assert(client_ring_set_wake(&ring, false)); /* taken: that was its RingNotify */
 	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
 
@@ -288,6 +289,7 @@ START_TEST(ipc_ring_notify_only_when_unread)
 	}
 	ck_assert_uint_eq(k->ring_notifies, 1);
 	ck_assert_uint_eq(k->ring_notifies_spared, 18);
+	ck_assert_uint_eq(client_ring_daemon_notifies(&ring), 1); /* spared ones are not */
 
 	/* Two posted, one read: the other is waited for. */
 	client_ring_set_wake(&ring, true);
@@ -297,7 +299,86 @@ START_TEST(ipc_ring_notify_only_when_unread)
 	ipc_poll_pass(g_d.ipc, 0);
 	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
 	ck_assert_uint_eq(k->ring_notifies, 2);
+	ck_assert_uint_eq(client_ring_daemon_notifies(&ring), 2);
 	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
+
+	close(fd);
+	ck_assert(clients_become(0));
+	client_ring_destroy(&ring);
+	daemon_down();
+}
+END_TEST
+
+/* Send `n` JobStatusQuery datagrams (seq from *seq on), each a request the daemon answers. */
+static void send_queries(int fd, int n, uint64_t *seq)
+{
+	Rdmax__V1__ClientMsg msg = RDMAX__V1__CLIENT_MSG__INIT;
+	Rdmax__V1__JobStatusQuery q = RDMAX__V1__JOB_STATUS_QUERY__INIT;
+
+	q.job_id = 12345;
+	msg.has_seq = 1;
+	msg.body_case = RDMAX__V1__CLIENT_MSG__BODY_JOB_STATUS;
+	msg.job_status = &q;
+	for (int i = 0; i < n; i++) {
+		msg.seq = (*seq)++;
+		send_msg(fd, &msg, -1);
+	}
+}
+
+/* Run the loop until `n` JobStatusReply datagrams came; how many calls of the loop's that took. */
+static int answers_come(int fd, int n)
+{
+	int turns = 0;
+
+	for (int got = 0; got < n && turns < 5000; turns++) {
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+		for (int body; (body = next_body(fd)) != 0; got++) {
+			ck_assert_int_eq(body, RDMAX__V1__DAEMON_MSG__BODY_JOB_STATUS);
+		}
+	}
+	ck_assert_int_lt(turns, 5000);
+	return turns;
+}
+
+/*
+ * A ring session reads as many datagrams as its client says it sent, with no
+ * read that hears EAGAIN; a client whose count is wrong (behind or ahead)
+ * still has every datagram read and answered, at one read more (ahead) or
+ * one datagram per turn of the loop (behind).
+ */
+START_TEST(ipc_session_reads_what_the_client_counts)
+{
+	struct client_ring ring;
+	const void *owner;
+	uint64_t seq = 10;
+	int fd;
+
+	daemon_up();
+	ring_client_up(&fd, &ring, &owner);
+	/* Hello and RingSetup read: the client's count says so. */
+	client_ring_publish_sent(&ring, 2);
+	for (int i = 0; i < 10; i++) {
+		uv_run(&g_loop, UV_RUN_NOWAIT);
+	}
+
+	/* Counted: one turn reads all three, and no read hears EAGAIN. */
+	uint64_t eagain = unit_recvmsg_eagain();
+	client_ring_publish_sent(&ring, 5);
+	send_queries(fd, 3, &seq);
+	ck_assert_int_eq(answers_come(fd, 3), 1);
+	ck_assert_uint_eq(unit_recvmsg_eagain() - eagain, 0);
+
+	/* Ahead: the daemon reads on to EAGAIN, as without a count. */
+	eagain = unit_recvmsg_eagain();
+	client_ring_publish_sent(&ring, 1000);
+	send_queries(fd, 3, &seq);
+	answers_come(fd, 3);
+	ck_assert_uint_ge(unit_recvmsg_eagain() - eagain, 1);
+
+	/* Behind (says nothing more was sent): every datagram is still read. */
+	client_ring_publish_sent(&ring, 8);
+	send_queries(fd, 4, &seq);
+	ck_assert_int_ge(answers_come(fd, 4), 1);
 
 	close(fd);
 	ck_assert(clients_become(0));
@@ -377,6 +458,7 @@ Suite *ipc_suite(void)
 	tcase_add_test(tc, ipc_empty_datagram_closes_its_fds);
 	tcase_add_test(tc, ipc_ring_notify_only_when_unread);
 	tcase_add_test(tc, ipc_ring_notify_before_the_loop_sleeps);
+	tcase_add_test(tc, ipc_session_reads_what_the_client_counts);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -20,6 +20,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "fixtures.h"
 #include "log.h"
 #include "post_thread.h"
 
@@ -297,23 +298,6 @@ struct settler {
 	bool returned;             /* (g.lock) */
 };
 
-/* Whether thread tid of this process sleeps (blocked in a wait), from /proc. */
-static bool thread_sleeps(pid_t tid)
-{
-	char path[64], buf[512];
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		return false;
-	}
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	const char *paren = strrchr(buf, ')');
-	return paren && paren[1] == ' ' && paren[2] == 'S';
-}
-
 static void *settle_main(void *arg)
 {
 	struct settler *s = arg;
@@ -360,7 +344,7 @@ START_TEST(post_thread_settle_withdraws_and_waits)
 		pthread_mutex_lock(&g.lock);
 		bool returned = s.returned;
 		pthread_mutex_unlock(&g.lock);
-		if (returned || thread_sleeps(s.tid)) {
+		if (returned || unit_thread_sleeps(s.tid)) {
 			break;
 		}
 		sched_yield();

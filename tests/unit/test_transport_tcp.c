@@ -949,6 +949,7 @@ static uint64_t g_sendmsg_calls;
 static uint32_t g_thread_sending[WRAP_FDS];
 static uint64_t g_loop_reads_under_send;
 static uint32_t g_loop_reads[WRAP_FDS];
+static _Thread_local uint64_t g_recvmsg_eagain;
 
 static bool on_loop_thread(void)
 {
@@ -978,7 +979,16 @@ ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags)
 			__atomic_fetch_add(&g_loop_reads_under_send, 1, __ATOMIC_RELAXED);
 		}
 	}
-	return __real_recvmsg(fd, msg, flags);
+	ssize_t n = __real_recvmsg(fd, msg, flags);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		g_recvmsg_eagain++;
+	}
+	return n;
+}
+
+uint64_t unit_recvmsg_eagain(void)
+{
+	return g_recvmsg_eagain;
 }
 
 struct conn_sent {
