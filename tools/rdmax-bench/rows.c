@@ -212,7 +212,7 @@ static void print_json(FILE *f, const struct opts *o, const struct rdmax_daemon_
 		       const struct row *rows, uint32_t n_rows, const char *status,
 		       const char *status_msg)
 {
-	char caps[64];
+	char caps[96];
 
 	bench_caps_string(info ? info->capabilities : 0, caps, sizeof(caps));
 	fprintf(f, "{\"tool\": \"rdmax-bench\", \"mode\": \"%s\", \"label\": ",
@@ -276,7 +276,7 @@ static void print_json(FILE *f, const struct opts *o, const struct rdmax_daemon_
 
 static void print_header(FILE *f, const struct opts *o, const struct rdmax_daemon_info *info)
 {
-	char caps[64];
+	char caps[96];
 
 	bench_caps_string(info->capabilities, caps, sizeof(caps));
 	fprintf(f, "rdmax-bench %s%s%s: window %u, batch %u%s%s, daemon '%s' %s (pid %d, %s)",

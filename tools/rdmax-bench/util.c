@@ -268,10 +268,12 @@ int bench_write_desc_file(const char *path, const struct rdmax_desc *desc)
 
 void bench_caps_string(uint32_t caps, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s%s%s%s%s%s", caps & RDMAX_CAP_TCP ? "tcp " : "",
+	snprintf(buf, len, "%s%s%s%s%s%s%s%s", caps & RDMAX_CAP_TCP ? "tcp " : "",
 		 caps & RDMAX_CAP_VERBS ? "verbs " : "", caps & RDMAX_CAP_DMABUF ? "dmabuf " : "",
 		 caps & RDMAX_CAP_PEERMEM ? "peermem " : "", caps & RDMAX_CAP_AUTH ? "auth " : "",
-		 caps & RDMAX_CAP_RING ? "ring " : "");
+		 caps & RDMAX_CAP_RING ? "ring " : "",
+		 caps & RDMAX_CAP_IMM_STANDING ? "imm-standing " : "",
+		 caps & RDMAX_CAP_RING_COUNTS ? "ring-counts " : "");
 	size_t n = strlen(buf);
 	if (n > 0) {
 		buf[n - 1] = '\0';
