@@ -511,24 +511,24 @@ static int ring_progress(struct rdmax_client *c)
 		return c->err;
 	}
 	if (c->ring_counts) {
-		/* The counts say whether the RingNotify the daemon took the request for came. */
-		c->notify_pending = false;
+		/* The counts also say whether the RingNotify the daemon took the request for came.
+		 */
 		got = read_counted(c);
 		if (got < 0) {
 			return got;
 		}
-	}
-	while (!c->ring_counts &&
-	       (c->notify_pending || client_ring_daemon_sent(&c->ring) > c->msgs_received)) {
-		int r = recv_nonblock(c);
-		if (r < 0) {
-			return r;
+	} else {
+		while (c->notify_pending || client_ring_daemon_sent(&c->ring) > c->msgs_received) {
+			int r = recv_nonblock(c);
+			if (r < 0) {
+				return r;
+			}
+			if (r == 0) {
+				c->notify_pending = false;
+				break;
+			}
+			got = 1;
 		}
-		if (r == 0) {
-			c->notify_pending = false;
-			break;
-		}
-		got = 1;
 	}
 	int n = ring_drain(c, false);
 	if (n < 0) {

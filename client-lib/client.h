@@ -72,7 +72,7 @@ struct rdmax_client {
 	bool ring_counts;        /* the daemon counts its RingNotifies (RDMAX_CAP_RING_COUNTS) */
 	struct client_ring ring; /* ring.v.base == NULL: the socket carries jobs */
 	bool ring_wake;          /* a RingNotify is asked for */
-	bool notify_pending;     /* the daemon took the request: a RingNotify may be queued */
+	bool notify_pending;     /* a taken request's RingNotify may wait (without ring_counts) */
 	bool spin_yield;         /* spin with sched_yield() rather than a pause ... */
 	int64_t spin_pause_ns;   /* ... once a ring wait has lasted this long */
 };
