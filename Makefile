@@ -185,12 +185,12 @@ $(BUILD)/python/rdmax/%: client-lib/python/rdmax/%
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-# Unit tests link the daemon's modules and the client library's objects; sendmsg()
-# and recvmsg() go through counting wrappers (test_transport_tcp.c), sched_yield()
+# Unit tests link the daemon's modules and the client library's objects; sendmsg(),
+# recvmsg() and send() go through counting wrappers (test_transport_tcp.c), sched_yield()
 # through one (test_client.c).
 $(BUILD)/tests/unit-tests: $(UNIT_SRCS) $(DAEMON_LIB_OBJS) $(CLIENT_OBJS)
 	@mkdir -p $(dir $@)
-	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -Wl,--wrap=sendmsg,--wrap=recvmsg,--wrap=sched_yield -o $@ $(UNIT_SRCS) $(DAEMON_LIB_OBJS) \
+	$(QUIET_LD)$(CC) $(ALL_CFLAGS) $(CUDA_CFLAGS) -Wl,--wrap=sendmsg,--wrap=recvmsg,--wrap=send,--wrap=sched_yield -o $@ $(UNIT_SRCS) $(DAEMON_LIB_OBJS) \
 		$(filter-out $(BUILD)/gen/rdmax.pb-c.o $(COMMON_OBJS),$(CLIENT_OBJS)) $(LDFLAGS_ALL) $(LIBS_DAEMON) $(LIBS_CHECK)
 
 # The raw-protocol abuse cases speak protobuf directly: link the generated code.

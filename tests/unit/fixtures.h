@@ -27,6 +27,13 @@ bool unit_thread_sleeps(pid_t tid);
  */
 uint64_t unit_recvmsg_eagain(void);
 
+/*
+ * Called before each send() of this process while set (the unit binary
+ * links with --wrap=send; test_transport_tcp.c holds the wrapper): 0 lets
+ * the call go on, an errno fails it with that error, sending nothing.
+ */
+extern int (*unit_before_send)(int fd);
+
 /* The TCP transport's cases (test_transport_tcp.c), run as the "wire" suite's "tcp" case. */
 TCase *unit_tcp_transport_tcase(void);
 

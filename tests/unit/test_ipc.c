@@ -252,6 +252,48 @@ static void ring_client_up(int *fd, struct client_ring *ring, const void **owner
 }
 
 /*
+ * Watching the daemon's send() calls to a ring client: each must find its
+ * datagram counted already (msgs_sent or notifies_sent), or a client it
+ * wakes may find nothing counted and poll() a readable socket.
+ */
+static const struct client_ring *g_watched;
+static uint64_t g_counted_base, g_sends, g_sent_uncounted;
+static int g_fail_sends; /* an errno the watched send() calls fail with, or 0 */
+
+static uint64_t daemon_counted(const struct client_ring *ring)
+{
+	return client_ring_daemon_sent(ring) + client_ring_daemon_notifies(ring);
+}
+
+static int check_counted(int fd)
+{
+	(void)fd; /* every send() of this test's thread is the daemon's, to the one client */
+	g_sends++;
+	if (daemon_counted(g_watched) - g_counted_base < g_sends) {
+		g_sent_uncounted++;
+	}
+	return g_fail_sends;
+}
+
+/* Watch the daemon's send() calls, failing each with `fail_errno` (0: none). */
+static void watch_counts(const struct client_ring *ring, int fail_errno)
+{
+	g_watched = ring;
+	g_counted_base = daemon_counted(ring);
+	g_sends = 0;
+	g_sent_uncounted = 0;
+	g_fail_sends = fail_errno;
+	unit_before_send = check_counted;
+}
+
+/* Stop watching; how many send() calls came before their count. */
+static uint64_t unwatch_counts(void)
+{
+	unit_before_send = NULL;
+	return g_sent_uncounted;
+}
+
+/*
  * The daemon's pass sends a RingNotify only for ring completions the client
  * has not read when the pass looks: a client that read them first (it spun
  * on the ring) gets no datagram, and its request stays for the next one.
@@ -269,7 +311,10 @@ START_TEST(ipc_ring_notify_only_when_unread)
 
 	/* Asleep (the request a new ring starts with), completion unread: one RingNotify. */
 	ipc_job_completed((void *)owner, 1, 0, NULL, 64);
+	watch_counts(&ring, 0);
 	ipc_poll_pass(g_d.ipc, 0);
+	ck_assert_uint_eq(g_sends, 1);
+	ck_assert_uint_eq(unwatch_counts(), 0); /* counted before it was sent */
 	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
 	ck_assert_int_eq(next_body(fd), 0);
 	ck_assert_uint_eq(k->ring_notifies, 1);
@@ -298,6 +343,18 @@ START_TEST(ipc_ring_notify_only_when_unread)
 	ipc_job_completed((void *)owner, 21, 0, NULL, 64);
 	ipc_poll_pass(g_d.ipc, 0);
 	ck_assert_int_eq(next_body(fd), RDMAX__V1__DAEMON_MSG__BODY_RING_NOTIFY);
+	ck_assert_uint_eq(k->ring_notifies, 2);
+	ck_assert_uint_eq(client_ring_daemon_notifies(&ring), 2);
+	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
+
+	/* A RingNotify that cannot be sent is taken back out of the count. */
+	client_ring_set_wake(&ring, true);
+	ipc_job_completed((void *)owner, 22, 0, NULL, 64);
+	watch_counts(&ring, EAGAIN);
+	ipc_poll_pass(g_d.ipc, 0);
+	ck_assert_uint_eq(g_sends, 1);
+	ck_assert_uint_eq(unwatch_counts(), 0);
+	ck_assert_int_eq(next_body(fd), 0);
 	ck_assert_uint_eq(k->ring_notifies, 2);
 	ck_assert_uint_eq(client_ring_daemon_notifies(&ring), 2);
 	ck_assert_uint_eq(unit_ring_consume(&ring), 1);
@@ -365,7 +422,10 @@ START_TEST(ipc_session_reads_what_the_client_counts)
 	uint64_t eagain = unit_recvmsg_eagain();
 	client_ring_publish_sent(&ring, 5);
 	send_queries(fd, 3, &seq);
+	watch_counts(&ring, 0);
 	ck_assert_int_eq(answers_come(fd, 3), 1);
+	ck_assert_uint_eq(g_sends, 3);
+	ck_assert_uint_eq(unwatch_counts(), 0); /* each answer counted before it was sent */
 	ck_assert_uint_eq(unit_recvmsg_eagain() - eagain, 0);
 
 	/* Ahead: the daemon reads on to EAGAIN, as without a count. */
@@ -379,6 +439,22 @@ START_TEST(ipc_session_reads_what_the_client_counts)
 	client_ring_publish_sent(&ring, 8);
 	send_queries(fd, 4, &seq);
 	ck_assert_int_ge(answers_come(fd, 4), 1);
+
+	/*
+	 * An answer the socket cannot take now is queued, and stays counted:
+	 * a client that reads its count waits for it, and it comes.
+	 */
+	uint64_t counted = client_ring_daemon_sent(&ring);
+	client_ring_publish_sent(&ring, 13);
+	send_queries(fd, 1, &seq);
+	watch_counts(&ring, EAGAIN);
+	uv_run(&g_loop, UV_RUN_NOWAIT);
+	ck_assert_uint_eq(unwatch_counts(), 0);
+	ck_assert_uint_ge(g_sends, 1);
+	ck_assert_uint_eq(client_ring_daemon_sent(&ring), counted + 1);
+	ck_assert_int_eq(next_body(fd), 0);
+	answers_come(fd, 1);
+	ck_assert_uint_eq(client_ring_daemon_sent(&ring), counted + 1);
 
 	close(fd);
 	ck_assert(clients_become(0));

@@ -991,6 +991,20 @@ uint64_t unit_recvmsg_eagain(void)
 	return g_recvmsg_eagain;
 }
 
+int (*unit_before_send)(int fd);
+ssize_t __real_send(int fd, const void *buf, size_t len, int flags);
+ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags);
+
+ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags)
+{
+	int err = unit_before_send ? unit_before_send(fd) : 0;
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return __real_send(fd, buf, len, flags);
+}
+
 struct conn_sent {
 	uint32_t queued;
 	uint64_t bytes_sent;
