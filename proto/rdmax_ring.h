@@ -105,6 +105,13 @@ struct rdmax_ring_cqe {
 };
 
 _Static_assert(sizeof(struct rdmax_ring_ctl) == 128, "control block layout");
+/* The control block's offsets, as docs/protocol.md gives them to clients in other languages. */
+_Static_assert(offsetof(struct rdmax_ring_ctl, client_flags) == 8, "control block layout");
+_Static_assert(offsetof(struct rdmax_ring_ctl, client_msgs_sent) == 16, "control block layout");
+_Static_assert(offsetof(struct rdmax_ring_ctl, sq_head) == 64, "control block layout");
+_Static_assert(offsetof(struct rdmax_ring_ctl, daemon_flags) == 72, "control block layout");
+_Static_assert(offsetof(struct rdmax_ring_ctl, msgs_sent) == 80, "control block layout");
+_Static_assert(offsetof(struct rdmax_ring_ctl, notifies_sent) == 88, "control block layout");
 _Static_assert(sizeof(struct rdmax_ring_sqe) == 16, "submission header layout");
 _Static_assert(sizeof(struct rdmax_ring_cqe) == 192, "completion slot layout");
 
